@@ -1,0 +1,51 @@
+"""The narrow contract between the engine and a method.
+
+An adapter proposes draft trees and keeps its own drafter state; the engine
+owns the target, its KV cache, verification, timing and counters. One adapter
+instance serves many generations: ``begin`` resets it for each one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Protocol
+
+import torch
+
+from harness.counters import GenerationCounters
+from harness.forward import LMOutput
+from harness.sampling import SamplingConfig
+from harness.tree import TokenTree
+from harness.verify import Verdict
+
+
+@dataclass
+class StepContext:
+    """What a method may read while it drafts: sampling settings, the random generator, the counters."""
+
+    sampling: SamplingConfig
+    generator: torch.Generator | None
+    counters: GenerationCounters
+    target_vocab_size: int
+
+
+class DraftAdapter(Protocol):
+    """What a method implements.
+
+    wants_target_hidden_states: the engine returns the target's hidden states
+        (embeddings + every layer) with each target forward.
+    max_draft_nodes: the most draft nodes (root excluded) one tree may hold;
+        used to check that generation fits the target's context.
+    """
+
+    wants_target_hidden_states: bool
+    max_draft_nodes: int
+
+    def begin(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> None:
+        """Start a generation: ``prompt_ids`` (B, L) were just prefilled into the target."""
+
+    def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
+        """Draft a tree whose root is ``sequence[:, -1]`` (the newest token, not yet in the target's cache)."""
+
+    def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
+        """Learn what was accepted; ``target_out`` is the target's forward over ``tree``."""

@@ -1,0 +1,87 @@
+"""Command line: ``python -m harness run ...`` and ``python -m harness methods``."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from harness.errors import DraftcountError
+from harness.options import parse_key_values
+from harness.sampling import SamplingConfig
+
+
+def _run_parser(subparsers: argparse._SubParsersAction) -> None:
+    run = subparsers.add_parser("run", help="run one method over a prompt set and write JSONL records")
+    run.add_argument("--method", required=True, help="method name (see `python -m harness methods`)")
+    run.add_argument("--target", required=True, help="target model: local HF directory or hub id")
+    run.add_argument("--draft", help="draft LM (sd, tree_sd): local HF directory or hub id")
+    run.add_argument("--drafter", help="trained drafter directory (eagle, lyanna)")
+    run.add_argument("--prompts", required=True, help="'humaneval', or a .jsonl/.txt file (or a directory holding one)")
+    run.add_argument("--dataset", help="dataset name recorded in the results (default: the prompt file's stem)")
+    run.add_argument("--category", help="keep only prompts of this category (comma-separated for several)")
+    run.add_argument("--limit", type=int, help="keep only the first N prompts")
+    run.add_argument("--max-new-tokens", type=int, default=128)
+    run.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
+    run.add_argument("--top-k", type=int, default=0, help="0 = off")
+    run.add_argument("--top-p", type=float, default=1.0, help="1.0 = off")
+    run.add_argument("--seed", type=int, default=0)
+    run.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    run.add_argument("--device", default="cpu")
+    run.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option, repeatable (e.g. gamma=4)")
+    run.add_argument("--pair-with-ar", action="store_true", help="interleave the ar baseline prompt by prompt")
+    run.add_argument("--warmup", type=int, default=1, help="untimed warm-up generations per method")
+    run.add_argument("--no-progress", action="store_true", help="no progress bar")
+    run.add_argument("--out", required=True, type=Path, help="output JSONL path")
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from harness.runner import RunConfig, run
+    from methods import get_method
+
+    spec = get_method(args.method)
+    options = parse_key_values(args.opt)
+    spec.parse_options(options)  # fail on a bad option before loading any model
+    config = RunConfig(
+        method=args.method, target=args.target, prompts=args.prompts, out=args.out, draft=args.draft,
+        drafter=args.drafter, method_options=options, dataset=args.dataset, category=args.category,
+        limit=args.limit, max_new_tokens=args.max_new_tokens,
+        sampling=SamplingConfig(args.temperature, args.top_k, args.top_p), seed=args.seed, dtype=args.dtype,
+        device=args.device, pair_with_ar=args.pair_with_ar, warmup=args.warmup,
+    )
+    count = run(config, progress=not args.no_progress)
+    print(f"wrote {count} records to {args.out}")
+    return 0
+
+
+def _cmd_methods(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from methods import available_methods, get_method
+
+    for name in available_methods():
+        spec = get_method(name)
+        fields = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(spec.options_type))
+        print(f"{name:10s} {spec.summary}" + (f"  [options: {fields}]" if fields else ""))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m harness", description="draftcount speculative-decoding harness")
+    subparsers = parser.add_subparsers(dest="command", required=True)
+    _run_parser(subparsers)
+    subparsers.add_parser("methods", help="list the registered methods and their options")
+    args = parser.parse_args(argv)
+    handlers = {"run": _cmd_run, "methods": _cmd_methods}
+    try:
+        return handlers[args.command](args)
+    except DraftcountError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

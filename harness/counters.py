@@ -1,0 +1,72 @@
+"""Per-turn counters that every method fills the same way (DESIGN section 5)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from harness.forward import ForwardTally
+from harness.tree import TokenTree
+from harness.verify import Verdict
+
+
+@dataclass
+class GenerationCounters:
+    """Raw counts of one generated turn.
+
+    new_tokens: tokens emitted (EOS included, trimmed at EOS and max_new_tokens).
+    step_tokens: tokens produced by each target forward before trimming
+        (1 for the prefill, accepted drafts + 1 for every verification step).
+    step_accepted: accepted draft tokens per verification step (no bonus).
+    accepted_by_depth / drafted_by_depth: draft nodes per tree depth (index 0 =
+        depth 1) sent to verification, and those accepted.
+    extra: method-specific counters (named by the method, summed per turn).
+    """
+
+    new_tokens: int = 0
+    wall_seconds: float = 0.0
+    prefill_seconds: float = 0.0
+    target: ForwardTally = field(default_factory=ForwardTally)
+    drafter: ForwardTally = field(default_factory=ForwardTally)
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    tried_tokens: int = 0
+    step_tokens: list[int] = field(default_factory=list)
+    step_accepted: list[int] = field(default_factory=list)
+    drafted_by_depth: list[int] = field(default_factory=list)
+    accepted_by_depth: list[int] = field(default_factory=list)
+    stop_reason: str = ""
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def record_prefill(self) -> None:
+        self.step_tokens.append(1)
+
+    def record_step(self, tree: TokenTree, verdict: Verdict) -> None:
+        self.drafted_tokens += tree.num_drafts
+        self.accepted_tokens += verdict.num_accepted
+        self.tried_tokens += verdict.tried
+        self.step_accepted.append(verdict.num_accepted)
+        self.step_tokens.append(verdict.num_accepted + 1)
+        depths = tree.depths
+        for node in range(1, tree.size):
+            _bump(self.drafted_by_depth, depths[node] - 1)
+        for depth in range(1, len(verdict.path)):
+            _bump(self.accepted_by_depth, depth - 1)
+
+    def add_extra(self, name: str, amount: float) -> None:
+        self.extra[name] = self.extra.get(name, 0) + amount
+
+    @property
+    def tau(self) -> float:
+        """Acceptance length: new tokens per target forward (bonus token included)."""
+        return self.new_tokens / self.target.forwards if self.target.forwards else 0.0
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        data["tau"] = self.tau
+        return data
+
+
+def _bump(values: list[int], index: int) -> None:
+    while len(values) <= index:
+        values.append(0)
+    values[index] += 1

@@ -1,0 +1,106 @@
+"""The generation loop shared by every method.
+
+prefill -> first token -> repeat { adapter drafts a tree rooted at the newest
+token; the target verifies the whole tree in one forward; the cache keeps the
+accepted path; the adapter learns the verdict } until EOS or max_new_tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from harness.adapter import DraftAdapter, StepContext
+from harness.counters import GenerationCounters
+from harness.errors import DraftcountError
+from harness.forward import positions, run_model
+from harness.kv_cache import keep_tree_path, new_cache
+from harness.models import LoadedModel
+from harness.sampling import SamplingConfig, next_token
+from harness.timing import Stopwatch
+from harness.tree import check_batch_size_one
+from harness.verify import Verifier, verify_tree
+
+
+@dataclass
+class Generation:
+    output_ids: list[int]
+    counters: GenerationCounters
+
+
+def check_fits_context(target: LoadedModel, prompt_len: int, max_new_tokens: int, lookahead: int, name: str) -> None:
+    """The prompt, the new tokens and one draft tree must fit the target's context."""
+    context = target.context_length
+    needed = prompt_len + max_new_tokens + lookahead
+    if prompt_len == 0:
+        raise DraftcountError(f"prompt {name} is empty")
+    if context is not None and needed > context:
+        raise DraftcountError(
+            f"prompt {name} is {prompt_len} tokens; with max_new_tokens={max_new_tokens} and "
+            f"{lookahead} draft tokens it needs {needed} positions, more than the model's context of {context}"
+        )
+
+
+def trim_output(tokens: list[int], eos_token_ids: frozenset[int], max_new_tokens: int) -> tuple[list[int], str]:
+    """Cut after the first EOS (kept) and at max_new_tokens; say why generation stopped."""
+    for index, token in enumerate(tokens[:max_new_tokens]):
+        if token in eos_token_ids:
+            return tokens[: index + 1], "eos"
+    return tokens[:max_new_tokens], "max_new_tokens"
+
+
+def generate(
+    target: LoadedModel,
+    adapter: DraftAdapter,
+    prompt_ids: torch.Tensor,
+    max_new_tokens: int,
+    sampling: SamplingConfig,
+    eos_token_ids: frozenset[int] = frozenset(),
+    generator: torch.Generator | None = None,
+    verify: Verifier = verify_tree,
+    prompt_name: str = "",
+) -> Generation:
+    """Generate up to ``max_new_tokens`` tokens after ``prompt_ids`` (1, L) with ``adapter`` drafting."""
+    check_batch_size_one(prompt_ids, "generate")
+    if max_new_tokens < 1:
+        raise DraftcountError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    prompt_len = prompt_ids.shape[-1]
+    check_fits_context(target, prompt_len, max_new_tokens, adapter.max_draft_nodes, prompt_name or "(unnamed)")
+    counters = GenerationCounters()
+    ctx = StepContext(sampling, generator, counters, target.vocab_size)
+    hidden = adapter.wants_target_hidden_states
+    prompt_ids = prompt_ids.to(target.device)
+    with torch.inference_mode():
+        stopwatch = Stopwatch(target.device)
+        cache = new_cache(target.config)
+        prefill = run_model(
+            target, prompt_ids, cache, positions(0, prompt_len, target.device), counters.target,
+            logits_to_keep=0 if hidden else 1, output_hidden_states=hidden,
+        )
+        first = next_token(prefill.logits[:, -1], sampling, generator)
+        produced = [int(first.item())]
+        counters.record_prefill()
+        adapter.begin(ctx, prompt_ids, prefill)
+        counters.prefill_seconds = stopwatch.elapsed()
+        sequence = torch.cat([prompt_ids, first.reshape(1, 1)], dim=-1)
+        while len(produced) < max_new_tokens and not eos_token_ids.intersection(produced[-1:]):
+            prefix_len = sequence.shape[-1] - 1
+            tree = adapter.propose(ctx, sequence)
+            target_out = run_model(
+                target, tree.tokens.unsqueeze(0), cache, tree.position_ids(prefix_len), counters.target,
+                attention_bias=tree.attention_bias(prefix_len, target.dtype), output_hidden_states=hidden,
+            )
+            verdict = verify(tree, target_out.logits[0], sampling, generator)
+            keep_tree_path(cache, prefix_len, list(verdict.path))
+            counters.record_step(tree, verdict)
+            adapter.commit(ctx, tree, verdict, target_out)
+            step_tokens = list(verdict.new_tokens)
+            produced.extend(step_tokens)
+            if eos_token_ids.intersection(step_tokens):
+                break
+            sequence = torch.cat([sequence, torch.tensor([step_tokens], device=sequence.device)], dim=-1)
+        counters.wall_seconds = stopwatch.elapsed()
+    output, counters.stop_reason = trim_output(produced, eos_token_ids, max_new_tokens)
+    counters.new_tokens = len(output)
+    return Generation(output_ids=output, counters=counters)

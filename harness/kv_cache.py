@@ -1,0 +1,57 @@
+"""KV-cache operations on transformers' DynamicCache: create, crop, keep an accepted tree path.
+
+The cache holds keys/values of shape (batch, heads, seq, head_dim) per layer
+(``cache.layers[i].keys/values``). Only full-attention layers are supported:
+sliding-window or linear-attention layers cannot drop speculative entries.
+"""
+
+from __future__ import annotations
+
+import torch
+from transformers import DynamicCache, PretrainedConfig
+
+from harness.errors import DraftcountError
+
+
+def new_cache(config: PretrainedConfig) -> DynamicCache:
+    return DynamicCache(config=config)
+
+
+def cache_length(cache: DynamicCache) -> int:
+    return cache.get_seq_length()
+
+
+def _full_attention_layers(cache: DynamicCache) -> list:
+    layers = list(cache.layers)
+    for layer in layers:
+        if getattr(layer, "is_sliding", False) or not hasattr(layer, "keys"):
+            raise DraftcountError(
+                f"KV cache layer type {type(layer).__name__} is not supported (full-attention layers only)"
+            )
+    return layers
+
+
+def crop_cache(cache: DynamicCache, length: int) -> None:
+    """Keep the first ``length`` positions of every layer."""
+    for layer in _full_attention_layers(cache):
+        if getattr(layer, "is_initialized", True) and layer.keys is not None and layer.keys.numel():
+            layer.keys = layer.keys[..., :length, :]
+            layer.values = layer.values[..., :length, :]
+
+
+def keep_tree_path(cache: DynamicCache, prefix_len: int, path_nodes: list[int]) -> None:
+    """After a tree forward, keep the prefix plus the given tree nodes (in order), drop the rest.
+
+    ``path_nodes`` are node indices relative to the tree (0 = root). A path that
+    is a run 0, 1, ..., k-1 (always so for chains) is a plain crop; any other
+    path is gathered into place.
+    """
+    kept = prefix_len + len(path_nodes)
+    if list(path_nodes) == list(range(len(path_nodes))):
+        crop_cache(cache, kept)
+        return
+    for layer in _full_attention_layers(cache):
+        index = torch.as_tensor(path_nodes, device=layer.keys.device) + prefix_len
+        layer.keys[..., prefix_len:kept, :] = layer.keys.index_select(-2, index)
+        layer.values[..., prefix_len:kept, :] = layer.values.index_select(-2, index)
+    crop_cache(cache, kept)

@@ -1,0 +1,182 @@
+"""Loading target and draft models from a local HF directory or a hub id.
+
+Every failure a user can cause (missing path, a directory with no model, a
+draft whose tokenizer differs from the target's) is a one-line
+DraftcountError.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+
+from harness.errors import DraftcountError
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+@dataclass(frozen=True)
+class ModelCost:
+    """What the analytic FLOP estimate needs: 2 x params x tokens + attention."""
+
+    body_params: int  # matrix-product parameters below the LM head
+    head_params: int  # the LM head (output embedding)
+    num_layers: int
+    attention_width: int
+
+    def forward_flops(self, new_tokens: int, total_tokens: int, logits_tokens: int | None = None) -> float:
+        """FLOPs of one forward over ``new_tokens`` queries attending ``total_tokens`` keys.
+
+        ``logits_tokens``: positions the LM head is applied to (default: all new tokens).
+        """
+        head_tokens = new_tokens if logits_tokens is None else logits_tokens
+        dense = 2.0 * (self.body_params * new_tokens + self.head_params * head_tokens)
+        attention = 4.0 * self.num_layers * self.attention_width * new_tokens * total_tokens
+        return dense + attention
+
+
+@dataclass
+class LoadedModel:
+    model: PreTrainedModel
+    tokenizer: PreTrainedTokenizerBase | None
+    source: str
+    dtype: torch.dtype
+    device: torch.device
+    cost: ModelCost
+
+    @property
+    def config(self):
+        return self.model.config
+
+    @property
+    def vocab_size(self) -> int:
+        return int(self.model.get_output_embeddings().weight.shape[0])
+
+    @property
+    def context_length(self) -> int | None:
+        config = self.model.config
+        for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
+            value = getattr(config, name, None)
+            if isinstance(value, int) and value > 0:
+                return value
+        return None
+
+    @property
+    def num_parameters(self) -> int:
+        return sum(parameter.numel() for parameter in self.model.parameters())
+
+
+def model_cost(model: PreTrainedModel) -> ModelCost:
+    """Parameters that take part in matrix products: all but the input embedding table (a lookup)."""
+    input_embedding = model.get_input_embeddings()
+    skipped = {id(parameter) for parameter in input_embedding.parameters()} if input_embedding is not None else set()
+    output = model.get_output_embeddings()
+    head = {id(parameter) for parameter in output.parameters()} if output is not None else set()
+    skipped |= head
+    body_params = sum(p.numel() for p in model.parameters() if id(p) not in skipped)
+    head_params = sum(p.numel() for p in output.parameters()) if output is not None else 0
+    config = model.config
+    layers = int(getattr(config, "num_hidden_layers", 0) or 0)
+    heads = int(getattr(config, "num_attention_heads", 0) or 0)
+    head_dim = getattr(config, "head_dim", None) or (config.hidden_size // max(heads, 1))
+    return ModelCost(
+        body_params=body_params, head_params=head_params, num_layers=layers, attention_width=int(heads * head_dim)
+    )
+
+
+def resolve_dtype(name: str) -> torch.dtype:
+    if name not in DTYPES:
+        raise DraftcountError(f"unknown dtype {name!r}; choose one of {', '.join(DTYPES)}")
+    return DTYPES[name]
+
+
+def resolve_device(name: str) -> torch.device:
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise DraftcountError(f"unknown device {name!r}") from None
+    if device.type == "cuda" and not torch.cuda.is_available():
+        raise DraftcountError(f"device {name!r} requested but CUDA is not available on this machine")
+    return device
+
+
+def check_model_source(source: str) -> None:
+    """A local path must exist and hold a model (config.json); hub ids pass through."""
+    path = Path(source).expanduser()
+    if path.exists():
+        if not path.is_dir() or not (path / "config.json").is_file():
+            raise DraftcountError(f"model path '{source}' holds no model (no config.json in it)")
+        return
+    if source.startswith((".", "/", "~")) or source.count("/") > 1:
+        raise DraftcountError(f"model path '{source}' does not exist")
+
+
+def load_model(
+    source: str,
+    dtype: str = "float32",
+    device: str = "cpu",
+    attn_implementation: str = "sdpa",
+    with_tokenizer: bool = True,
+) -> LoadedModel:
+    """Load a causal LM (and its tokenizer) for inference, in eval mode on ``device``."""
+    check_model_source(source)
+    torch_dtype = resolve_dtype(dtype)
+    torch_device = resolve_device(device)
+    location = str(Path(source).expanduser()) if Path(source).expanduser().exists() else source
+    try:
+        model = AutoModelForCausalLM.from_pretrained(
+            location, dtype=torch_dtype, attn_implementation=attn_implementation
+        )
+    except (OSError, ValueError, KeyError) as error:
+        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise DraftcountError(f"could not load a causal LM from '{source}': {reason}") from None
+    tokenizer = None
+    if with_tokenizer:
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(location)
+        except (OSError, ValueError, KeyError) as error:
+            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+            raise DraftcountError(f"could not load the tokenizer of '{source}': {reason}") from None
+    model.to(torch_device).eval()
+    return LoadedModel(
+        model=model,
+        tokenizer=tokenizer,
+        source=source,
+        dtype=torch_dtype,
+        device=torch_device,
+        cost=model_cost(model),
+    )
+
+
+def wrap_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None = None, source: str = "<memory>") -> LoadedModel:
+    """A LoadedModel around an in-memory model (tests, training loops)."""
+    parameter = next(model.parameters())
+    return LoadedModel(
+        model=model.eval(),
+        tokenizer=tokenizer,
+        source=source,
+        dtype=parameter.dtype,
+        device=parameter.device,
+        cost=model_cost(model),
+    )
+
+
+def check_same_tokenizer(target: LoadedModel, draft: LoadedModel) -> None:
+    """A draft model must share the target's vocabulary token for token."""
+    if target.tokenizer is None or draft.tokenizer is None:
+        if target.vocab_size != draft.vocab_size:
+            raise DraftcountError(
+                f"draft vocabulary size {draft.vocab_size} differs from the target's {target.vocab_size}"
+            )
+        return
+    target_vocab = target.tokenizer.get_vocab()
+    draft_vocab = draft.tokenizer.get_vocab()
+    if target_vocab != draft_vocab:
+        differing = len(set(target_vocab.items()) ^ set(draft_vocab.items()))
+        raise DraftcountError(
+            f"draft tokenizer of '{draft.source}' differs from the target's "
+            f"({len(draft_vocab)} vs {len(target_vocab)} tokens, {differing} entries differ)"
+        )

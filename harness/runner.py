@@ -1,0 +1,166 @@
+"""One benchmark run: one method (optionally paired with `ar`) over one prompt set, to a JSONL file.
+
+With pairing, `ar` and the method generate every turn in the same process on
+the same prompt with the same seed, alternating which goes first, so speedups
+are paired per-prompt ratios measured under the same conditions.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from tqdm import tqdm
+
+from harness.adapter import DraftAdapter
+from harness.engine import Generation, generate
+from harness.errors import DraftcountError
+from harness.models import LoadedModel, load_model
+from harness.options import options_as_dict
+from harness.prompts import Prompt, encode_turn, load_prompts
+from harness.records import SCHEMA_VERSION, atomic_jsonl, environment, write_record
+from harness.sampling import SamplingConfig, make_generator
+from harness.timing import timer_name
+
+
+@dataclass(frozen=True)
+class RunConfig:
+    method: str
+    target: str
+    prompts: str
+    out: Path
+    draft: str | None = None
+    drafter: str | None = None
+    method_options: dict[str, Any] = field(default_factory=dict)
+    dataset: str | None = None
+    category: str | None = None
+    limit: int | None = None
+    max_new_tokens: int = 128
+    sampling: SamplingConfig = SamplingConfig()
+    seed: int = 0
+    dtype: str = "float32"
+    device: str = "cpu"
+    pair_with_ar: bool = False
+    warmup: int = 1
+
+
+@dataclass
+class _Contender:
+    role: str
+    method: str
+    adapter: DraftAdapter
+    options: Any
+    history: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+
+
+def generation_seed(seed: int, prompt_index: int, turn: int) -> int:
+    """The seed of one turn: the same for every method in a comparison."""
+    return seed * 1_000_003 + prompt_index * 97 + turn
+
+
+def eos_ids(target: LoadedModel) -> frozenset[int]:
+    ids: set[int] = set()
+    for source in (target.tokenizer, getattr(target.model, "generation_config", None)):
+        value = getattr(source, "eos_token_id", None) if source is not None else None
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(item) for item in value)
+    return frozenset(ids)
+
+
+def _build_contenders(config: RunConfig, target: LoadedModel, draft: LoadedModel | None) -> list[_Contender]:
+    from methods import BuildInputs, build_adapter
+
+    inputs = BuildInputs(target=target, draft=draft, drafter_dir=Path(config.drafter) if config.drafter else None)
+    adapter, options = build_adapter(config.method, config.method_options, inputs)
+    contenders = [_Contender("method", config.method, adapter, options)]
+    if config.pair_with_ar and config.method != "ar":
+        baseline, baseline_options = build_adapter("ar", {}, inputs)
+        contenders.append(_Contender("baseline", "ar", baseline, baseline_options))
+    return contenders
+
+
+def _record(config: RunConfig, target: LoadedModel, draft: LoadedModel | None, contender: _Contender,
+            prompt: Prompt, turn: int, prompt_ids: list[int], seed: int, result: Generation) -> dict[str, Any]:
+    counters = result.counters.as_dict()
+    return {
+        "schema_version": SCHEMA_VERSION,
+        "run": config.out.stem,
+        "method": contender.method,
+        "role": contender.role,
+        "compared_method": config.method,
+        "method_options": options_as_dict(contender.options),
+        "pair_id": f"{prompt.id}#{turn}",
+        "models": {
+            "target": config.target,
+            "draft": config.draft,
+            "drafter": config.drafter,
+            "target_parameters": target.num_parameters,
+            "draft_parameters": draft.num_parameters if draft is not None else None,
+        },
+        "dataset": config.dataset or Path(config.prompts).stem,
+        "prompt_id": prompt.id,
+        "category": prompt.category,
+        "turn": turn,
+        "prompt_tokens": len(prompt_ids),
+        "sampling": dataclasses.asdict(config.sampling),
+        "seed": config.seed,
+        "generation_seed": seed,
+        "max_new_tokens": config.max_new_tokens,
+        "dtype": config.dtype,
+        "device": str(target.device),
+        "timer": timer_name(target.device),
+        "counters": counters,
+        "output_ids": result.output_ids,
+        "output_text": target.tokenizer.decode(result.output_ids, skip_special_tokens=True) if target.tokenizer else "",
+        "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        **environment(),
+    }
+
+
+def run(config: RunConfig, progress: bool = True) -> int:
+    """Run ``config`` and write its records to ``config.out``; returns the number of records."""
+    prompts = load_prompts(config.prompts, config.category, config.limit)
+    target = load_model(config.target, config.dtype, config.device)
+    if target.tokenizer is None:
+        raise DraftcountError(f"target '{config.target}' has no tokenizer")
+    draft = load_model(config.draft, config.dtype, config.device) if config.draft else None
+    contenders = _build_contenders(config, target, draft)
+    eos = eos_ids(target)
+
+    def run_turn(contender: _Contender, ids: list[int], seed: int, name: str, max_new: int) -> Generation:
+        return generate(
+            target, contender.adapter, torch.tensor([ids]), max_new, config.sampling, eos,
+            make_generator(seed, target.device), prompt_name=name,
+        )
+
+    warm_ids = encode_turn(target.tokenizer, [], prompts[0].turns[0])
+    for contender in contenders:
+        for _ in range(config.warmup):
+            run_turn(contender, warm_ids, config.seed, f"{prompts[0].id} (warm-up)", min(16, config.max_new_tokens))
+
+    written = 0
+    total_turns = sum(len(prompt.turns) for prompt in prompts)
+    with atomic_jsonl(config.out) as handle, tqdm(
+        total=total_turns * len(contenders), desc=f"{config.method} on {Path(config.prompts).name}",
+        unit="gen", disable=not progress,
+    ) as bar:
+        for index, prompt in enumerate(prompts):
+            order = contenders if index % 2 == 0 else contenders[::-1]
+            for turn, question in enumerate(prompt.turns):
+                seed = generation_seed(config.seed, index, turn)
+                for contender in order:
+                    history = contender.history.setdefault(prompt.id, [])
+                    ids = encode_turn(target.tokenizer, history, question)
+                    result = run_turn(contender, ids, seed, f"{prompt.id} turn {turn}", config.max_new_tokens)
+                    write_record(handle, _record(config, target, draft, contender, prompt, turn, ids, seed, result))
+                    history.append((question, target.tokenizer.decode(result.output_ids, skip_special_tokens=True)))
+                    written += 1
+                    bar.update(1)
+                    bar.set_postfix(tau=f"{result.counters.tau:.2f}")
+    return written

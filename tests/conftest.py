@@ -1,0 +1,51 @@
+from pathlib import Path
+
+import pytest
+
+from harness import wrap_model
+from tests.helpers import build_tokenizer, make_llama, perturbed_copy, save_model_dir, train_briefly
+
+SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+
+@pytest.fixture(scope="session")
+def shared_data() -> Path:
+    if not SHARED_DATA.is_dir():
+        pytest.skip(f"{SHARED_DATA} is not present")
+    return SHARED_DATA
+
+
+@pytest.fixture(scope="session")
+def random_pair():
+    """A random target and a perturbed copy of it as draft (same architecture, high agreement)."""
+    target = make_llama(vocab=64, hidden=32, layers=2, heads=4, seed=0, init_range=0.3)
+    return wrap_model(target), wrap_model(perturbed_copy(target, noise=0.15, seed=1))
+
+
+@pytest.fixture(scope="session")
+def trained_pair():
+    """A briefly trained target (2 layers, width 48) and draft (1 layer, width 24): different depth and width."""
+    target = train_briefly(make_llama(vocab=48, hidden=48, layers=2, heads=4, seed=2), steps=150, seed=0)
+    draft = train_briefly(make_llama(vocab=48, hidden=24, layers=1, heads=2, seed=3), steps=150, seed=0)
+    return wrap_model(target), wrap_model(draft)
+
+
+@pytest.fixture(scope="session")
+def tokenizer():
+    return build_tokenizer()
+
+
+@pytest.fixture(scope="session")
+def model_dirs(tmp_path_factory, tokenizer):
+    """Saved HF directories: target, draft (same tokenizer) and a draft with another tokenizer."""
+    root = tmp_path_factory.mktemp("models")
+    vocab = len(tokenizer)
+    target = make_llama(vocab=vocab, hidden=32, layers=2, heads=4, seed=10, init_range=0.3, context=1024)
+    draft = perturbed_copy(target, noise=0.2, seed=11)
+    other_tokenizer = build_tokenizer(vocab_size=280)
+    other = make_llama(vocab=len(other_tokenizer), hidden=16, layers=1, heads=2, seed=12)
+    return {
+        "target": save_model_dir(root / "target", target, tokenizer),
+        "draft": save_model_dir(root / "draft", draft, tokenizer),
+        "other_draft": save_model_dir(root / "other", other, other_tokenizer),
+    }

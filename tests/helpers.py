@@ -1,0 +1,203 @@
+"""Tiny models, tokenizers and statistical checks shared by the tests."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from functools import partial
+from pathlib import Path
+
+import torch
+from scipy.stats import chi2
+from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from harness import LoadedModel, SamplingConfig, generate, wrap_model
+from harness.adapter import StepContext
+from harness.forward import LMOutput, positions, run_model
+from harness.kv_cache import new_cache
+from harness.sampling import align_vocab, logits_to_probs, make_generator, sample_from_probs
+from harness.tree import TokenTree
+from harness.verify import Verdict, verify_tree
+
+
+def make_llama(vocab: int, hidden: int = 32, layers: int = 2, heads: int = 4, seed: int = 0,
+               init_range: float = 0.02, context: int = 512) -> LlamaForCausalLM:
+    """A random float32 Llama with no EOS (so generation always runs to max_new_tokens)."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=context,
+        initializer_range=init_range, tie_word_embeddings=False, bos_token_id=None, eos_token_id=None,
+        pad_token_id=None,
+    )
+    model = LlamaForCausalLM(config).eval()
+    model.generation_config.eos_token_id = None
+    return model
+
+
+def perturbed_copy(model: LlamaForCausalLM, noise: float, seed: int) -> LlamaForCausalLM:
+    """Same architecture, weights plus Gaussian noise: a draft that often agrees with ``model``."""
+    copy = LlamaForCausalLM(model.config).eval()
+    copy.load_state_dict(model.state_dict())
+    generator = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for parameter in copy.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=generator) * noise * parameter.std().clamp_min(1e-3))
+    return copy
+
+
+def markov_batches(vocab: int, batch: int, length: int, seed: int):
+    """Endless batches from a fixed sparse second-order Markov chain: a language small models can learn."""
+    generator = torch.Generator().manual_seed(seed)
+    table = torch.randint(0, vocab, (vocab, vocab, 3), generator=generator)
+    while True:
+        sequence = torch.randint(0, vocab, (batch, 2), generator=generator)
+        for _ in range(length - 2):
+            choice = torch.randint(0, 3, (batch,), generator=generator)
+            nxt = table[sequence[:, -2], sequence[:, -1], choice]
+            sequence = torch.cat([sequence, nxt[:, None]], dim=1)
+        yield sequence
+
+
+def train_briefly(model: LlamaForCausalLM, steps: int, seed: int = 0) -> LlamaForCausalLM:
+    """A few hundred AdamW steps on the Markov language (seconds on CPU)."""
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    batches = markov_batches(model.config.vocab_size, 16, 48, seed)
+    for _ in range(steps):
+        batch = next(batches)
+        loss = model(input_ids=batch, labels=batch).loss
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    return model.eval()
+
+
+def build_tokenizer(vocab_size: int = 300) -> PreTrainedTokenizerFast:
+    """A byte-level BPE trained on a few lines of text, with <eos>/<bos>."""
+    text = [
+        "def add(a, b):\n    return a + b\n",
+        "The quick brown fox jumps over the lazy dog.",
+        "for i in range(10):\n    print(i * i)\n",
+        "Speculative decoding drafts tokens and the target verifies them.",
+    ] * 20
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=["<eos>", "<bos>"],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+    )
+    tokenizer.train_from_iterator(text, trainer)
+    return PreTrainedTokenizerFast(tokenizer_object=tokenizer, eos_token="<eos>", bos_token="<bos>")
+
+
+def save_model_dir(path: Path, model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast) -> Path:
+    model.config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+class PathTreeDrafter:
+    """A multi-draft tree drafter for verifier tests: every node's children come from the draft LM run on its path.
+
+    mode 'iid': children drawn independently from the draft distribution (with
+    replacement, SpecInfer); 'topk': the draft's top-b tokens, deterministic
+    (q = 1, EAGLE). Each depth is one batched draft forward over all frontier
+    paths (no KV cache: simple and obviously right).
+    """
+
+    wants_target_hidden_states = False
+
+    def __init__(self, draft: LoadedModel, branching: tuple[int, ...], mode: str) -> None:
+        self.draft, self.branching, self.mode = draft, branching, mode
+        self.max_draft_nodes = sum(itertools.accumulate(branching, lambda a, b: a * b))
+
+    def begin(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> None:
+        pass
+
+    def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
+        tokens, parents, probs = [sequence[0, -1]], [-1], [None]
+        frontier = [(0, sequence[0])]
+        for width in self.branching:
+            batch = torch.stack([path for _, path in frontier])
+            out = run_model(self.draft, batch, new_cache(self.draft.config),
+                            positions(0, batch.shape[1], batch.device).expand(len(frontier), -1),
+                            ctx.counters.drafter, logits_to_keep=1)
+            logits = align_vocab(out.logits[:, -1], ctx.target_vocab_size)
+            next_frontier = []
+            for row, (node, path) in enumerate(frontier):
+                if self.mode == "topk" or ctx.sampling.is_greedy:
+                    chosen = [(token, None) for token in torch.topk(logits[row], width).indices]
+                else:
+                    q = logits_to_probs(logits[row], ctx.sampling)
+                    chosen = [(sample_from_probs(q, ctx.generator), q) for _ in range(width)]
+                for token, q in chosen:
+                    tokens.append(token)
+                    parents.append(node)
+                    probs.append(q)
+                    next_frontier.append((len(tokens) - 1, torch.cat([path, token.reshape(1)])))
+            frontier = next_frontier
+        return TokenTree(torch.stack(tokens), tuple(parents), probs)
+
+    def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
+        pass
+
+
+def skip_residual_verifier():
+    """A deliberately wrong verifier: after a rejection it keeps sampling from p instead of norm(max(0, p - q))."""
+    return partial(verify_tree, residual=lambda target, draft: target)
+
+
+def exact_distribution(target: LoadedModel, prompt: list[int], length: int, sampling: SamplingConfig) -> dict:
+    """P(first ``length`` generated tokens) under the target, by enumerating every sequence."""
+    vocab = target.vocab_size
+    probabilities = {(): 1.0}
+    with torch.no_grad():
+        for _ in range(length):
+            prefixes = list(probabilities)
+            batch = torch.tensor([prompt + list(prefix) for prefix in prefixes])
+            step = logits_to_probs(target.model(batch).logits[:, -1], sampling)
+            probabilities = {
+                prefix + (token,): probabilities[prefix] * float(step[row, token])
+                for row, prefix in enumerate(prefixes) for token in range(vocab)
+            }
+    return probabilities
+
+
+def sampled_distribution(target: LoadedModel, adapter, prompt: list[int], length: int, sampling: SamplingConfig,
+                         samples: int, seed: int, verify=verify_tree) -> Counter:
+    counts: Counter = Counter()
+    ids = torch.tensor([prompt])
+    for index in range(samples):
+        result = generate(target, adapter, ids, length, sampling, generator=make_generator(seed + index, "cpu"),
+                          verify=verify)
+        counts[tuple(result.output_ids)] += 1
+    return counts
+
+
+def chi_square_pvalue(counts: Counter, probabilities: dict, min_expected: float = 5.0) -> float:
+    """Pearson chi-square goodness of fit; cells expected below ``min_expected`` are pooled into one.
+
+    The threshold a test compares against follows from the sample size through
+    the expected counts: with N samples, a cell of probability p expects N p.
+    """
+    samples = sum(counts.values())
+    unexpected = set(counts) - set(probabilities)
+    if unexpected:
+        raise AssertionError(f"sampled sequences outside the support: {sorted(unexpected)[:3]}")
+    cells, pooled_expected, pooled_observed = [], 0.0, 0
+    for outcome, probability in probabilities.items():
+        expected = samples * probability
+        if expected >= min_expected:
+            cells.append((counts.get(outcome, 0), expected))
+        else:
+            pooled_expected += expected
+            pooled_observed += counts.get(outcome, 0)
+    if pooled_expected > 0:
+        cells.append((pooled_observed, pooled_expected))
+    statistic = sum((observed - expected) ** 2 / expected for observed, expected in cells if expected > 0)
+    return float(chi2.sf(statistic, df=max(len(cells) - 1, 1)))

@@ -1,0 +1,90 @@
+"""Bad input gets one clear line naming the problem, from the API and from the CLI."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from harness import DraftcountError, SamplingConfig, generate, load_model
+from harness.cli import main
+from harness.models import check_same_tokenizer
+from methods import BuildInputs, build_adapter, get_method
+
+
+def test_missing_model_path(tmp_path):
+    with pytest.raises(DraftcountError, match="does not exist"):
+        load_model(str(tmp_path / "nope"))
+
+
+def test_directory_without_model(tmp_path):
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(DraftcountError, match="holds no model"):
+        load_model(str(tmp_path / "empty"))
+
+
+def test_draft_with_another_tokenizer(model_dirs):
+    target = load_model(str(model_dirs["target"]))
+    other = load_model(str(model_dirs["other_draft"]))
+    with pytest.raises(DraftcountError, match="tokenizer .* differs"):
+        check_same_tokenizer(target, other)
+    with pytest.raises(DraftcountError, match="differs"):
+        build_adapter("sd", {}, BuildInputs(target, other, None))
+
+
+def test_prompt_longer_than_context(model_dirs):
+    target = load_model(str(model_dirs["target"]))
+    ar, _ = build_adapter("ar", {}, BuildInputs(target, None, None))
+    too_long = torch.zeros((1, 1020), dtype=torch.long)
+    with pytest.raises(DraftcountError, match="more than the model's context of 1024"):
+        generate(target, ar, too_long, 10, SamplingConfig(), prompt_name="p1")
+
+
+def test_unknown_method_and_option():
+    with pytest.raises(DraftcountError, match="unknown method 'nope'; known methods: ar, sd"):
+        get_method("nope")
+    with pytest.raises(DraftcountError, match="unknown option 'gama' for method 'sd'; valid options: gamma"):
+        get_method("sd").parse_options({"gama": 3})
+    with pytest.raises(DraftcountError, match="must be int"):
+        get_method("sd").parse_options({"gamma": "three"})
+    with pytest.raises(DraftcountError, match="gamma"):
+        get_method("sd").parse_options({"gamma": 0})
+
+
+def test_sd_without_draft(random_pair):
+    target, _ = random_pair
+    with pytest.raises(DraftcountError, match="needs a draft model"):
+        build_adapter("sd", {}, BuildInputs(target, None, None))
+
+
+def _cli(args):
+    return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=300)
+
+
+@pytest.mark.parametrize("case", ["missing_target", "unknown_method", "unknown_option", "bad_tokenizer", "long_prompt"])
+def test_cli_errors_are_one_line(model_dirs, tmp_path, case):
+    prompts = tmp_path / "p.txt"
+    prompts.write_text("hello world\n")
+    base = ["run", "--target", str(model_dirs["target"]), "--prompts", str(prompts), "--out", str(tmp_path / "o.jsonl"),
+            "--max-new-tokens", "4", "--no-progress"]
+    args, expected = {
+        "missing_target": (["run", "--method", "ar", "--target", str(tmp_path / "missing"), "--prompts", str(prompts),
+                            "--out", str(tmp_path / "o.jsonl")], "does not exist"),
+        "unknown_method": (base + ["--method", "medusa"], "unknown method 'medusa'"),
+        "unknown_option": (base + ["--method", "sd", "--draft", str(model_dirs["draft"]), "--opt", "gama=2"],
+                           "unknown option 'gama'"),
+        "bad_tokenizer": (base + ["--method", "sd", "--draft", str(model_dirs["other_draft"])], "tokenizer"),
+        "long_prompt": (base + ["--method", "ar", "--max-new-tokens", "1023"], "context of 1024"),
+    }[case]
+    result = _cli(args)
+    assert result.returncode == 2
+    lines = [line for line in result.stderr.splitlines() if line.startswith("error:")]
+    assert len(lines) == 1 and expected in lines[0], result.stderr
+    assert "Traceback" not in result.stderr
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_main_returns_2_on_error(tmp_path, capsys):
+    assert main(["run", "--method", "x", "--target", "t", "--prompts", "p", "--out", str(tmp_path / "o")]) == 2
+    assert "unknown method" in capsys.readouterr().err

@@ -1,0 +1,85 @@
+"""Token trees, tree attention and KV-cache path keeping against plain sequential forwards."""
+
+import pytest
+import torch
+
+from harness.forward import ForwardTally, positions, run_model
+from harness.kv_cache import cache_length, keep_tree_path, new_cache
+from harness.tree import TokenTree, chain, root_only
+
+
+def _tree() -> TokenTree:
+    # root -> a, b ; a -> c, d ; b -> e
+    return TokenTree(torch.tensor([5, 7, 9, 11, 13, 15]), (-1, 0, 0, 1, 1, 2))
+
+
+def test_tree_structure():
+    tree = _tree()
+    assert tree.depths == (0, 1, 1, 2, 2, 2)
+    assert tree.children[0] == (1, 2) and tree.children[1] == (3, 4) and tree.children[5] == ()
+    assert tree.path_to(4) == [0, 1, 4]
+    assert tree.position_ids(10).tolist() == [[10, 11, 11, 12, 12, 12]]
+    assert not tree.is_chain and chain(torch.tensor(1), [torch.tensor(2)], [None]).is_chain
+    assert root_only(torch.tensor(3)).size == 1
+
+
+def test_attention_bias_marks_ancestors_only():
+    bias = _tree().attention_bias(prefix_len=3, dtype=torch.float32)[0, 0]
+    visible = bias == 0
+    assert visible[:, :3].all()
+    assert visible[4, 3:].tolist() == [True, True, False, False, True, False]
+    assert visible[5, 3:].tolist() == [True, False, True, False, False, True]
+    assert (bias[~visible] == torch.finfo(torch.float32).min).all()
+    assert chain(torch.tensor(1), [torch.tensor(2)], [None]).attention_bias(3, torch.float32) is None
+
+
+@pytest.mark.parametrize("bad_parents", [(0, 0), (-1, 1), (-1, 0, 3)])
+def test_malformed_trees_are_rejected(bad_parents):
+    with pytest.raises(ValueError):
+        TokenTree(torch.zeros(len(bad_parents), dtype=torch.long), bad_parents)
+
+
+def test_tree_forward_equals_sequential_forwards(random_pair):
+    target, _ = random_pair
+    prompt = torch.tensor([[3, 1, 4, 1, 5, 9, 2]])
+    tree = _tree()
+    cache = new_cache(target.config)
+    with torch.no_grad():
+        run_model(target, prompt, cache, positions(0, 7, target.device), ForwardTally())
+        out = run_model(target, tree.tokens[None], cache, tree.position_ids(7), ForwardTally(),
+                        attention_bias=tree.attention_bias(7, target.dtype))
+        for node in range(tree.size):
+            path_tokens = tree.tokens[tree.path_to(node)]
+            reference = target.model(torch.cat([prompt[0], path_tokens])[None]).logits[0, -1]
+            torch.testing.assert_close(out.logits[0, node], reference, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.parametrize("path", [[0], [0, 1], [0, 2, 5], [0, 1, 4]])
+def test_keep_tree_path_leaves_the_cache_of_that_path(random_pair, path):
+    target, _ = random_pair
+    prompt = torch.tensor([[3, 1, 4, 1, 5]])
+    tree = _tree()
+    cache = new_cache(target.config)
+    with torch.no_grad():
+        run_model(target, prompt, cache, positions(0, 5, target.device), ForwardTally())
+        run_model(target, tree.tokens[None], cache, tree.position_ids(5), ForwardTally(),
+                  attention_bias=tree.attention_bias(5, target.dtype))
+        keep_tree_path(cache, 5, path)
+        assert cache_length(cache) == 5 + len(path)
+        nxt = torch.tensor([[8]])
+        continued = run_model(target, nxt, cache, positions(5 + len(path), 1, target.device), ForwardTally())
+        full = torch.cat([prompt[0], tree.tokens[path], nxt[0]])[None]
+        torch.testing.assert_close(continued.logits[0, -1], target.model(full).logits[0, -1], atol=1e-5, rtol=1e-5)
+
+
+def test_forward_tally_counts_tokens_and_flops(random_pair):
+    target, _ = random_pair
+    tally = ForwardTally()
+    cache = new_cache(target.config)
+    with torch.no_grad():
+        run_model(target, torch.tensor([[1, 2, 3]]), cache, positions(0, 3, target.device), tally, logits_to_keep=1)
+        run_model(target, torch.tensor([[4]]), cache, positions(3, 1, target.device), tally)
+    cost = target.cost
+    assert tally.forwards == 2 and tally.tokens == 4
+    assert tally.flops == pytest.approx(cost.forward_flops(3, 3, 1) + cost.forward_flops(1, 4))
+    assert cost.head_params == target.vocab_size * target.config.hidden_size

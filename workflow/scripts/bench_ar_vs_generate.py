@@ -1,0 +1,103 @@
+"""Benchmark: our `ar` baseline against transformers' model.generate() on the same model.
+
+Both decode greedily the same prompts to exactly the same number of tokens
+(EOS disabled), interleaved trial by trial (alternating which goes first) so
+machine noise hits both alike. Prints tokens/s of each and the ratio; checks
+that both produced the same tokens.
+
+    python workflow/scripts/bench_ar_vs_generate.py                 # random ~20M-parameter Llama, CPU
+    python workflow/scripts/bench_ar_vs_generate.py --model DIR --device cuda --dtype bfloat16
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from harness import SamplingConfig, generate, load_model, wrap_model  # noqa: E402
+from harness.timing import synchronize  # noqa: E402
+from methods import BuildInputs, build_adapter  # noqa: E402
+
+
+def random_llama(seed: int = 0) -> LlamaForCausalLM:
+    """A ~20M-parameter Llama (8 layers, width 384, vocab 8192) with random weights."""
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=8192, hidden_size=384, intermediate_size=1024, num_hidden_layers=8, num_attention_heads=6,
+        num_key_value_heads=6, max_position_embeddings=2048, tie_word_embeddings=False,
+        bos_token_id=None, eos_token_id=None, pad_token_id=None,
+    )
+    return LlamaForCausalLM(config).eval()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--model", help="HF model directory (default: a random ~20M-parameter Llama)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--trials", type=int, default=10)
+    parser.add_argument("--prompt-tokens", type=int, default=32)
+    parser.add_argument("--new-tokens", type=int, default=64)
+    args = parser.parse_args()
+
+    if args.model:
+        lm = load_model(args.model, args.dtype, args.device, with_tokenizer=False)
+    else:
+        lm = wrap_model(random_llama().to(args.device))
+    lm.model.generation_config.eos_token_id = None
+    lm.model.generation_config.pad_token_id = 0
+    params = lm.num_parameters
+    adapter, _ = build_adapter("ar", {}, BuildInputs(lm, None, None))
+    generator = torch.Generator().manual_seed(1)
+    prompts = [torch.randint(0, lm.vocab_size, (1, args.prompt_tokens), generator=generator).to(lm.device)
+               for _ in range(args.trials + 1)]
+
+    def ours(prompt: torch.Tensor) -> list[int]:
+        return generate(lm, adapter, prompt, args.new_tokens, SamplingConfig()).output_ids
+
+    def theirs(prompt: torch.Tensor) -> list[int]:
+        with torch.inference_mode():
+            out = lm.model.generate(prompt, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
+                                    do_sample=False)
+        return out[0, prompt.shape[1]:].tolist()
+
+    def timed(fn, prompt) -> tuple[float, list[int]]:
+        synchronize(lm.device)
+        start = time.perf_counter()
+        tokens = fn(prompt)
+        synchronize(lm.device)
+        return args.new_tokens / (time.perf_counter() - start), tokens
+
+    timed(ours, prompts[0]), timed(theirs, prompts[0])  # warm-up, not counted
+    rates = {"ours": [], "generate": []}
+    mismatches = 0
+    for trial, prompt in enumerate(prompts[1:]):
+        order = [("ours", ours), ("generate", theirs)]
+        results = {}
+        for name, fn in order if trial % 2 == 0 else order[::-1]:
+            rate, tokens = timed(fn, prompt)
+            rates[name].append(rate)
+            results[name] = tokens
+        mismatches += results["ours"] != results["generate"]
+
+    ours_rate, their_rate = statistics.median(rates["ours"]), statistics.median(rates["generate"])
+    paired = statistics.median(a / b for a, b in zip(rates["ours"], rates["generate"]))
+    print(f"model: {args.model or 'random Llama'} ({params / 1e6:.1f}M parameters), device {lm.device}, "
+          f"dtype {lm.dtype}, threads {torch.get_num_threads()}")
+    print(f"{args.trials} interleaved trials, {args.prompt_tokens} prompt tokens, {args.new_tokens} new tokens, greedy")
+    print(f"ours (ar)         : {ours_rate:8.1f} tokens/s (median)")
+    print(f"model.generate()  : {their_rate:8.1f} tokens/s (median)")
+    print(f"ratio ours/generate: {ours_rate / their_rate:.3f} (ratio of medians), {paired:.3f} (median of paired ratios)")
+    print(f"outputs identical in {args.trials - mismatches}/{args.trials} trials")
+
+
+if __name__ == "__main__":
+    main()
