@@ -31,6 +31,7 @@ def _run_parser(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option, repeatable (e.g. gamma=4)")
     run.add_argument("--pair-with-ar", action="store_true", help="interleave the ar baseline prompt by prompt")
     run.add_argument("--warmup", type=int, default=1, help="untimed warm-up generations per method")
+    run.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--out", required=True, type=Path, help="output JSONL path")
 
@@ -39,6 +40,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from harness.runner import RunConfig, run
     from methods import get_method
 
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
     spec = get_method(args.method)
     options = parse_key_values(args.opt)
     spec.parse_options(options)  # fail on a bad option before loading any model
@@ -51,6 +56,17 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
     count = run(config, progress=not args.no_progress)
     print(f"wrote {count} records to {args.out}")
+    return 0
+
+
+def _cmd_summarize(args: argparse.Namespace) -> int:
+    from harness.aggregate import write_summary
+
+    missing = [str(path) for path in args.records if not path.is_file()]
+    if missing:
+        raise DraftcountError(f"no records file {missing[0]}")
+    table = write_summary(args.records, args.out)
+    print(table.to_string(index=False, float_format=lambda value: f"{value:.3f}"))
     return 0
 
 
@@ -71,8 +87,11 @@ def main(argv: list[str] | None = None) -> int:
     subparsers = parser.add_subparsers(dest="command", required=True)
     _run_parser(subparsers)
     subparsers.add_parser("methods", help="list the registered methods and their options")
+    summary = subparsers.add_parser("summarize", help="per method/dataset/temperature table from JSONL records")
+    summary.add_argument("records", nargs="+", type=Path, help="records files written by `run`")
+    summary.add_argument("--out", required=True, type=Path, help="output CSV")
     args = parser.parse_args(argv)
-    handlers = {"run": _cmd_run, "methods": _cmd_methods}
+    handlers = {"run": _cmd_run, "methods": _cmd_methods, "summarize": _cmd_summarize}
     try:
         return handlers[args.command](args)
     except DraftcountError as error:

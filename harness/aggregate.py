@@ -1,0 +1,65 @@
+"""Aggregation of raw records into per (method, dataset, temperature) figures.
+
+Speedups are paired: for every turn the method's tokens/s over `ar`'s on the
+same prompt in the same run.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pandas as pd
+
+from harness.records import read_records
+
+
+def records_frame(paths: list[Path]) -> pd.DataFrame:
+    rows = []
+    for path in paths:
+        for record in read_records(path):
+            counters = record["counters"]
+            rows.append({
+                "run": str(path), "method": record["method"], "role": record["role"],
+                "compared_method": record["compared_method"], "dataset": record["dataset"],
+                "temperature": record["sampling"]["temperature"], "pair_id": record["pair_id"],
+                "new_tokens": counters["new_tokens"], "wall_seconds": counters["wall_seconds"],
+                "target_forwards": counters["target"]["forwards"], "accepted_tokens": counters["accepted_tokens"],
+                "drafted_tokens": counters["drafted_tokens"], "verify_steps": len(counters["step_accepted"]),
+            })
+    return pd.DataFrame(rows)
+
+
+def summarize(frame: pd.DataFrame) -> pd.DataFrame:
+    """tokens/s, tau (with and without the bonus token), token waste and paired speedup over `ar`."""
+    methods = frame[frame.role == "method"]
+    baseline = frame[frame.role == "baseline"].set_index(["run", "pair_id"])
+    rows = []
+    for (method, dataset, temperature), group in methods.groupby(["method", "dataset", "temperature"]):
+        row = {
+            "method": method, "dataset": dataset, "temperature": temperature, "turns": len(group),
+            "tokens_per_s": group.new_tokens.sum() / group.wall_seconds.sum(),
+            "tau": group.new_tokens.sum() / group.target_forwards.sum(),
+            "accepted_per_step": group.accepted_tokens.sum() / max(group.verify_steps.sum(), 1),
+            "token_waste": 1 - group.accepted_tokens.sum() / group.drafted_tokens.sum()
+            if group.drafted_tokens.sum() else 0.0,
+        }
+        paired = group.join(baseline[["new_tokens", "wall_seconds"]], on=["run", "pair_id"], rsuffix="_ar")
+        paired = paired.dropna(subset=["wall_seconds_ar"])
+        if method == "ar":
+            row["speedup_paired_mean"] = row["speedup_total"] = 1.0
+        elif len(paired):
+            ratio = (paired.new_tokens / paired.wall_seconds) / (paired.new_tokens_ar / paired.wall_seconds_ar)
+            row["speedup_paired_mean"] = float(ratio.mean())
+            row["speedup_total"] = float((paired.new_tokens.sum() / paired.wall_seconds.sum())
+                                         / (paired.new_tokens_ar.sum() / paired.wall_seconds_ar.sum()))
+        rows.append(row)
+    return pd.DataFrame(rows)
+
+
+def write_summary(paths: list[Path], out: Path) -> pd.DataFrame:
+    table = summarize(records_frame(paths))
+    out.parent.mkdir(parents=True, exist_ok=True)
+    partial = out.with_name(out.name + ".partial")
+    table.to_csv(partial, index=False, float_format="%.4f")
+    partial.replace(out)
+    return table

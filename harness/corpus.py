@@ -1,0 +1,111 @@
+"""The default training corpus: the Python standard library's source on the running machine.
+
+Files are split into train and held-out sets by a hash of their relative path
+(deterministic, independent of file order); the test suites are excluded or
+kept per config. Documents are stored one JSON object per line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+import sysconfig
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.errors import DraftcountError
+
+TEST_DIRS = {"test", "tests", "idle_test"}
+SKIPPED_DIRS = {"site-packages", "dist-packages", "__pycache__"}
+
+
+@dataclass(frozen=True)
+class Document:
+    path: str
+    text: str
+
+
+def stdlib_root() -> Path:
+    return Path(sysconfig.get_paths()["stdlib"])
+
+
+def is_test_file(relative: Path) -> bool:
+    return bool(TEST_DIRS.intersection(relative.parts[:-1])) or relative.name.startswith("test_")
+
+
+def collect_python_files(root: Path, include_tests: bool) -> list[Path]:
+    """Relative paths of the .py files under ``root``, sorted; site-packages and caches skipped."""
+    if not root.is_dir():
+        raise DraftcountError(f"corpus root {root} is not a directory")
+    files = []
+    for path in root.rglob("*.py"):
+        relative = path.relative_to(root)
+        if SKIPPED_DIRS.intersection(relative.parts) or (not include_tests and is_test_file(relative)):
+            continue
+        files.append(relative)
+    if not files:
+        raise DraftcountError(f"no .py files under {root}")
+    return sorted(files)
+
+
+def is_heldout(relative: Path, fraction: float, seed: int) -> bool:
+    digest = hashlib.sha256(f"{seed}:{relative.as_posix()}".encode()).digest()
+    return int.from_bytes(digest[:8], "big") / 2**64 < fraction
+
+
+def read_documents(root: Path, files: list[Path]) -> Iterator[Document]:
+    for relative in files:
+        text = (root / relative).read_text(encoding="utf-8", errors="replace")
+        if text.strip():
+            yield Document(relative.as_posix(), text)
+
+
+def write_documents(path: Path, documents: list[Document]) -> str:
+    """Write documents as JSON lines; returns the sha256 of what was written."""
+    digest = hashlib.sha256()
+    partial = path.with_name(path.name + ".partial")
+    with partial.open("w", encoding="utf-8") as handle:
+        for document in documents:
+            line = json.dumps({"path": document.path, "text": document.text}) + "\n"
+            digest.update(line.encode())
+            handle.write(line)
+    partial.replace(path)
+    return digest.hexdigest()
+
+
+def load_documents(path: Path) -> list[Document]:
+    with Path(path).open(encoding="utf-8") as handle:
+        return [Document(**json.loads(line)) for line in handle if line.strip()]
+
+
+def build_stdlib_corpus(out_dir: Path, include_tests: bool, heldout_fraction: float, seed: int,
+                        root: Path | None = None) -> dict:
+    """Write train.jsonl, heldout.jsonl and corpus.json (sizes, split, hashes) under ``out_dir``."""
+    if not 0 < heldout_fraction < 1:
+        raise DraftcountError(f"heldout_fraction must be in (0, 1), got {heldout_fraction}")
+    root = root or stdlib_root()
+    files = collect_python_files(root, include_tests)
+    documents = list(read_documents(root, files))
+    heldout = [doc for doc in documents if is_heldout(Path(doc.path), heldout_fraction, seed)]
+    train = [doc for doc in documents if not is_heldout(Path(doc.path), heldout_fraction, seed)]
+    if not heldout or not train:
+        raise DraftcountError("the train/held-out split left one side empty; change heldout_fraction")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    summary = {
+        "source": "python-stdlib",
+        "root": str(root),
+        "python_version": platform.python_version(),
+        "include_tests": include_tests,
+        "heldout_fraction": heldout_fraction,
+        "seed": seed,
+        "splits": {},
+    }
+    for name, docs in (("train", train), ("heldout", heldout)):
+        sha = write_documents(out_dir / f"{name}.jsonl", docs)
+        summary["splits"][name] = {
+            "files": len(docs), "bytes": sum(len(doc.text.encode()) for doc in docs), "sha256": sha,
+        }
+    (out_dir / "corpus.json").write_text(json.dumps(summary, indent=2) + "\n")
+    return summary

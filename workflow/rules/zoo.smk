@@ -1,0 +1,135 @@
+# The default model zoo: corpus -> tokenizer -> token streams -> target -> draft, features, prompts.
+
+
+def zoo_outputs():
+    return [
+        work("models/target"),
+        work("models/draft"),
+        work("features/target/index.json"),
+        work("prompts/stdlib_code.jsonl"),
+    ]
+
+
+rule corpus:
+    output:
+        train=work("data/corpus/train.jsonl"),
+        heldout=work("data/corpus/heldout.jsonl"),
+        summary=work("data/corpus/corpus.json"),
+    params:
+        corpus=config["corpus"],
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    script:
+        "../scripts/build_corpus.py"
+
+
+rule tokenizer:
+    input:
+        train=work("data/corpus/train.jsonl"),
+    output:
+        directory(work("models/tokenizer")),
+    params:
+        tokenizer=config["tokenizer"],
+    threads: config["threads"]
+    resources:
+        mem_mb=4000,
+        runtime=20,
+    script:
+        "../scripts/train_tokenizer.py"
+
+
+rule tokenize:
+    input:
+        tokenizer=work("models/tokenizer"),
+        documents=work("data/corpus/{split}.jsonl"),
+    output:
+        work("data/tokens/{split}.pt"),
+    wildcard_constraints:
+        split="train|heldout",
+    threads: config["threads"]
+    resources:
+        mem_mb=4000,
+        runtime=20,
+    script:
+        "../scripts/tokenize_corpus.py"
+
+
+rule train_target:
+    input:
+        tokenizer=work("models/tokenizer"),
+        train=work("data/tokens/train.pt"),
+        heldout=work("data/tokens/heldout.pt"),
+        corpus=work("data/corpus/corpus.json"),
+    output:
+        model=directory(work("models/target")),
+        metrics=work("metrics/target.json"),
+    params:
+        role="target",
+        model=config["target"],
+        evaluation=config["evaluation"],
+        checkpoint=work("checkpoints/target.pt"),
+    threads: config["threads"]
+    resources:
+        mem_mb=8000,
+        runtime=int(config["target"]["train"].get("time_budget_s", 3600) / 60) + 30,
+    script:
+        "../scripts/train_lm.py"
+
+
+rule train_draft:
+    input:
+        tokenizer=work("models/tokenizer"),
+        train=work("data/tokens/train.pt"),
+        heldout=work("data/tokens/heldout.pt"),
+        corpus=work("data/corpus/corpus.json"),
+        teacher=work("models/target"),
+    output:
+        model=directory(work("models/draft")),
+        metrics=work("metrics/draft.json"),
+    params:
+        role="draft",
+        model=config["draft"],
+        evaluation=config["evaluation"],
+        checkpoint=work("checkpoints/draft.pt"),
+    threads: config["threads"]
+    resources:
+        mem_mb=8000,
+        runtime=int(config["draft"]["train"].get("time_budget_s", 3600) / 60) + 30,
+    script:
+        "../scripts/train_lm.py"
+
+
+rule dump_features:
+    input:
+        target=work("models/target"),
+        train=work("data/tokens/train.pt"),
+    output:
+        index=work("features/target/index.json"),
+    params:
+        features=config["features"],
+    threads: config["threads"]
+    resources:
+        mem_mb=8000,
+        runtime=30,
+    script:
+        "../scripts/dump_features.py"
+
+
+rule code_prompts:
+    input:
+        heldout=work("data/corpus/heldout.jsonl"),
+    output:
+        work("prompts/stdlib_code.jsonl"),
+    params:
+        prompts=config["prompts"],
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    script:
+        "../scripts/make_code_prompts.py"
+
+
+rule zoo:
+    input:
+        zoo_outputs(),
