@@ -36,6 +36,8 @@ class DraftAdapter(Protocol):
         (embeddings + every layer) with each target forward.
     max_draft_nodes: the most draft nodes (root excluded) one tree may hold;
         used to check that generation fits the target's context.
+    An adapter may also carry ``details``: a JSON-friendly dict recorded with
+    every result (the tree shape it drafts, say).
     """
 
     wants_target_hidden_states: bool

@@ -19,7 +19,8 @@ def records_frame(paths: list[Path]) -> pd.DataFrame:
         for record in read_records(path):
             counters = record["counters"]
             rows.append({
-                "run": str(path), "method": record["method"], "role": record["role"],
+                "run": str(path), "method": record["method"], "variant": record.get("variant", record["method"]),
+                "role": record["role"],
                 "compared_method": record["compared_method"], "dataset": record["dataset"],
                 "temperature": record["sampling"]["temperature"], "pair_id": record["pair_id"],
                 "new_tokens": counters["new_tokens"], "wall_seconds": counters["wall_seconds"],
@@ -30,13 +31,16 @@ def records_frame(paths: list[Path]) -> pd.DataFrame:
 
 
 def summarize(frame: pd.DataFrame) -> pd.DataFrame:
-    """tokens/s, tau (with and without the bonus token), token waste and paired speedup over `ar`."""
+    """Per variant x dataset x temperature: tokens/s, tau (with and without the bonus token), token
+    waste and the paired speedup over `ar`."""
     methods = frame[frame.role == "method"]
     baseline = frame[frame.role == "baseline"].set_index(["run", "pair_id"])
     rows = []
-    for (method, dataset, temperature), group in methods.groupby(["method", "dataset", "temperature"]):
+    for (variant, method, dataset, temperature), group in methods.groupby(
+            ["variant", "method", "dataset", "temperature"]):
         row = {
-            "method": method, "dataset": dataset, "temperature": temperature, "turns": len(group),
+            "variant": variant, "method": method, "dataset": dataset, "temperature": temperature,
+            "turns": len(group),
             "tokens_per_s": group.new_tokens.sum() / group.wall_seconds.sum(),
             "tau": group.new_tokens.sum() / group.target_forwards.sum(),
             "accepted_per_step": group.accepted_tokens.sum() / max(group.verify_steps.sum(), 1),

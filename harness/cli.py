@@ -18,6 +18,7 @@ def _run_parser(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--draft", help="draft LM (sd, tree_sd): local HF directory or hub id")
     run.add_argument("--drafter", help="trained drafter directory (eagle, lyanna)")
     run.add_argument("--prompts", required=True, help="'humaneval', or a .jsonl/.txt file (or a directory holding one)")
+    run.add_argument("--variant", help="name recorded for this configuration of the method (default: the method)")
     run.add_argument("--dataset", help="dataset name recorded in the results (default: the prompt file's stem)")
     run.add_argument("--category", help="keep only prompts of this category (comma-separated for several)")
     run.add_argument("--limit", type=int, help="keep only the first N prompts")
@@ -48,7 +49,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     options = parse_key_values(args.opt)
     spec.parse_options(options)  # fail on a bad option before loading any model
     config = RunConfig(
-        method=args.method, target=args.target, prompts=args.prompts, out=args.out, draft=args.draft,
+        method=args.method, target=args.target, prompts=args.prompts, out=args.out, variant=args.variant,
+        draft=args.draft,
         drafter=args.drafter, method_options=options, dataset=args.dataset, category=args.category,
         limit=args.limit, max_new_tokens=args.max_new_tokens,
         sampling=SamplingConfig(args.temperature, args.top_k, args.top_p), seed=args.seed, dtype=args.dtype,

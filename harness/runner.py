@@ -33,6 +33,7 @@ class RunConfig:
     target: str
     prompts: str
     out: Path
+    variant: str | None = None
     draft: str | None = None
     drafter: str | None = None
     method_options: dict[str, Any] = field(default_factory=dict)
@@ -92,9 +93,11 @@ def _record(config: RunConfig, target: LoadedModel, draft: LoadedModel | None, c
         "schema_version": SCHEMA_VERSION,
         "run": config.out.stem,
         "method": contender.method,
+        "variant": (config.variant or config.method) if contender.role == "method" else contender.method,
         "role": contender.role,
         "compared_method": config.method,
         "method_options": options_as_dict(contender.options),
+        "method_details": getattr(contender.adapter, "details", {}),
         "pair_id": f"{prompt.id}#{turn}",
         "models": {
             "target": config.target,

@@ -54,11 +54,11 @@ class TokenTree:
 
     @property
     def depths(self) -> tuple[int, ...]:
-        return _depths(self.parents)
+        return depths_of(self.parents)
 
     @property
     def children(self) -> tuple[tuple[int, ...], ...]:
-        return _children(self.parents)
+        return children_of(self.parents)
 
     @property
     def is_chain(self) -> bool:
@@ -76,12 +76,7 @@ class TokenTree:
         chain this is the ordinary causal mask, so None is returned and the
         model builds it itself.
         """
-        if self.is_chain:
-            return None
-        visible = _ancestor_matrix(self.parents).to(self.tokens.device)
-        bias = torch.zeros((self.size, prefix_len + self.size), dtype=dtype, device=self.tokens.device)
-        bias[:, prefix_len:].masked_fill_(~visible, torch.finfo(dtype).min)
-        return bias[None, None]
+        return tree_attention_bias(self.parents, [], list(range(self.size)), prefix_len, dtype, self.tokens.device)
 
     def path_to(self, node: int) -> list[int]:
         """Node indices from the root down to ``node`` (both included)."""
@@ -111,8 +106,27 @@ def check_batch_size_one(tensor: torch.Tensor, what: str) -> None:
         raise DraftcountError(f"{what}: batch size {tensor.shape[0]} is not supported yet (batch size 1 only)")
 
 
+def tree_attention_bias(parents: tuple[int, ...], cached_nodes: list[int], query_nodes: list[int], prefix_len: int,
+                        dtype: torch.dtype, device: torch.device | str) -> torch.Tensor | None:
+    """Additive mask for feeding ``query_nodes`` of a tree to a model whose cache holds a prefix and ``cached_nodes``.
+
+    Shape (1, 1, q, prefix_len + len(cached_nodes) + q): each query sees the
+    prefix, those of its ancestors that are cached or fed with it, and itself.
+    None when that is exactly the causal mask (chains), which the model builds.
+    """
+    keys = list(cached_nodes) + list(query_nodes)
+    visible = _ancestor_matrix(parents)[query_nodes][:, keys]
+    cached = len(cached_nodes)
+    causal = torch.ones(len(query_nodes), len(query_nodes), dtype=torch.bool).tril()
+    if visible[:, :cached].all() and torch.equal(visible[:, cached:], causal):
+        return None
+    bias = torch.zeros((len(query_nodes), prefix_len + len(keys)), dtype=dtype)
+    bias[:, prefix_len:].masked_fill_(~visible, torch.finfo(dtype).min)
+    return bias.to(device)[None, None]
+
+
 @lru_cache(maxsize=256)
-def _depths(parents: tuple[int, ...]) -> tuple[int, ...]:
+def depths_of(parents: tuple[int, ...]) -> tuple[int, ...]:
     depths = [0] * len(parents)
     for index in range(1, len(parents)):
         depths[index] = depths[parents[index]] + 1
@@ -120,7 +134,7 @@ def _depths(parents: tuple[int, ...]) -> tuple[int, ...]:
 
 
 @lru_cache(maxsize=256)
-def _children(parents: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
+def children_of(parents: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     children: list[list[int]] = [[] for _ in parents]
     for index in range(1, len(parents)):
         children[parents[index]].append(index)

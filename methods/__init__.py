@@ -74,3 +74,4 @@ def build_adapter(name: str, options: Mapping[str, Any] | Any, inputs: BuildInpu
 
 from methods import ar as _ar  # noqa: E402,F401  (registers 'ar')
 from methods import sd as _sd  # noqa: E402,F401  (registers 'sd')
+from methods import tree_sd as _tree_sd  # noqa: E402,F401  (registers 'tree_sd')

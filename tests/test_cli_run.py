@@ -34,6 +34,8 @@ def test_run_sd_paired_with_ar(model_dirs, tmp_path, shared_data):
         assert pair["sd"]["output_ids"] == pair["ar"]["output_ids"]  # greedy: lossless
         assert pair["sd"]["generation_seed"] == pair["ar"]["generation_seed"]
         assert pair["sd"]["method_options"] == {"gamma": 3} and pair["ar"]["role"] == "baseline"
+        assert pair["sd"]["method_details"]["tree_parents"] == [-1, 0, 1, 2]  # a chain of gamma drafts
+        assert pair["sd"]["variant"] == "sd" and pair["ar"]["variant"] == "ar"
 
 
 def test_methods_listing():

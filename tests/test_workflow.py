@@ -13,6 +13,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 ZOO_RULES = {"corpus", "tokenizer", "tokenize", "train_target", "train_draft", "dump_features", "code_prompts"}
+TREE_RULES = {"measure_acceptance", "measure_latency", "sequoia_tree"}
 
 
 def snakemake(*args, timeout=900, **kwargs):
@@ -42,8 +43,9 @@ def test_dry_run_lists_every_rule(tmp_path):
     result = snakemake("-n", *overrides(tmp_path))
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
-    assert ZOO_RULES | {"bench", "summary", "all"} <= set(counts), counts
-    assert counts["bench"] == 8  # {ar, sd} x {humaneval, stdlib_code} x {0, 1}
+    assert ZOO_RULES | TREE_RULES | {"bench", "summary", "all"} <= set(counts), counts
+    assert counts["bench"] == 20  # {ar, sd, tree_sd, tree_sd_sequoia, tree_sd_sequoia_b32} x 2 datasets x {0, 1}
+    assert counts["sequoia_tree"] == 4  # per temperature: the latency-chosen budget and the fixed one
 
 
 def test_one_target_runs_only_what_it_needs(tmp_path):
@@ -51,6 +53,8 @@ def test_one_target_runs_only_what_it_needs(tmp_path):
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
     assert "train_draft" not in counts and "dump_features" not in counts and counts["bench"] == 4
+    tree = job_counts(snakemake("-n", "bench_tree_sd", *overrides(tmp_path)).stdout)
+    assert tree["bench"] == 12 and TREE_RULES <= set(tree) and "dump_features" not in tree
 
 
 @pytest.mark.parametrize("bad,key", [
@@ -82,8 +86,10 @@ def test_smoke_pipeline_end_to_end(tmp_path):
     fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert fresh.returncode == 0, fresh.stderr
     summary = (results / "tables" / "summary.csv").read_text()
-    assert "sd" in summary and "ar" in summary
-    assert len(list((results / "raw").rglob("*.jsonl"))) == 4
+    assert all(variant in summary for variant in ("ar", "sd", "tree_sd", "tree_sd_sequoia", "tree_sd_sequoia_b32"))
+    assert len(list((results / "raw").rglob("*.jsonl"))) == 5  # every variant on stdlib_code at temperature 0
+    tree = json.loads((work / "tree" / "sequoia-t0-b32.json").read_text())
+    assert tree["parents"][0] == -1 and tree["depth"] <= 4 and tree["budget"] <= 32
     assert not list(tmp_path.rglob("*.partial"))
     again = snakemake("-n", "--profile", "workflow/profiles/smoke", *overrides(tmp_path))
     assert "Nothing to be done" in again.stdout + again.stderr

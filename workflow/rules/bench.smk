@@ -1,10 +1,35 @@
-# Benchmarks: every method x dataset x temperature, each paired prompt by prompt with `ar`.
+# Benchmarks: every variant x dataset x temperature, each paired prompt by prompt with `ar`.
+#
+# bench.methods maps a variant name to its options; the key `method` names the
+# registered method (default: the variant name itself), so one method can run
+# under several configurations (tree_sd with SpecInfer and Sequoia trees, say).
+# tree_file: auto stands for the Sequoia tree the workflow searched for that temperature, with
+# the budget in tree_budget (auto: the one maximising estimated tokens/s on this machine).
+
+NEEDS_DRAFT_LM = {"sd", "tree_sd"}
 
 
-def bench_outputs(methods=None):
+def variant_method(variant):
+    return config["bench"]["methods"][variant].get("method", variant)
+
+
+def variants_of(method):
+    return [variant for variant in method_names() if variant_method(variant) == method]
+
+
+def variant_options(variant, temperature):
+    """The method options of a variant; `method` and `tree_budget` are for the workflow only."""
+    options = {key: value for key, value in config["bench"]["methods"][variant].items() if key != "method"}
+    budget = options.pop("tree_budget", "auto")
+    if options.get("tree_file") == "auto":
+        options["tree_file"] = work(f"tree/sequoia-t{temperature}-b{budget}.json")
+    return options
+
+
+def bench_outputs(variants=None):
     return expand(
-        results("raw/{method}/{dataset}-t{temperature}.jsonl"),
-        method=methods or method_names(),
+        results("raw/{variant}/{dataset}-t{temperature}.jsonl"),
+        variant=method_names() if variants is None else variants,
         dataset=config["bench"]["datasets"],
         temperature=temperatures(),
     )
@@ -12,17 +37,22 @@ def bench_outputs(methods=None):
 
 def bench_inputs(wildcards):
     inputs = {"target": work("models/target")}
-    if wildcards.method in ("sd", "tree_sd"):
+    if variant_method(wildcards.variant) in NEEDS_DRAFT_LM:
         inputs["draft"] = work("models/draft")
     if wildcards.dataset == "stdlib_code":
         inputs["prompts"] = work("prompts/stdlib_code.jsonl")
+    tree_file = variant_options(wildcards.variant, wildcards.temperature).get("tree_file")
+    if tree_file:
+        inputs["tree"] = tree_file
     return inputs
 
 
 def bench_arguments(wildcards, input):
     bench = config["bench"]
+    method = variant_method(wildcards.variant)
     arguments = [
-        f"--method {wildcards.method}",
+        f"--method {method}",
+        f"--variant {wildcards.variant}",
         f"--target {input.target}",
         f"--prompts {dataset_prompts(wildcards.dataset)}",
         f"--dataset {wildcards.dataset}",
@@ -38,10 +68,10 @@ def bench_arguments(wildcards, input):
     limit = dataset_limit(wildcards.dataset)
     if limit:
         arguments.append(f"--limit {limit}")
-    for key, value in config["bench"]["methods"][wildcards.method].items():
+    for key, value in variant_options(wildcards.variant, wildcards.temperature).items():
         value = ",".join(map(str, value)) if isinstance(value, list) else value
         arguments.append(f"--opt {key}={value}")
-    if wildcards.method != "ar":
+    if method != "ar":
         arguments.append("--pair-with-ar")
     return " ".join(arguments)
 
@@ -50,11 +80,11 @@ rule bench:
     input:
         unpack(bench_inputs),
     output:
-        results("raw/{method}/{dataset}-t{temperature}.jsonl"),
+        results("raw/{variant}/{dataset}-t{temperature}.jsonl"),
     params:
         arguments=bench_arguments,
     wildcard_constraints:
-        method="|".join(method_names()),
+        variant="|".join(method_names()),
         temperature=r"[0-9.]+",
     threads: config["threads"]
     resources:
@@ -67,12 +97,17 @@ rule bench:
 
 rule bench_ar:
     input:
-        bench_outputs(["ar"]),
+        bench_outputs(variants_of("ar")),
 
 
 rule bench_sd:
     input:
-        bench_outputs(["sd"]),
+        bench_outputs(variants_of("sd")),
+
+
+rule bench_tree_sd:
+    input:
+        bench_outputs(variants_of("tree_sd")),
 
 
 rule summary:

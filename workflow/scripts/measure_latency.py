@@ -1,0 +1,24 @@
+"""Rule measure_latency: target forward latency per tree size and the draft's step latency, on this hardware."""
+import json
+from pathlib import Path
+
+import torch
+
+from harness.acceptance import forward_latency
+from harness.models import load_model
+
+torch.set_num_threads(snakemake.threads)  # noqa: F821
+settings = snakemake.params.tree  # noqa: F821
+device, dtype = snakemake.params.device, snakemake.params.dtype  # noqa: F821
+target = load_model(snakemake.input.target, dtype, device, with_tokenizer=False)  # noqa: F821
+draft = load_model(snakemake.input.draft, dtype, device, with_tokenizer=False)  # noqa: F821
+sizes = settings.get("latency_sizes", [1, 2, 4, 8, 16, 32, 64])
+prefix = settings.get("latency_prefix", 256)
+summary = {
+    "device": str(target.device),
+    "prefix_tokens": prefix,
+    "target": forward_latency(target, sizes, prefix, settings.get("latency_repeats", 7)),
+    "draft_step": forward_latency(draft, [4], prefix, settings.get("latency_repeats", 7))[4],
+}
+Path(snakemake.output[0]).write_text(json.dumps(summary, indent=2) + "\n")  # noqa: F821
+print(json.dumps(summary, indent=2))
