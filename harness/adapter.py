@@ -15,7 +15,7 @@ import torch
 from harness.counters import GenerationCounters
 from harness.forward import LMOutput
 from harness.sampling import SamplingConfig
-from harness.tree import TokenTree
+from harness.tree import TokenTree, root_only
 from harness.verify import Verdict
 
 
@@ -51,3 +51,22 @@ class DraftAdapter(Protocol):
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
         """Learn what was accepted; ``target_out`` is the target's forward over ``tree``."""
+
+
+class NoDrafts:
+    """Drafts nothing: every tree is just its root, so each step is one autoregressive target forward.
+
+    The `ar` baseline, and any plain greedy/sampled continuation the harness needs.
+    """
+
+    wants_target_hidden_states = False
+    max_draft_nodes = 0
+
+    def begin(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> None:
+        pass
+
+    def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
+        return root_only(sequence[0, -1])
+
+    def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
+        pass

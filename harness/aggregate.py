@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.atomic import atomic_path
 from harness.records import read_records
 
 
@@ -62,8 +63,6 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
 
 def write_summary(paths: list[Path], out: Path) -> pd.DataFrame:
     table = summarize(records_frame(paths))
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")
-    table.to_csv(partial, index=False, float_format="%.4f")
-    partial.replace(out)
+    with atomic_path(out) as partial:
+        table.to_csv(partial, index=False, float_format="%.4f")
     return table

@@ -10,6 +10,7 @@ import json
 import random
 from pathlib import Path
 
+from harness.atomic import atomic_path
 from harness.corpus import load_documents
 from harness.errors import DraftcountError
 
@@ -37,8 +38,6 @@ def make_code_prompts(documents, count: int, lines: int, seed: int) -> list[dict
 
 def write_code_prompts(heldout: Path, out: Path, count: int, lines: int, seed: int) -> int:
     prompts = make_code_prompts(load_documents(heldout), count, lines, seed)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    partial = out.with_name(out.name + ".partial")
-    partial.write_text("".join(json.dumps(prompt) + "\n" for prompt in prompts))
-    partial.replace(out)
+    with atomic_path(out) as partial:
+        partial.write_text("".join(json.dumps(prompt) + "\n" for prompt in prompts))
     return len(prompts)

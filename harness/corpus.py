@@ -15,6 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from harness.atomic import atomic_path
 from harness.errors import DraftcountError
 
 TEST_DIRS = {"test", "tests", "idle_test"}
@@ -65,13 +66,11 @@ def read_documents(root: Path, files: list[Path]) -> Iterator[Document]:
 def write_documents(path: Path, documents: list[Document]) -> str:
     """Write documents as JSON lines; returns the sha256 of what was written."""
     digest = hashlib.sha256()
-    partial = path.with_name(path.name + ".partial")
-    with partial.open("w", encoding="utf-8") as handle:
+    with atomic_path(path) as partial, partial.open("w", encoding="utf-8") as handle:
         for document in documents:
             line = json.dumps({"path": document.path, "text": document.text}) + "\n"
             digest.update(line.encode())
             handle.write(line)
-    partial.replace(path)
     return digest.hexdigest()
 
 

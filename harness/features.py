@@ -18,6 +18,7 @@ from safetensors.torch import load_file, save_file
 from tqdm import tqdm
 from transformers import PreTrainedModel
 
+from harness.atomic import atomic_path
 from harness.errors import DraftcountError
 from harness.lm_data import random_windows
 
@@ -75,9 +76,8 @@ def dump_features(model: PreTrainedModel, tokens: torch.Tensor, out_dir: Path, s
                 parts.setdefault(key, []).append(value.to("cpu", torch_dtype))
         tensors.update({key: torch.cat(values) for key, values in parts.items()})
         name = f"shard-{shard_index:05d}.safetensors"
-        partial = out_dir / (name + ".partial")
-        save_file({key: value.contiguous() for key, value in tensors.items()}, str(partial))
-        partial.replace(out_dir / name)
+        with atomic_path(out_dir / name) as partial:
+            save_file({key: value.contiguous() for key, value in tensors.items()}, str(partial))
         shards.append(name)
     index = {"shards": shards, "layers": [layer_key(layer) for layer in layers], "sequences": sequences,
              "seq_len": seq_len, "dtype": dtype, "hidden_size": model.config.hidden_size, "bytes": size}

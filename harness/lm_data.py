@@ -7,6 +7,7 @@ from pathlib import Path
 import torch
 from transformers import PreTrainedTokenizerBase
 
+from harness.atomic import atomic_path
 from harness.corpus import Document
 
 
@@ -22,9 +23,8 @@ def tokenize_documents(tokenizer: PreTrainedTokenizerBase, documents: list[Docum
 
 
 def save_tokens(path: Path, tokens: torch.Tensor) -> None:
-    partial = path.with_name(path.name + ".partial")
-    torch.save(tokens, partial)
-    partial.replace(path)
+    with atomic_path(path) as partial:
+        torch.save(tokens, partial)
 
 
 def load_tokens(path: Path) -> torch.Tensor:

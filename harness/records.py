@@ -18,6 +18,8 @@ from typing import IO, Any
 
 import torch
 
+from harness.atomic import atomic_path
+
 SCHEMA_VERSION = 1
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,21 +83,9 @@ def environment() -> dict[str, Any]:
 
 @contextmanager
 def atomic_jsonl(path: Path) -> Iterator[IO[str]]:
-    """Write JSON lines to ``path`` so that it appears only complete: partial file, fsync, rename."""
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    handle = partial.open("w", encoding="utf-8")
-    try:
+    """Write JSON lines to ``path`` so that it appears only complete (see harness.atomic)."""
+    with atomic_path(path) as partial, partial.open("w", encoding="utf-8") as handle:
         yield handle
-        handle.flush()
-        os.fsync(handle.fileno())
-        handle.close()
-        os.replace(partial, path)
-    except BaseException:
-        handle.close()
-        partial.unlink(missing_ok=True)
-        raise
 
 
 def write_record(handle: IO[str], record: dict[str, Any]) -> None:

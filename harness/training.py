@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import random
 import time
 from collections.abc import Callable
@@ -22,6 +21,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from harness.atomic import atomic_path
 from harness.errors import DraftcountError
 
 
@@ -78,12 +78,8 @@ def seed_everything(seed: int) -> None:
 
 
 def _save_checkpoint(path: Path, state: dict) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    partial = path.with_name(path.name + ".partial")
-    torch.save(state, partial)
-    with partial.open("rb") as handle:
-        os.fsync(handle.fileno())
-    os.replace(partial, path)
+    with atomic_path(path) as partial:
+        torch.save(state, partial)
 
 
 def _load_checkpoint(path: Path | None, fingerprint: str) -> dict | None:

@@ -9,7 +9,6 @@ directory carries ``draftcount.json`` saying how it was made.
 from __future__ import annotations
 
 import json
-import shutil
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -20,6 +19,7 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
+from harness.atomic import atomic_path
 from harness.corpus import Document
 from harness.errors import DraftcountError
 from harness.records import environment
@@ -133,12 +133,8 @@ def repetition_rate(tokens: list[int], n: int = 4) -> float:
 
 def save_directory(out_dir: Path, save: Callable[[Path], None]) -> None:
     """Save into ``out_dir.partial`` and rename, so ``out_dir`` only ever holds a complete save."""
-    out_dir = Path(out_dir)
-    partial = out_dir.with_name(out_dir.name + ".partial")
-    shutil.rmtree(partial, ignore_errors=True)
-    save(partial)
-    shutil.rmtree(out_dir, ignore_errors=True)
-    partial.replace(out_dir)
+    with atomic_path(out_dir) as partial:
+        save(partial)
 
 
 def save_model(out_dir: Path, model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, provenance: dict) -> None:

@@ -8,6 +8,7 @@ from pathlib import Path
 import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
+from harness.adapter import NoDrafts
 from harness.engine import generate
 from harness.lm_data import even_windows, load_tokens, random_windows
 from harness.models import wrap_model
@@ -21,10 +22,8 @@ from harness.zoo import (
 
 def degeneracy(model, tokenizer, heldout: torch.Tensor, prompts: int, new_tokens: int) -> dict:
     """Greedy continuations of held-out snippets: mean 4-gram repetition rate and the share of looping ones."""
-    from methods import BuildInputs, build_adapter
-
     lm = wrap_model(model, tokenizer)
-    adapter, _ = build_adapter("ar", {}, BuildInputs(lm, None, None))
+    adapter = NoDrafts()
     rates = []
     for window in even_windows(heldout, prompts, 32):
         output = generate(lm, adapter, window[None], new_tokens, SamplingConfig()).output_ids
