@@ -105,7 +105,7 @@ class FeatureSource:
             if missing:
                 raise DraftcountError(f"feature dump {self.dump_dir} lacks layers {sorted(missing)}")
             self._shards = [load_file(str(Path(self.dump_dir) / name)) for name in index["shards"]]
-            self._rows = torch.cat([shard["input_ids"] for shard in self._shards]).shape[0]
+            self._rows = sum(shard["input_ids"].shape[0] for shard in self._shards)
             self.seq_len = min(self.seq_len, index["seq_len"])
 
     def batch(self, batch_size: int, generator: torch.Generator) -> dict[str, torch.Tensor]:

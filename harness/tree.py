@@ -92,14 +92,6 @@ def root_only(root: torch.Tensor) -> TokenTree:
     return TokenTree(tokens=root.reshape(1), parents=(-1,))
 
 
-def chain(root: torch.Tensor, drafts: list[torch.Tensor], draft_probs: list[torch.Tensor | None]) -> TokenTree:
-    """A width-one tree: root -> drafts[0] -> drafts[1] -> ..."""
-    if len(drafts) != len(draft_probs):
-        raise ValueError("one draft distribution per draft token")
-    tokens = torch.cat([root.reshape(1)] + [token.reshape(1) for token in drafts])
-    return TokenTree(tokens=tokens, parents=tuple(range(-1, len(drafts))), draft_probs=[None, *draft_probs])
-
-
 def check_batch_size_one(tensor: torch.Tensor, what: str) -> None:
     """The engine runs one sequence at a time for now; its interfaces keep the batch dimension."""
     if tensor.shape[0] != 1:

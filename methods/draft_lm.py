@@ -15,12 +15,13 @@ from __future__ import annotations
 import torch
 
 from harness.adapter import StepContext
+from harness.drafting import ChildChooser, choose_children
 from harness.forward import LMOutput, positions, run_model
 from harness.kv_cache import keep_tree_path, new_cache
-from harness.drafting import ChildChooser, choose_children
 from harness.models import LoadedModel
 from harness.tree import TokenTree, children_of, depths_of, root_only, tree_attention_bias
 from harness.verify import Verdict
+
 
 class DraftModelTreeDrafter:
     """A draft LM expanding a fixed tree shape each step (see the module docstring)."""

@@ -14,9 +14,10 @@ from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from harness import LoadedModel, SamplingConfig, generate, wrap_model
 from harness.adapter import StepContext
+from harness.drafting import choose_children
 from harness.forward import LMOutput, positions, run_model
 from harness.kv_cache import new_cache
-from harness.sampling import align_vocab, logits_to_probs, make_generator, sample_from_probs
+from harness.sampling import align_vocab, logits_to_probs, make_generator
 from harness.tree import TokenTree
 from harness.verify import Verdict, verify_tree
 
@@ -130,11 +131,10 @@ class PathTreeDrafter:
             logits = align_vocab(out.logits[:, -1], ctx.target_vocab_size)
             next_frontier = []
             for row, (node, path) in enumerate(frontier):
-                if self.mode == "topk" or ctx.sampling.is_greedy:
+                if self.mode == "topk":  # deterministic top-k even when sampling, as EAGLE does
                     chosen = [(token, None) for token in torch.topk(logits[row], width).indices]
                 else:
-                    q = logits_to_probs(logits[row], ctx.sampling)
-                    chosen = [(sample_from_probs(q, ctx.generator), q) for _ in range(width)]
+                    chosen = choose_children(logits[row], width, ctx, replacement=True)
                 for token, q in chosen:
                     tokens.append(token)
                     parents.append(node)

@@ -5,7 +5,7 @@ import torch
 
 from harness.forward import ForwardTally, positions, run_model
 from harness.kv_cache import cache_length, keep_tree_path, new_cache
-from harness.tree import TokenTree, chain, root_only
+from harness.tree import TokenTree, root_only
 
 
 def _tree() -> TokenTree:
@@ -19,7 +19,7 @@ def test_tree_structure():
     assert tree.children[0] == (1, 2) and tree.children[1] == (3, 4) and tree.children[5] == ()
     assert tree.path_to(4) == [0, 1, 4]
     assert tree.position_ids(10).tolist() == [[10, 11, 11, 12, 12, 12]]
-    assert not tree.is_chain and chain(torch.tensor(1), [torch.tensor(2)], [None]).is_chain
+    assert not tree.is_chain and TokenTree(torch.tensor([1, 2]), (-1, 0)).is_chain
     assert root_only(torch.tensor(3)).size == 1
 
 
@@ -30,7 +30,7 @@ def test_attention_bias_marks_ancestors_only():
     assert visible[4, 3:].tolist() == [True, True, False, False, True, False]
     assert visible[5, 3:].tolist() == [True, False, True, False, False, True]
     assert (bias[~visible] == torch.finfo(torch.float32).min).all()
-    assert chain(torch.tensor(1), [torch.tensor(2)], [None]).attention_bias(3, torch.float32) is None
+    assert TokenTree(torch.tensor([1, 2]), (-1, 0)).attention_bias(3, torch.float32) is None
 
 
 @pytest.mark.parametrize("bad_parents", [(0, 0), (-1, 1), (-1, 0, 3)])
