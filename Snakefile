@@ -18,6 +18,7 @@ validate(config, "workflow/schemas/config.schema.yaml")
 include: "workflow/rules/common.smk"
 include: "workflow/rules/zoo.smk"
 include: "workflow/rules/tree.smk"
+include: "workflow/rules/drafters.smk"
 include: "workflow/rules/bench.smk"
 
 

@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.atomic import atomic_path
+from harness.counters import USEFUL_DRAFTER_FLOPS
 from harness.records import read_records
 
 
@@ -27,13 +28,15 @@ def records_frame(paths: list[Path]) -> pd.DataFrame:
                 "new_tokens": counters["new_tokens"], "wall_seconds": counters["wall_seconds"],
                 "target_forwards": counters["target"]["forwards"], "accepted_tokens": counters["accepted_tokens"],
                 "drafted_tokens": counters["drafted_tokens"], "verify_steps": len(counters["step_accepted"]),
+                "drafter_flops": counters["drafter"]["flops"],
+                "drafter_useful_flops": counters.get("extra", {}).get(USEFUL_DRAFTER_FLOPS, 0.0),
             })
     return pd.DataFrame(rows)
 
 
 def summarize(frame: pd.DataFrame) -> pd.DataFrame:
     """Per variant x dataset x temperature: tokens/s, tau (with and without the bonus token), token
-    waste and the paired speedup over `ar`."""
+    waste, drafter-FLOP waste, drafter FLOPs per accepted token and the paired speedup over `ar`."""
     methods = frame[frame.role == "method"]
     baseline = frame[frame.role == "baseline"].set_index(["run", "pair_id"])
     rows = []
@@ -48,6 +51,9 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
             "token_waste": 1 - group.accepted_tokens.sum() / group.drafted_tokens.sum()
             if group.drafted_tokens.sum() else 0.0,
         }
+        drafter_flops = group.drafter_flops.sum()
+        row["drafter_flop_waste"] = 1 - group.drafter_useful_flops.sum() / drafter_flops if drafter_flops else 0.0
+        row["drafter_flops_per_accepted"] = drafter_flops / max(group.accepted_tokens.sum(), 1)
         paired = group.join(baseline[["new_tokens", "wall_seconds"]], on=["run", "pair_id"], rsuffix="_ar")
         paired = paired.dropna(subset=["wall_seconds_ar"])
         if method == "ar":

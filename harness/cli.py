@@ -1,4 +1,4 @@
-"""Command line: ``python -m harness run ...`` and ``python -m harness methods``."""
+"""Command line: ``python -m harness run|train|methods|summarize ...``."""
 
 from __future__ import annotations
 
@@ -61,6 +61,50 @@ def _cmd_run(args: argparse.Namespace) -> int:
     return 0
 
 
+def _train_parser(subparsers: argparse._SubParsersAction) -> None:
+    train = subparsers.add_parser("train", help="train a drafter (eagle, lyanna) on a target's features")
+    train.add_argument("--method", required=True, help="a method with a trained drafter (eagle, lyanna)")
+    train.add_argument("--target", required=True, help="target model: local HF directory or hub id")
+    train.add_argument("--data", required=True, type=Path,
+                       help="feature dump directory (index.json) or token stream (.pt) for features on the fly")
+    train.add_argument("--out", required=True, type=Path, help="drafter directory to write")
+    train.add_argument("--steps", type=int, default=1000, help="optimizer steps (0 = write a fresh drafter)")
+    train.add_argument("--time-budget-s", type=float, default=0.0, help="stop after this many seconds (0 = none)")
+    train.add_argument("--opt", action="append", metavar="KEY=VALUE", help="training option, repeatable")
+    train.add_argument("--heldout", type=Path, help="token stream (.pt) to report held-out agreement on")
+    train.add_argument("--checkpoint", type=Path, help="resumable checkpoint file")
+    train.add_argument("--metrics", type=Path, help="write the training metrics (JSON) here")
+    train.add_argument("--device", default="cpu")
+    train.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    train.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def _cmd_train(args: argparse.Namespace) -> int:
+    import json
+
+    from harness.drafter_training import DrafterTrainRequest, write_metrics
+    from methods import get_method
+
+    spec = get_method(args.method)
+    if spec.train is None:
+        raise DraftcountError(f"method '{args.method}' has no trained drafter")
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)
+    request = DrafterTrainRequest(
+        method=args.method, target=args.target, data=args.data, out=args.out, steps=args.steps,
+        time_budget_s=args.time_budget_s, options=parse_key_values(args.opt), heldout=args.heldout,
+        device=args.device, checkpoint=args.checkpoint, progress=not args.no_progress,
+    )
+    metrics = spec.train(request)
+    if args.metrics:
+        write_metrics(args.metrics, metrics)
+    print(json.dumps({key: value for key, value in metrics.items() if key != "options"}, default=str))
+    print(f"wrote {args.method} drafter to {args.out}")
+    return 0
+
+
 def _cmd_summarize(args: argparse.Namespace) -> int:
     from harness.aggregate import write_summary
 
@@ -88,12 +132,13 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness", description="draftcount speculative-decoding harness")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _run_parser(subparsers)
+    _train_parser(subparsers)
     subparsers.add_parser("methods", help="list the registered methods and their options")
     summary = subparsers.add_parser("summarize", help="per method/dataset/temperature table from JSONL records")
     summary.add_argument("records", nargs="+", type=Path, help="records files written by `run`")
     summary.add_argument("--out", required=True, type=Path, help="output CSV")
     args = parser.parse_args(argv)
-    handlers = {"run": _cmd_run, "methods": _cmd_methods, "summarize": _cmd_summarize}
+    handlers = {"run": _cmd_run, "train": _cmd_train, "methods": _cmd_methods, "summarize": _cmd_summarize}
     try:
         return handlers[args.command](args)
     except DraftcountError as error:

@@ -70,3 +70,32 @@ def _bump(values: list[int], index: int) -> None:
     while len(values) <= index:
         values.append(0)
     values[index] += 1
+
+
+USEFUL_DRAFTER_FLOPS = "drafter_useful_flops"
+
+
+class DrafterWork:
+    """Drafter FLOPs of one round, per unit of work (a fed tree node, a backbone state).
+
+    ``charge`` books a forward's FLOPs evenly over the units it computed;
+    ``settle`` adds the FLOPs of the units that turned out useful (their output
+    reached an accepted token or is reused) to the counters' useful drafter
+    FLOPs and forgets the round. Drafter-FLOP waste = 1 - useful / all drafter FLOPs.
+    """
+
+    def __init__(self) -> None:
+        self.flops: dict[object, float] = {}
+
+    def charge(self, units: list, flops: float) -> None:
+        for unit in units:
+            self.flops[unit] = self.flops.get(unit, 0.0) + flops / len(units)
+
+    def settle(self, counters: GenerationCounters, useful_units) -> None:
+        counters.add_extra(USEFUL_DRAFTER_FLOPS, sum(self.flops.get(unit, 0.0) for unit in set(useful_units)))
+        self.flops = {}
+
+
+def count_useful_drafter_flops(counters: GenerationCounters, flops: float) -> None:
+    """Drafter work that is useful whatever is accepted (feeding accepted tokens, context)."""
+    counters.add_extra(USEFUL_DRAFTER_FLOPS, flops)

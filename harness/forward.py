@@ -31,6 +31,7 @@ class ForwardTally:
 class LMOutput:
     logits: torch.Tensor  # (B, q, V) or (B, logits_to_keep, V)
     hidden_states: tuple[torch.Tensor, ...] | None  # embeddings + every layer, when asked for
+    flops: float = 0.0  # this forward's FLOP estimate (already added to the tally)
 
 
 def run_model(
@@ -61,8 +62,10 @@ def run_model(
         output_hidden_states=output_hidden_states,
     )
     logits_tokens = min(logits_to_keep, new_tokens) if logits_to_keep > 0 else new_tokens
-    tally.add(new_tokens, lm.cost.forward_flops(new_tokens, past + new_tokens, logits_tokens))
-    return LMOutput(logits=output.logits, hidden_states=output.hidden_states if output_hidden_states else None)
+    flops = lm.cost.forward_flops(new_tokens, past + new_tokens, logits_tokens)
+    tally.add(new_tokens, flops)
+    return LMOutput(logits=output.logits, hidden_states=output.hidden_states if output_hidden_states else None,
+                    flops=flops)
 
 
 def positions(start: int, count: int, device: torch.device) -> torch.Tensor:

@@ -36,6 +36,7 @@ class MethodSpec:
     build: Callable[[Any, BuildInputs], DraftAdapter]
     needs_draft: bool = False
     needs_drafter_dir: bool = False
+    train: Callable[[Any], dict] | None = None  # DrafterTrainRequest -> metrics, for `python -m harness train`
 
     def parse_options(self, values: Mapping[str, Any]) -> Any:
         return parse_options(self.options_type, values, f"method '{self.name}'")
@@ -75,3 +76,5 @@ def build_adapter(name: str, options: Mapping[str, Any] | Any, inputs: BuildInpu
 from methods import ar as _ar  # noqa: E402,F401  (registers 'ar')
 from methods import sd as _sd  # noqa: E402,F401  (registers 'sd')
 from methods import tree_sd as _tree_sd  # noqa: E402,F401  (registers 'tree_sd')
+from methods import eagle as _eagle  # noqa: E402,F401  (registers 'eagle')
+from methods import lyanna as _lyanna  # noqa: E402,F401  (registers 'lyanna')

@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from harness.adapter import StepContext
+from harness.counters import DrafterWork, count_useful_drafter_flops
 from harness.drafting import ChildChooser, choose_children
 from harness.forward import LMOutput, positions, run_model
 from harness.kv_cache import keep_tree_path, new_cache
@@ -42,6 +43,7 @@ class DraftModelTreeDrafter:
         self.cached_len = 0
         self.fed_offset: dict[int, int] = {}
         self.root_cached_len = 0
+        self.work = DrafterWork()
 
     def begin(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> None:
         self.cache = new_cache(self.draft.config)
@@ -55,6 +57,7 @@ class DraftModelTreeDrafter:
         unseen = sequence[:, self.cached_len :].to(device)
         out = run_model(self.draft, unseen, self.cache, positions(self.cached_len, unseen.shape[-1], device),
                         ctx.counters.drafter, logits_to_keep=1)
+        count_useful_drafter_flops(ctx.counters, out.flops)  # the accepted tokens' KV: kept whatever happens
         prefix_len = sequence.shape[-1]  # the draft cache now holds the sequence, root included
         root = sequence[0, -1]
         tokens, parents, probs = [root], [-1], [None]
@@ -82,6 +85,7 @@ class DraftModelTreeDrafter:
                 torch.full((1, len(to_feed)), prefix_len - 1 + depth, device=device), ctx.counters.drafter,
                 attention_bias=bias,
             )
+            self.work.charge(to_feed, out.flops)
             node_logits.update({node: out.logits[0, index] for index, node in enumerate(to_feed)})
             fed.extend(to_feed)
         self.fed_offset = {node: offset for offset, node in enumerate(fed)}
@@ -90,5 +94,6 @@ class DraftModelTreeDrafter:
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
         kept = [self.fed_offset[node] for node in verdict.path[1:] if node in self.fed_offset]
+        self.work.settle(ctx.counters, verdict.path[1:])  # a fed node's KV is kept iff it was accepted
         keep_tree_path(self.cache, self.root_cached_len, kept)
         self.cached_len = self.root_cached_len + len(kept)

@@ -42,7 +42,7 @@ def test_prompt_longer_than_context(model_dirs):
 
 
 def test_unknown_method_and_option():
-    with pytest.raises(DraftcountError, match="unknown method 'nope'; known methods: ar, sd, tree_sd"):
+    with pytest.raises(DraftcountError, match="unknown method 'nope'; known methods: ar, eagle, lyanna, sd, tree_sd"):
         get_method("nope")
     with pytest.raises(DraftcountError, match="unknown option 'gama' for method 'sd'; valid options: gamma"):
         get_method("sd").parse_options({"gama": 3})

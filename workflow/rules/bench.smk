@@ -7,10 +7,15 @@
 # the budget in tree_budget (auto: the one maximising estimated tokens/s on this machine).
 
 NEEDS_DRAFT_LM = {"sd", "tree_sd"}
+NEEDS_DRAFTER = {"eagle", "lyanna"}
 
 
 def variant_method(variant):
     return config["bench"]["methods"][variant].get("method", variant)
+
+
+def variant_drafter(variant):
+    return config["bench"]["methods"][variant].get("drafter", variant_method(variant))
 
 
 def variants_of(method):
@@ -19,7 +24,8 @@ def variants_of(method):
 
 def variant_options(variant, temperature):
     """The method options of a variant; `method` and `tree_budget` are for the workflow only."""
-    options = {key: value for key, value in config["bench"]["methods"][variant].items() if key != "method"}
+    options = {key: value for key, value in config["bench"]["methods"][variant].items()
+               if key not in ("method", "drafter")}
     budget = options.pop("tree_budget", "auto")
     if options.get("tree_file") == "auto":
         options["tree_file"] = work(f"tree/sequoia-t{temperature}-b{budget}.json")
@@ -39,6 +45,9 @@ def bench_inputs(wildcards):
     inputs = {"target": work("models/target")}
     if variant_method(wildcards.variant) in NEEDS_DRAFT_LM:
         inputs["draft"] = work("models/draft")
+    method = variant_method(wildcards.variant)
+    if method in NEEDS_DRAFTER:
+        inputs["drafter"] = work(f"drafters/{variant_drafter(wildcards.variant)}")
     if wildcards.dataset == "stdlib_code":
         inputs["prompts"] = work("prompts/stdlib_code.jsonl")
     tree_file = variant_options(wildcards.variant, wildcards.temperature).get("tree_file")
@@ -65,6 +74,8 @@ def bench_arguments(wildcards, input):
     ]
     if "draft" in input.keys():
         arguments.append(f"--draft {input.draft}")
+    if "drafter" in input.keys():
+        arguments.append(f"--drafter {input.drafter}")
     limit = dataset_limit(wildcards.dataset)
     if limit:
         arguments.append(f"--limit {limit}")
@@ -108,6 +119,16 @@ rule bench_sd:
 rule bench_tree_sd:
     input:
         bench_outputs(variants_of("tree_sd")),
+
+
+rule bench_eagle:
+    input:
+        bench_outputs(variants_of("eagle")),
+
+
+rule bench_lyanna:
+    input:
+        bench_outputs(variants_of("lyanna")),
 
 
 rule summary:

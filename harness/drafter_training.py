@@ -1,0 +1,88 @@
+"""What training any drafter (EAGLE head, Lyanna backbone) shares: the request from the command line,
+a frozen target, feature batches from a dump or on the fly, soft cross-entropy, the attention mask of
+unrolled training-time-test steps, and saving a drafter directory atomically.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from harness.errors import DraftcountError
+from harness.features import FeatureSource
+from harness.lm_data import load_tokens
+from harness.models import LoadedModel, load_model
+
+
+@dataclass(frozen=True)
+class DrafterTrainRequest:
+    """``python -m harness train`` arguments: the method's own options stay strings until it parses them."""
+
+    method: str
+    target: str
+    data: Path  # a feature dump directory (index.json) or a token stream (.pt) for features on the fly
+    out: Path
+    steps: int = 1000
+    time_budget_s: float = 0.0
+    options: dict[str, str] = field(default_factory=dict)
+    heldout: Path | None = None  # a token stream to evaluate the drafter on
+    device: str = "cpu"
+    checkpoint: Path | None = None
+    progress: bool = True
+
+
+def frozen_target(request: DrafterTrainRequest) -> LoadedModel:
+    target = load_model(request.target, "float32", request.device, with_tokenizer=False)
+    target.model.requires_grad_(False)
+    return target
+
+
+def feature_source(request: DrafterTrainRequest, target: LoadedModel, layers: list[int | str],
+                   seq_len: int) -> FeatureSource:
+    """Batches from a feature dump directory, or computed by the target from a token stream."""
+    data = Path(request.data)
+    if data.is_dir():
+        if not (data / "index.json").is_file():
+            raise DraftcountError(f"training data {data} is a directory without a feature dump (index.json)")
+        return FeatureSource(layers=layers, seq_len=seq_len, dump_dir=data)
+    if not data.is_file():
+        raise DraftcountError(f"training data {data} does not exist")
+    return FeatureSource(layers=layers, seq_len=seq_len, target=target.model, tokens=load_tokens(data))
+
+
+def soft_cross_entropy(logits: torch.Tensor, target_probs: torch.Tensor, mask: torch.Tensor | None = None) -> torch.Tensor:
+    """Mean over positions of -sum_v p(v) log q(v), where q = softmax(logits); ``mask`` keeps positions."""
+    loss = -(target_probs * torch.log_softmax(logits.float(), dim=-1)).sum(dim=-1)
+    if mask is None:
+        return loss.mean()
+    return (loss * mask).sum() / mask.sum().clamp(min=1)
+
+
+def unrolled_step_bias(length: int, step: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """Additive mask (1, 1, length, (step + 1) * length) for step ``step`` of unrolled training.
+
+    Step 0 is ordinary causal attention over true features. At step k the query
+    at position p stands for drafting k positions ahead of the true prefix: it
+    sees the true keys of positions <= p - k and, from each step i = 1..k, the
+    key at position p - k + i (its own chain of predicted states, itself last).
+    """
+    minimum = torch.finfo(dtype).min
+    query = torch.arange(length)[:, None]
+    key = torch.arange(length)[None, :]
+    blocks = [torch.where(key <= query - step, 0.0, minimum)]
+    for index in range(1, step + 1):
+        blocks.append(torch.where(key == query - step + index, 0.0, minimum))
+    return torch.cat(blocks, dim=1).to(device, dtype)[None, None]
+
+
+def shift_right(states: torch.Tensor) -> torch.Tensor:
+    """(B, T, H) -> the same with position p holding position p - 1's row (zeros at p = 0)."""
+    return torch.cat([torch.zeros_like(states[:, :1]), states[:, :-1]], dim=1)
+
+
+def write_metrics(path: Path, metrics: dict) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(metrics, indent=2, default=str) + "\n")

@@ -1,0 +1,195 @@
+"""`lyanna`: the paper's hidden-state drafter (DESIGN section 3) drafting beam-grown trees.
+
+Each round: (1) catch-up: the backbone is fed the target's true features of the
+tokens accepted since the last round (one forward); its last output is the
+depth-1 state. (2) Depths 2..K: one single-token backbone step each, fed its
+own previous state; these states do not depend on any draft token. (3) The
+tree grows beam-style (``harness.beam_tree``, shared with `eagle`): a node's
+draft logits are its depth's state logits plus its parent token's information
+(``inject``), optionally plus the previous round's logits for the same
+absolute position (``reuse=logits``, weight ``reuse_weight``, as log-probability
+terms). (4) After verification the speculative entries leave the backbone's
+cache; with ``reuse=states`` those at and beyond the next round's depth-1
+position are kept, with their states, so the next round runs the backbone only
+beyond the previous chain.
+
+Useful drafter FLOPs: the catch-up, the state and injection work of the
+accepted depths, and states or logits that the next round reuses.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+from transformers import DynamicCache
+
+from harness.adapter import StepContext
+from harness.beam_tree import BeamPool, BeamShape, BeamTree, grow_beam_tree
+from harness.counters import DrafterWork, count_useful_drafter_flops
+from harness.forward import LMOutput, positions
+from harness.kv_cache import crop_cache
+from harness.models import LoadedModel
+from harness.tree import TokenTree
+from harness.verify import Verdict
+from methods import BuildInputs, MethodSpec, register
+from methods.eagle import causal_chunk_bias
+from methods.eagle_head import feature_rows
+from methods.lyanna_model import LyannaDrafter, load_drafter
+from methods.lyanna_training import train_lyanna
+
+
+@dataclass(frozen=True)
+class LyannaOptions:
+    top_k: int = 4
+    depth: int = 5  # K: backbone states per round, one per tree depth
+    budget: int = 24
+    reuse: Literal["off", "logits", "states"] = "logits"
+    reuse_weight: float = 0.5
+
+    def __post_init__(self) -> None:
+        BeamShape(self.top_k, self.depth, self.budget)
+
+
+@dataclass
+class _Chain:
+    """The states (and their log-probabilities) one round computed, by absolute position they predict."""
+
+    states: dict[int, torch.Tensor]
+    logprobs: dict[int, torch.Tensor]
+    cache_keys: list[torch.Tensor] | None = None  # reuse=states: kept speculative entries
+    cache_values: list[torch.Tensor] | None = None
+
+
+class LyannaAdapter:
+    """The `lyanna` adapter (see the module docstring)."""
+
+    wants_target_hidden_states = True
+
+    def __init__(self, drafter: LyannaDrafter, target: LoadedModel, options: LyannaOptions) -> None:
+        self.drafter = drafter.to(target.device, target.dtype).eval()
+        self.device, self.dtype = target.device, target.dtype
+        self.options = options
+        self.shape = BeamShape(options.top_k, options.depth, options.budget)
+        self.max_draft_nodes = self.shape.max_nodes
+        self.cost = drafter.backbone_cost()
+        self.details = {"top_k": options.top_k, "depth": options.depth, "budget": options.budget,
+                        "reuse": options.reuse, "inject": drafter.arch.inject, "fusion": drafter.arch.fusion,
+                        "kept_vocabulary": int(drafter.vocab_ids.shape[0]),
+                        "drafter_parameters": drafter.trainable_parameters()}
+        self.work = DrafterWork()
+        self._reset()
+
+    def _reset(self) -> None:
+        self.cache = DynamicCache(config=self.drafter.config)
+        self.fed_len = 0
+        self.pending = torch.empty(0)
+        self.previous: _Chain | None = None
+        self.beam: BeamTree | None = None
+        self.depth_positions: list[int] = []
+
+    def _inputs(self, hidden_states: tuple[torch.Tensor, ...], index) -> torch.Tensor:
+        return self.drafter.true_inputs([state[0, index] for state in feature_rows(hidden_states, self.drafter.arch.features)])
+
+    def _step(self, ctx: StepContext, inputs: torch.Tensor, start: int) -> tuple[torch.Tensor, float]:
+        count = inputs.shape[0]
+        past = self.cache.get_seq_length()
+        bias = causal_chunk_bias(past, count, self.dtype, self.device)
+        out = self.drafter(inputs[None], positions(start, count, self.device), self.cache, bias)[0]
+        flops = self.cost.forward_flops(count, past + count, 0)
+        ctx.counters.drafter.add(count, flops)
+        return out, flops
+
+    def begin(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> None:
+        self._reset()
+        self.pending = self._inputs(prefill.hidden_states, slice(None))
+
+    def _depth_states(self, ctx: StepContext, first_position: int) -> dict[int, torch.Tensor]:
+        """States predicting positions first_position .. first_position + K - 1 (depth 1 .. K)."""
+        previous = self.previous
+        count = self.pending.shape[0]
+        out, flops = self._step(ctx, self.pending, self.fed_len)
+        count_useful_drafter_flops(ctx.counters, flops)
+        self.fed_len += count
+        states = {first_position: out[-1]}
+        if previous is not None and previous.cache_keys is not None:
+            for layer, keys, values in zip(self.cache.layers, previous.cache_keys, previous.cache_values):
+                layer.keys = torch.cat([layer.keys, keys], dim=-2)
+                layer.values = torch.cat([layer.values, values], dim=-2)
+        for position in range(first_position + 1, first_position + self.options.depth):
+            if self.options.reuse == "states" and previous is not None and position in previous.states:
+                states[position] = previous.states[position]
+                continue
+            before = position - 1
+            source = states.get(before)
+            if source is None:
+                source = previous.states[before]
+            out, flops = self._step(ctx, self.drafter.own_inputs(source[None]), before)
+            self.work.charge([("state", position)], flops)
+            states[position] = out[-1]
+        return states
+
+    def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
+        first = sequence.shape[-1] - 1  # depth-1 nodes sit after the root: their state predicts the root's feature
+        states = self._depth_states(ctx, first)
+        self.depth_positions = list(range(first, first + self.options.depth))
+        stacked = torch.stack([states[p] for p in self.depth_positions])
+        base = self.drafter.state_logits(stacked)
+        logprobs = torch.log_softmax(base.float(), dim=-1)
+        extra = torch.zeros_like(logprobs)
+        if self.options.reuse == "logits" and self.previous is not None:
+            for row, position in enumerate(self.depth_positions):
+                if position in self.previous.logprobs:
+                    extra[row] = self.options.reuse_weight * self.previous.logprobs[position]
+        self.chain = _Chain(states=states, logprobs={p: logprobs[row] for row, p in enumerate(self.depth_positions)})
+
+        def node_logprobs(depth: int, parents: torch.Tensor) -> torch.Tensor:
+            row = depth - 1
+            logits = self.drafter.node_logits(stacked[row], parents.to(self.device), base[row]).float()
+            self.work.charge([("inject", depth)], self.drafter.injection_flops(parents.shape[0]))
+            combined = torch.log_softmax(logits, dim=-1) + extra[row]
+            return torch.log_softmax(self.drafter.to_full_vocab(combined), dim=-1)
+
+        def expand(depth: int, frontier: list[int], pool: BeamPool) -> torch.Tensor:
+            return node_logprobs(depth + 1, torch.tensor([pool.tokens[node] for node in frontier]))
+
+        root = sequence[0, -1]
+        self.beam = grow_beam_tree(root, node_logprobs(1, root.reshape(1))[0], expand, self.shape)
+        return self.beam.tree
+
+    def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
+        accepted = verdict.num_accepted
+        next_first = self.depth_positions[0] + accepted + 1
+        reused_from = next_first + (1 if self.options.reuse == "states" else 0)
+        useful = [("state", p) for p in self.depth_positions[: accepted]]
+        useful += [("inject", depth) for depth in range(1, accepted + 1)]
+        if self.options.reuse != "off":
+            useful += [("state", p) for p in self.depth_positions if p >= reused_from]
+        self.work.settle(ctx.counters, useful)
+        keep_from = self.fed_len + accepted + 1  # cache slot of the next round's depth-1 position
+        if self.options.reuse == "states" and keep_from < self.cache.get_seq_length():
+            self.chain.cache_keys = [layer.keys[..., keep_from:, :] for layer in self.cache.layers]
+            self.chain.cache_values = [layer.values[..., keep_from:, :] for layer in self.cache.layers]
+        crop_cache(self.cache, self.fed_len)
+        self.previous = self.chain
+        index = torch.tensor(verdict.path, device=target_out.hidden_states[-1].device)
+        self.pending = self._inputs(target_out.hidden_states, index)
+
+
+def _build(options: LyannaOptions, inputs: BuildInputs) -> LyannaAdapter:
+    drafter = load_drafter(Path(inputs.drafter_dir), inputs.target.model)
+    return LyannaAdapter(drafter, inputs.target, options)
+
+
+SPEC = register(
+    MethodSpec(
+        name="lyanna",
+        summary="Lyanna: hidden-state backbone + token-info injection, beam-grown trees, draft reuse",
+        options_type=LyannaOptions,
+        build=_build,
+        needs_drafter_dir=True,
+        train=train_lyanna,
+    )
+)

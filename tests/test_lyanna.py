@@ -1,0 +1,133 @@
+"""`lyanna`: lossless for every switch combination (greedy) and by enumeration (sampling, reuse=logits),
+training beats a fresh drafter, reuse keeps drafter work, vocabulary compression, parameter matching."""
+
+import pytest
+import torch
+
+from harness import SamplingConfig, wrap_model
+from harness.adapter import NoDrafts
+from harness.drafter_training import DrafterTrainRequest
+from harness.engine import generate
+from harness.errors import DraftcountError
+from harness.lm_data import save_tokens
+from harness.models import load_model
+from methods import BuildInputs, build_adapter
+from methods.lyanna import LyannaAdapter, LyannaOptions
+from methods.lyanna_model import LyannaArch, new_drafter
+from methods.lyanna_training import train_lyanna
+from tests.helpers import (
+    chi_square_pvalue, exact_distribution, make_llama, markov_batches, sampled_distribution, train_briefly,
+)
+
+REUSE = ["off", "logits", "states"]
+
+
+@pytest.fixture(scope="module")
+def lyanna_setup(tmp_path_factory):
+    """A briefly trained Markov-language target (saved) and drafters: token_info / feature injection, with and
+    without vocabulary compression (trained briefly), and a fresh one."""
+    root = tmp_path_factory.mktemp("lyanna")
+    target_model = train_briefly(make_llama(vocab=48, hidden=48, layers=3, heads=4, seed=2), steps=150, seed=0)
+    target_model.save_pretrained(root / "target")
+    batches = markov_batches(48, 64, 48, seed=5)
+    save_tokens(root / "tokens.pt", torch.cat([next(batches).flatten() for _ in range(4)]))
+    metrics = {}
+    for name, steps, extra in [("fresh", 0, {}), ("token_info", 80, {}), ("feature", 60, {"inject": "feature"}),
+                               ("token_info_vocab", 60, {"vocab_fraction": "0.5"}),
+                               ("feature_vocab", 40, {"inject": "feature", "vocab_fraction": "0.5"}),
+                               ("matched", 0, {"match_eagle": "true"})]:
+        request = DrafterTrainRequest(
+            method="lyanna", target=str(root / "target"), data=root / "tokens.pt", out=root / name, steps=steps,
+            progress=False, heldout=root / "tokens.pt",
+            options={"seq_len": "48", "batch_size": "8", "lr": "3e-3", "unroll_steps": "3", **extra})
+        metrics[name] = train_lyanna(request)
+    return load_model(str(root / "target"), with_tokenizer=False), root, metrics
+
+
+def _prompts(count, seed=7):
+    return [row[None] for row in next(markov_batches(48, count, 10, seed))]
+
+
+@pytest.mark.parametrize("drafter", ["token_info", "feature", "token_info_vocab", "feature_vocab"])
+def test_greedy_lossless_every_switch(lyanna_setup, drafter):
+    target, root, _ = lyanna_setup
+    prompts = _prompts(20)
+    expected = [generate(target, NoDrafts(), prompt, 16, SamplingConfig()).output_ids for prompt in prompts]
+    deep = 0
+    for reuse, shape in zip(REUSE, [(4, 5, 24), (2, 3, 5), (3, 4, 12)]):
+        top_k, depth, budget = shape
+        options = {"reuse": reuse, "top_k": top_k, "depth": depth, "budget": budget}
+        adapter, _ = build_adapter("lyanna", options, BuildInputs(target, None, root / drafter))
+        for prompt, want in zip(prompts, expected):
+            result = generate(target, adapter, prompt, 16, SamplingConfig())
+            assert result.output_ids == want, (drafter, options)
+            deep += sum(result.counters.accepted_by_depth[1:])
+    assert deep > 0
+
+
+def test_fresh_drafter_lossless_and_training_helps(lyanna_setup):
+    target, root, metrics = lyanna_setup
+    prompts = _prompts(20, seed=8)
+    taus = {}
+    for name in ("fresh", "token_info"):
+        adapter, _ = build_adapter("lyanna", {"reuse": "states"}, BuildInputs(target, None, root / name))
+        taus[name] = 0.0
+        for prompt in prompts:
+            want = generate(target, NoDrafts(), prompt, 24, SamplingConfig()).output_ids
+            result = generate(target, adapter, prompt, 24, SamplingConfig())
+            assert result.output_ids == want
+            taus[name] += result.counters.tau
+    assert taus["token_info"] > 1.5 * taus["fresh"]
+    agreement = metrics["token_info"]["heldout_top1_agreement_by_depth"]
+    assert len(agreement) == 3 and min(agreement) > 2 * max(metrics["fresh"]["heldout_top1_agreement_by_depth"])
+
+
+@pytest.mark.parametrize("reuse", ["logits", "states"])
+def test_sampling_lossless(reuse):
+    target = wrap_model(make_llama(vocab=6, hidden=16, layers=1, heads=2, seed=0, init_range=1.0))
+    drafter = new_drafter(target.model, LyannaArch(rank=4), None, seed=3)
+    for parameter in drafter.parameters():
+        parameter.data.normal_(0, 0.5)
+    adapter = LyannaAdapter(drafter, target, LyannaOptions(top_k=2, depth=2, budget=4, reuse=reuse))
+    sampling = SamplingConfig(1.0)
+    exact = exact_distribution(target, [1, 2, 3], 3, sampling)
+    counts = sampled_distribution(target, adapter, [1, 2, 3], 3, sampling, 2000, seed=0)
+    assert chi_square_pvalue(counts, exact) > 1e-3
+
+
+def test_reuse_keeps_drafter_work(lyanna_setup):
+    """Against reuse=off, reuse throws away less drafter work per accepted token; states reuse also runs fewer
+    backbone FLOPs."""
+    target, root, _ = lyanna_setup
+    totals = {}
+    for reuse in REUSE:
+        adapter, _ = build_adapter("lyanna", {"reuse": reuse}, BuildInputs(target, None, root / "token_info"))
+        flops = useful = accepted = 0.0
+        for prompt in _prompts(12, seed=9):
+            counters = generate(target, adapter, prompt, 32, SamplingConfig()).counters
+            flops += counters.drafter.flops
+            useful += counters.extra["drafter_useful_flops"]
+            accepted += counters.accepted_tokens
+        totals[reuse] = ((flops - useful) / accepted, flops / accepted)
+    assert totals["logits"][0] < totals["off"][0] and totals["states"][0] < totals["off"][0]
+    assert totals["states"][1] < totals["off"][1]
+
+
+def test_vocabulary_compression_and_matching(lyanna_setup):
+    _, _, metrics = lyanna_setup
+    compressed = metrics["token_info_vocab"]
+    assert compressed["kept_vocabulary"] == 24
+    assert 0.5 <= compressed["heldout_vocabulary_coverage"] <= 1.0  # the kept half covers at least half the tokens
+    matched = metrics["matched"]
+    assert abs(matched["trainable_parameters"] - matched["eagle_head_parameters"]) < 0.05 * matched["eagle_head_parameters"]
+
+
+def test_bad_inputs(lyanna_setup, tmp_path):
+    target, root, _ = lyanna_setup
+    with pytest.raises(DraftcountError, match="holds no Lyanna drafter"):
+        build_adapter("lyanna", {}, BuildInputs(target, None, tmp_path))
+    with pytest.raises(DraftcountError, match="must be one of"):
+        build_adapter("lyanna", {"reuse": "sometimes"}, BuildInputs(target, None, root / "fresh"))
+    with pytest.raises(DraftcountError, match="vocab_fraction"):
+        train_lyanna(DrafterTrainRequest(method="lyanna", target=str(root / "target"), data=root / "tokens.pt",
+                                         out=tmp_path / "x", steps=0, options={"vocab_fraction": "1.5"}))

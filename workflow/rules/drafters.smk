@@ -1,0 +1,72 @@
+# Trained drafters (EAGLE heads, Lyanna drafters): one directory per entry of `drafters`,
+# trained by `python -m harness train` on the target's feature dump or on features
+# computed on the fly. Resumable: a killed run continues from its checkpoint.
+
+
+def drafter_settings(name):
+    if name not in config["drafters"]:
+        raise ValueError(f"drafter {name!r} is not configured under `drafters`")
+    return config["drafters"][name]
+
+
+def drafter_method(name):
+    return drafter_settings(name).get("method", name)
+
+
+def drafters_of(method):
+    return [name for name in config["drafters"] if drafter_method(name) == method]
+
+
+def drafter_data(wildcards):
+    if drafter_settings(wildcards.drafter).get("data", "features") == "tokens":
+        return work("data/tokens/train.pt")
+    return work("features/target/index.json")
+
+
+def drafter_arguments(wildcards, input):
+    settings = drafter_settings(wildcards.drafter)
+    data = Path(input.data).parent if input.data.endswith("index.json") else input.data
+    arguments = [
+        f"--method {drafter_method(wildcards.drafter)}",
+        f"--target {input.target}",
+        f"--data {data}",
+        f"--heldout {input.heldout}",
+        f"--steps {settings.get('steps', 1000)}",
+        f"--time-budget-s {settings.get('time_budget_s', 0)}",
+    ]
+    for key, value in settings.get("options", {}).items():
+        value = ",".join(map(str, value)) if isinstance(value, list) else value
+        arguments.append(f"--opt {key}={value}")
+    return " ".join(arguments)
+
+
+rule train_drafter:
+    input:
+        target=work("models/target"),
+        data=drafter_data,
+        heldout=work("data/tokens/heldout.pt"),
+    output:
+        drafter=directory(work("drafters/{drafter}")),
+        metrics=work("metrics/drafter-{drafter}.json"),
+    params:
+        arguments=drafter_arguments,
+        checkpoint=work("checkpoints/drafter-{drafter}.pt"),
+    wildcard_constraints:
+        drafter="|".join(config["drafters"]) or "^$",
+    threads: config["threads"]
+    resources:
+        mem_mb=8000,
+        runtime=lambda wildcards: int(drafter_settings(wildcards.drafter).get("time_budget_s", 3600) / 60) + 30,
+    shell:
+        "python -m harness train {params.arguments} --checkpoint {params.checkpoint} --threads {threads}"
+        " --no-progress --out {output.drafter} --metrics {output.metrics}"
+
+
+rule train_eagle:
+    input:
+        expand(work("drafters/{drafter}"), drafter=drafters_of("eagle")),
+
+
+rule train_lyanna:
+    input:
+        expand(work("drafters/{drafter}"), drafter=drafters_of("lyanna")),
