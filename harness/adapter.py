@@ -37,7 +37,10 @@ class DraftAdapter(Protocol):
     max_draft_nodes: the most draft nodes (root excluded) one tree may hold;
         used to check that generation fits the target's context.
     An adapter may also carry ``details``: a JSON-friendly dict recorded with
-    every result (the tree shape it drafts, say).
+    every result (the tree shape it drafts, say), and ``separate_root_forward =
+    True`` (unfused verification): the engine then runs the root through the
+    target alone and calls ``observe_root(ctx, root_out)`` before ``propose``,
+    and verifies the drafts in a second forward.
     """
 
     wants_target_hidden_states: bool

@@ -113,7 +113,3 @@ def _add_children(pool: BeamPool, frontier: list[int], frontier_scores: torch.Te
     new_nodes.sort(key=lambda item: (-item[0], item[1]))
     return [node for _, node in new_nodes[:top_k]]
 
-
-def path_pool_nodes(beam: BeamTree, path: tuple[int, ...]) -> list[int]:
-    """Pool indices of the accepted draft nodes (the root excluded)."""
-    return [beam.pool_of_node[node] for node in path[1:]]

@@ -14,12 +14,12 @@ import torch
 from harness.adapter import DraftAdapter, StepContext
 from harness.counters import GenerationCounters
 from harness.errors import DraftcountError
-from harness.forward import positions, run_model
+from harness.forward import LMOutput, positions, run_model
 from harness.kv_cache import keep_tree_path, new_cache
 from harness.models import LoadedModel
 from harness.sampling import SamplingConfig, next_token
 from harness.timing import Stopwatch
-from harness.tree import check_batch_size_one
+from harness.tree import TokenTree, check_batch_size_one, tree_attention_bias
 from harness.verify import Verifier, verify_tree
 
 
@@ -50,6 +50,27 @@ def trim_output(tokens: list[int], eos_token_ids: frozenset[int], max_new_tokens
     return tokens[:max_new_tokens], "max_new_tokens"
 
 
+def _verify_root_apart(target: LoadedModel, adapter: DraftAdapter, ctx: StepContext, sequence: torch.Tensor,
+                       cache, hidden: bool) -> tuple[TokenTree, LMOutput]:
+    """Unfused verification: the root (the token the last step resampled) gets a target forward of its own,
+    whose output the adapter sees before it drafts; then the drafts get a second forward."""
+    prefix_len = sequence.shape[-1] - 1
+    root_out = run_model(target, sequence[:, -1:], cache, positions(prefix_len, 1, target.device), ctx.counters.target,
+                         output_hidden_states=hidden)
+    adapter.observe_root(ctx, root_out)
+    tree = adapter.propose(ctx, sequence)
+    if tree.size == 1:
+        return tree, root_out
+    drafts = list(range(1, tree.size))
+    bias = tree_attention_bias(tree.parents, [0], drafts, prefix_len, target.dtype, target.device)
+    rest = run_model(target, tree.tokens[1:].unsqueeze(0), cache, tree.position_ids(prefix_len)[:, 1:],
+                     ctx.counters.target, attention_bias=bias, output_hidden_states=hidden)
+    states = None
+    if hidden:
+        states = tuple(torch.cat([a, b], dim=1) for a, b in zip(root_out.hidden_states, rest.hidden_states))
+    return tree, LMOutput(torch.cat([root_out.logits, rest.logits], dim=1), states, root_out.flops + rest.flops)
+
+
 def generate(
     target: LoadedModel,
     adapter: DraftAdapter,
@@ -70,6 +91,7 @@ def generate(
     counters = GenerationCounters()
     ctx = StepContext(sampling, generator, counters, target.vocab_size)
     hidden = adapter.wants_target_hidden_states
+    separate_root = getattr(adapter, "separate_root_forward", False)
     prompt_ids = prompt_ids.to(target.device)
     with torch.inference_mode():
         stopwatch = Stopwatch(target.device)
@@ -86,11 +108,14 @@ def generate(
         sequence = torch.cat([prompt_ids, first.reshape(1, 1)], dim=-1)
         while len(produced) < max_new_tokens and not eos_token_ids.intersection(produced[-1:]):
             prefix_len = sequence.shape[-1] - 1
-            tree = adapter.propose(ctx, sequence)
-            target_out = run_model(
-                target, tree.tokens.unsqueeze(0), cache, tree.position_ids(prefix_len), counters.target,
-                attention_bias=tree.attention_bias(prefix_len, target.dtype), output_hidden_states=hidden,
-            )
+            if separate_root:
+                tree, target_out = _verify_root_apart(target, adapter, ctx, sequence, cache, hidden)
+            else:
+                tree = adapter.propose(ctx, sequence)
+                target_out = run_model(
+                    target, tree.tokens.unsqueeze(0), cache, tree.position_ids(prefix_len), counters.target,
+                    attention_bias=tree.attention_bias(prefix_len, target.dtype), output_hidden_states=hidden,
+                )
             verdict = verify(tree, target_out.logits[0], sampling, generator)
             keep_tree_path(cache, prefix_len, list(verdict.path))
             counters.record_step(tree, verdict)

@@ -56,7 +56,7 @@ def causal_chunk_bias(past: int, count: int, dtype: torch.dtype, device: torch.d
 
 
 class HeadRunner:
-    """Runs a drafter module on the target's device with counted FLOPs; shared by `eagle` and `lyanna`."""
+    """The head on the target's device and dtype, its FLOP cost, and the target's LM head for its logits."""
 
     def __init__(self, module: torch.nn.Module, target: LoadedModel, cost: ModelCost) -> None:
         self.module = module.to(target.device, target.dtype).eval()

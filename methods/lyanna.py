@@ -48,9 +48,16 @@ class LyannaOptions:
     budget: int = 24
     reuse: Literal["off", "logits", "states"] = "logits"
     reuse_weight: float = 0.5
+    verify_fusion: Literal["on", "off"] = "on"  # off: the resampled root gets its own target forward first
+    overlap: Literal["on", "off"] = "off"  # on: run the backbone ahead while verification runs (reuse=states)
+    overlap_steps: int = 2
 
     def __post_init__(self) -> None:
         BeamShape(self.top_k, self.depth, self.budget)
+        if self.overlap == "on" and self.reuse != "states":
+            raise ValueError("overlap=on needs reuse=states: states run ahead are used only through state reuse")
+        if self.overlap_steps < 1:
+            raise ValueError(f"overlap_steps must be >= 1, got {self.overlap_steps}")
 
 
 @dataclass
@@ -72,11 +79,13 @@ class LyannaAdapter:
         self.drafter = drafter.to(target.device, target.dtype).eval()
         self.device, self.dtype = target.device, target.dtype
         self.options = options
+        self.separate_root_forward = options.verify_fusion == "off"
         self.shape = BeamShape(options.top_k, options.depth, options.budget)
         self.max_draft_nodes = self.shape.max_nodes
         self.cost = drafter.backbone_cost()
         self.details = {"top_k": options.top_k, "depth": options.depth, "budget": options.budget,
-                        "reuse": options.reuse, "inject": drafter.arch.inject, "fusion": drafter.arch.fusion,
+                        "reuse": options.reuse, "verify_fusion": options.verify_fusion, "overlap": options.overlap,
+                        "inject": drafter.arch.inject, "fusion": drafter.arch.fusion,
                         "kept_vocabulary": int(drafter.vocab_ids.shape[0]),
                         "drafter_parameters": drafter.trainable_parameters()}
         self.work = DrafterWork()
@@ -89,6 +98,7 @@ class LyannaAdapter:
         self.previous: _Chain | None = None
         self.beam: BeamTree | None = None
         self.depth_positions: list[int] = []
+        self.root_logits: torch.Tensor | None = None  # unfused verification: the target's logits at the root
 
     def _inputs(self, hidden_states: tuple[torch.Tensor, ...], index) -> torch.Tensor:
         return self.drafter.true_inputs([state[0, index] for state in feature_rows(hidden_states, self.drafter.arch.features)])
@@ -106,8 +116,14 @@ class LyannaAdapter:
         self._reset()
         self.pending = self._inputs(prefill.hidden_states, slice(None))
 
-    def _depth_states(self, ctx: StepContext, first_position: int) -> dict[int, torch.Tensor]:
-        """States predicting positions first_position .. first_position + K - 1 (depth 1 .. K)."""
+    def observe_root(self, ctx: StepContext, root_out: LMOutput) -> None:
+        """Unfused verification: the root's true feature joins the catch-up; its logits give depth 1."""
+        self.pending = torch.cat([self.pending, self._inputs(root_out.hidden_states, slice(None))])
+        self.root_logits = root_out.logits[0, -1]
+
+    def _depth_states(self, ctx: StepContext, first_position: int, last_position: int) -> dict[int, torch.Tensor]:
+        """States predicting positions first_position .. last_position: the catch-up's last output, then
+        one backbone step each (or, with reuse=states, the previous chain's state where it has one)."""
         previous = self.previous
         count = self.pending.shape[0]
         out, flops = self._step(ctx, self.pending, self.fed_len)
@@ -118,37 +134,48 @@ class LyannaAdapter:
             for layer, keys, values in zip(self.cache.layers, previous.cache_keys, previous.cache_values):
                 layer.keys = torch.cat([layer.keys, keys], dim=-2)
                 layer.values = torch.cat([layer.values, values], dim=-2)
-        for position in range(first_position + 1, first_position + self.options.depth):
+        for position in range(first_position + 1, last_position + 1):
             if self.options.reuse == "states" and previous is not None and position in previous.states:
                 states[position] = previous.states[position]
                 continue
-            before = position - 1
-            source = states.get(before)
-            if source is None:
-                source = previous.states[before]
-            out, flops = self._step(ctx, self.drafter.own_inputs(source[None]), before)
-            self.work.charge([("state", position)], flops)
-            states[position] = out[-1]
+            self._extend(ctx, states, position)
         return states
+
+    def _extend(self, ctx: StepContext, states: dict[int, torch.Tensor], position: int) -> None:
+        """One backbone step: feed the state of ``position - 1`` at that position, keep the state it predicts."""
+        out, flops = self._step(ctx, self.drafter.own_inputs(states[position - 1][None]), position - 1)
+        self.work.charge([("state", position)], flops)
+        states[position] = out[-1]
+
+    def _book(self, ctx: StepContext, units: list, flops: float) -> None:
+        """Drafter work outside a backbone forward (logits, injection): counted, and charged to ``units``."""
+        ctx.counters.drafter.flops += flops
+        self.work.charge(units, flops)
 
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
         first = sequence.shape[-1] - 1  # depth-1 nodes sit after the root: their state predicts the root's feature
-        states = self._depth_states(ctx, first)
         self.depth_positions = list(range(first, first + self.options.depth))
-        stacked = torch.stack([states[p] for p in self.depth_positions])
+        root_known = self.root_logits is not None
+        states = self._depth_states(ctx, first + root_known, self.depth_positions[-1])
+        with_states = [p for p in self.depth_positions if p in states]
+        stacked = torch.stack([states[p] for p in with_states])
         base = self.drafter.state_logits(stacked)
+        head_flops = 2.0 * base.shape[-1] * stacked.shape[-1]  # one state's LM-head logits
+        self._book(ctx, [("state", p) for p in with_states], head_flops * len(with_states))
         logprobs = torch.log_softmax(base.float(), dim=-1)
         extra = torch.zeros_like(logprobs)
         if self.options.reuse == "logits" and self.previous is not None:
-            for row, position in enumerate(self.depth_positions):
+            for row, position in enumerate(with_states):
                 if position in self.previous.logprobs:
                     extra[row] = self.options.reuse_weight * self.previous.logprobs[position]
-        self.chain = _Chain(states=states, logprobs={p: logprobs[row] for row, p in enumerate(self.depth_positions)})
+        self.chain = _Chain(states=states, logprobs={p: logprobs[row] for row, p in enumerate(with_states)})
 
         def node_logprobs(depth: int, parents: torch.Tensor) -> torch.Tensor:
-            row = depth - 1
+            if depth == 1 and root_known:  # the target's own distribution after the root
+                return torch.log_softmax(self.root_logits.float(), dim=-1).expand(parents.shape[0], -1)
+            row = depth - 1 - root_known
             logits = self.drafter.node_logits(stacked[row], parents.to(self.device), base[row]).float()
-            self.work.charge([("inject", depth)], self.drafter.injection_flops(parents.shape[0]))
+            self._book(ctx, [("inject", depth)], self.drafter.injection_flops(parents.shape[0]))
             combined = torch.log_softmax(logits, dim=-1) + extra[row]
             return torch.log_softmax(self.drafter.to_full_vocab(combined), dim=-1)
 
@@ -157,16 +184,21 @@ class LyannaAdapter:
 
         root = sequence[0, -1]
         self.beam = grow_beam_tree(root, node_logprobs(1, root.reshape(1))[0], expand, self.shape)
+        if self.options.overlap == "on":  # states the next round will reuse, computed before verification
+            last = self.depth_positions[-1]
+            for position in range(last + 1, last + 1 + self.options.overlap_steps):
+                self._extend(ctx, states, position)
         return self.beam.tree
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
         accepted = verdict.num_accepted
+        root_fed = self.root_logits is not None
         next_first = self.depth_positions[0] + accepted + 1
-        reused_from = next_first + (1 if self.options.reuse == "states" else 0)
+        reused_from = next_first + root_fed + (1 if self.options.reuse == "states" else 0)
         useful = [("state", p) for p in self.depth_positions[: accepted]]
         useful += [("inject", depth) for depth in range(1, accepted + 1)]
         if self.options.reuse != "off":
-            useful += [("state", p) for p in self.depth_positions if p >= reused_from]
+            useful += [("state", p) for p in self.chain.states if p >= reused_from]
         self.work.settle(ctx.counters, useful)
         keep_from = self.fed_len + accepted + 1  # cache slot of the next round's depth-1 position
         if self.options.reuse == "states" and keep_from < self.cache.get_seq_length():
@@ -174,8 +206,10 @@ class LyannaAdapter:
             self.chain.cache_values = [layer.values[..., keep_from:, :] for layer in self.cache.layers]
         crop_cache(self.cache, self.fed_len)
         self.previous = self.chain
-        index = torch.tensor(verdict.path, device=target_out.hidden_states[-1].device)
+        path = verdict.path[1:] if root_fed else verdict.path  # a root fed on its own is in the cache already
+        index = torch.tensor(path, device=target_out.hidden_states[-1].device, dtype=torch.long)
         self.pending = self._inputs(target_out.hidden_states, index)
+        self.root_logits = None
 
 
 def _build(options: LyannaOptions, inputs: BuildInputs) -> LyannaAdapter:

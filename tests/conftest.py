@@ -1,11 +1,16 @@
+import os
 from pathlib import Path
 
 import pytest
+import torch
 
 from harness import wrap_model
 from tests.helpers import build_tokenizer, make_llama, perturbed_copy, save_model_dir, train_briefly
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+
+if os.environ.get("PYTEST_XDIST_WORKER"):  # `pytest -n N`: one torch thread per worker, no oversubscription
+    torch.set_num_threads(1)
 
 
 @pytest.fixture(scope="session")

@@ -48,18 +48,26 @@ def _prompts(count, seed=7):
     return [row[None] for row in next(markov_batches(48, count, 10, seed))]
 
 
+# every valid (reuse, verify_fusion, overlap): overlap runs states ahead, so it needs reuse=states
+SWITCHES = [(reuse, fusion, "off") for reuse in REUSE for fusion in ("on", "off")]
+SWITCHES += [("states", fusion, "on") for fusion in ("on", "off")]
+SHAPES = [(4, 5, 24), (2, 3, 5), (3, 4, 12)]
+
+
 @pytest.mark.parametrize("drafter", ["token_info", "feature", "token_info_vocab", "feature_vocab"])
 def test_greedy_lossless_every_switch(lyanna_setup, drafter):
+    """inject x vocabulary compression (the drafters) x reuse x verification fusion x overlap, 20 prompts each."""
     target, root, _ = lyanna_setup
     prompts = _prompts(20)
-    expected = [generate(target, NoDrafts(), prompt, 16, SamplingConfig()).output_ids for prompt in prompts]
+    expected = [generate(target, NoDrafts(), prompt, 12, SamplingConfig()).output_ids for prompt in prompts]
     deep = 0
-    for reuse, shape in zip(REUSE, [(4, 5, 24), (2, 3, 5), (3, 4, 12)]):
-        top_k, depth, budget = shape
-        options = {"reuse": reuse, "top_k": top_k, "depth": depth, "budget": budget}
+    for index, (reuse, fusion, overlap) in enumerate(SWITCHES):
+        top_k, depth, budget = SHAPES[index % len(SHAPES)]
+        options = {"reuse": reuse, "verify_fusion": fusion, "overlap": overlap, "top_k": top_k, "depth": depth,
+                   "budget": budget}
         adapter, _ = build_adapter("lyanna", options, BuildInputs(target, None, root / drafter))
         for prompt, want in zip(prompts, expected):
-            result = generate(target, adapter, prompt, 16, SamplingConfig())
+            result = generate(target, adapter, prompt, 12, SamplingConfig())
             assert result.output_ids == want, (drafter, options)
             deep += sum(result.counters.accepted_by_depth[1:])
     assert deep > 0
@@ -82,13 +90,14 @@ def test_fresh_drafter_lossless_and_training_helps(lyanna_setup):
     assert len(agreement) == 3 and min(agreement) > 2 * max(metrics["fresh"]["heldout_top1_agreement_by_depth"])
 
 
-@pytest.mark.parametrize("reuse", ["logits", "states"])
-def test_sampling_lossless(reuse):
+@pytest.mark.parametrize("reuse,fusion,overlap", [("logits", "on", "off"), ("states", "off", "on")])
+def test_sampling_lossless(reuse, fusion, overlap):
     target = wrap_model(make_llama(vocab=6, hidden=16, layers=1, heads=2, seed=0, init_range=1.0))
     drafter = new_drafter(target.model, LyannaArch(rank=4), None, seed=3)
     for parameter in drafter.parameters():
         parameter.data.normal_(0, 0.5)
-    adapter = LyannaAdapter(drafter, target, LyannaOptions(top_k=2, depth=2, budget=4, reuse=reuse))
+    adapter = LyannaAdapter(drafter, target, LyannaOptions(top_k=2, depth=2, budget=4, reuse=reuse,
+                                                                verify_fusion=fusion, overlap=overlap))
     sampling = SamplingConfig(1.0)
     exact = exact_distribution(target, [1, 2, 3], 3, sampling)
     counts = sampled_distribution(target, adapter, [1, 2, 3], 3, sampling, 2000, seed=0)
@@ -128,6 +137,8 @@ def test_bad_inputs(lyanna_setup, tmp_path):
         build_adapter("lyanna", {}, BuildInputs(target, None, tmp_path))
     with pytest.raises(DraftcountError, match="must be one of"):
         build_adapter("lyanna", {"reuse": "sometimes"}, BuildInputs(target, None, root / "fresh"))
+    with pytest.raises(DraftcountError, match="overlap=on needs reuse=states"):
+        build_adapter("lyanna", {"overlap": "on"}, BuildInputs(target, None, root / "fresh"))
     with pytest.raises(DraftcountError, match="vocab_fraction"):
         train_lyanna(DrafterTrainRequest(method="lyanna", target=str(root / "target"), data=root / "tokens.pt",
                                          out=tmp_path / "x", steps=0, options={"vocab_fraction": "1.5"}))

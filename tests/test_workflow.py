@@ -44,7 +44,10 @@ def test_dry_run_lists_every_rule(tmp_path):
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
     assert ZOO_RULES | TREE_RULES | {"bench", "summary", "all"} <= set(counts), counts
-    assert counts["bench"] == 20  # {ar, sd, tree_sd, tree_sd_sequoia, tree_sd_sequoia_b32} x 2 datasets x {0, 1}
+    # {ar, sd, tree_sd, tree_sd_sequoia, tree_sd_sequoia_b32, eagle, lyanna} x 2 datasets x {0, 1}
+    # + 7 lyanna ablations x 1 dataset x {0, 1}
+    assert counts["bench"] == 7 * 4 + 7 * 2
+    assert counts["train_drafter"] == 4  # eagle, lyanna, lyanna_feature, lyanna_vocab
     assert counts["sequoia_tree"] == 4  # per temperature: the latency-chosen budget and the fixed one
 
 
@@ -55,6 +58,11 @@ def test_one_target_runs_only_what_it_needs(tmp_path):
     assert "train_draft" not in counts and "dump_features" not in counts and counts["bench"] == 4
     tree = job_counts(snakemake("-n", "bench_tree_sd", *overrides(tmp_path)).stdout)
     assert tree["bench"] == 12 and TREE_RULES <= set(tree) and "dump_features" not in tree
+    eagle = job_counts(snakemake("-n", "bench_eagle", *overrides(tmp_path)).stdout)
+    assert eagle["bench"] == 4 and eagle["train_drafter"] == 1 and "train_draft" not in eagle
+    assert not TREE_RULES & set(eagle)
+    ablation = job_counts(snakemake("-n", "ablate_lyanna", *overrides(tmp_path)).stdout)
+    assert ablation["bench"] == 14 and ablation["train_drafter"] == 3 and "train_draft" not in ablation
 
 
 @pytest.mark.parametrize("bad,key", [
@@ -86,8 +94,11 @@ def test_smoke_pipeline_end_to_end(tmp_path):
     fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert fresh.returncode == 0, fresh.stderr
     summary = (results / "tables" / "summary.csv").read_text()
-    assert all(variant in summary for variant in ("ar", "sd", "tree_sd", "tree_sd_sequoia", "tree_sd_sequoia_b32"))
-    assert len(list((results / "raw").rglob("*.jsonl"))) == 5  # every variant on stdlib_code at temperature 0
+    assert all(variant in summary for variant in ("ar", "sd", "tree_sd", "tree_sd_sequoia", "tree_sd_sequoia_b32",
+                                                  "eagle", "lyanna", "lyanna_reuse_off", "lyanna_vocab"))
+    assert len(list((results / "raw").rglob("*.jsonl"))) == 14  # every variant on stdlib_code at temperature 0
+    for drafter in ("eagle", "lyanna", "lyanna_feature", "lyanna_vocab"):
+        assert json.loads((work / "metrics" / f"drafter-{drafter}.json").read_text())["train"]["steps"] > 0
     tree = json.loads((work / "tree" / "sequoia-t0-b32.json").read_text())
     assert tree["parents"][0] == -1 and tree["depth"] <= 4 and tree["budget"] <= 32
     assert not list(tmp_path.rglob("*.partial"))

@@ -18,14 +18,19 @@ def variant_drafter(variant):
     return config["bench"]["methods"][variant].get("drafter", variant_method(variant))
 
 
-def variants_of(method):
-    return [variant for variant in method_names() if variant_method(variant) == method]
+def is_ablation(variant):
+    return bool(config["bench"]["methods"][variant].get("ablation", False))
+
+
+def variants_of(method, ablation=False):
+    return [variant for variant in method_names()
+            if variant_method(variant) == method and is_ablation(variant) == ablation]
 
 
 def variant_options(variant, temperature):
     """The method options of a variant; `method` and `tree_budget` are for the workflow only."""
     options = {key: value for key, value in config["bench"]["methods"][variant].items()
-               if key not in ("method", "drafter")}
+               if key not in ("method", "drafter", "ablation")}
     budget = options.pop("tree_budget", "auto")
     if options.get("tree_file") == "auto":
         options["tree_file"] = work(f"tree/sequoia-t{temperature}-b{budget}.json")
@@ -33,12 +38,15 @@ def variant_options(variant, temperature):
 
 
 def bench_outputs(variants=None):
-    return expand(
-        results("raw/{variant}/{dataset}-t{temperature}.jsonl"),
-        variant=method_names() if variants is None else variants,
-        dataset=config["bench"]["datasets"],
-        temperature=temperatures(),
-    )
+    """Raw records of the given variants (default: all): ablations on bench.ablation_datasets."""
+    outputs = []
+    for variant in method_names() if variants is None else variants:
+        datasets = config["bench"]["datasets"]
+        if is_ablation(variant):
+            datasets = config["bench"].get("ablation_datasets", datasets)
+        outputs += expand(results("raw/{variant}/{dataset}-t{temperature}.jsonl"), variant=variant,
+                          dataset=datasets, temperature=temperatures())
+    return outputs
 
 
 def bench_inputs(wildcards):
@@ -129,6 +137,11 @@ rule bench_eagle:
 rule bench_lyanna:
     input:
         bench_outputs(variants_of("lyanna")),
+
+
+rule ablate_lyanna:
+    input:
+        bench_outputs(variants_of("lyanna", ablation=True)),
 
 
 rule summary:
