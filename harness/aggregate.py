@@ -54,6 +54,8 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
         drafter_flops = group.drafter_flops.sum()
         row["drafter_flop_waste"] = 1 - group.drafter_useful_flops.sum() / drafter_flops if drafter_flops else 0.0
         row["drafter_flops_per_accepted"] = drafter_flops / max(group.accepted_tokens.sum(), 1)
+        row["drafter_wasted_flops_per_accepted"] = ((drafter_flops - group.drafter_useful_flops.sum())
+                                                    / max(group.accepted_tokens.sum(), 1))
         paired = group.join(baseline[["new_tokens", "wall_seconds"]], on=["run", "pair_id"], rsuffix="_ar")
         paired = paired.dropna(subset=["wall_seconds_ar"])
         if method == "ar":

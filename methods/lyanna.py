@@ -14,7 +14,10 @@ position are kept, with their states, so the next round runs the backbone only
 beyond the previous chain.
 
 Useful drafter FLOPs: the catch-up, the state and injection work of the
-accepted depths, and states or logits that the next round reuses.
+accepted depths, and states or logits that the next round reuses. Counters
+(``extra``): backbone_states_computed / _reused / _wasted (computed states
+that neither reached an accepted token nor were reused; the catch-up's state
+always counts as used) and backbone_logits_reused.
 """
 
 from __future__ import annotations
@@ -130,6 +133,7 @@ class LyannaAdapter:
         count_useful_drafter_flops(ctx.counters, flops)
         self.fed_len += count
         states = {first_position: out[-1]}
+        self.computed = {first_position}
         if previous is not None and previous.cache_keys is not None:
             for layer, keys, values in zip(self.cache.layers, previous.cache_keys, previous.cache_values):
                 layer.keys = torch.cat([layer.keys, keys], dim=-2)
@@ -137,6 +141,7 @@ class LyannaAdapter:
         for position in range(first_position + 1, last_position + 1):
             if self.options.reuse == "states" and previous is not None and position in previous.states:
                 states[position] = previous.states[position]
+                ctx.counters.add_extra("backbone_states_reused", 1)
                 continue
             self._extend(ctx, states, position)
         return states
@@ -146,6 +151,7 @@ class LyannaAdapter:
         out, flops = self._step(ctx, self.drafter.own_inputs(states[position - 1][None]), position - 1)
         self.work.charge([("state", position)], flops)
         states[position] = out[-1]
+        self.computed.add(position)
 
     def _book(self, ctx: StepContext, units: list, flops: float) -> None:
         """Drafter work outside a backbone forward (logits, injection): counted, and charged to ``units``."""
@@ -168,6 +174,7 @@ class LyannaAdapter:
             for row, position in enumerate(with_states):
                 if position in self.previous.logprobs:
                     extra[row] = self.options.reuse_weight * self.previous.logprobs[position]
+                    ctx.counters.add_extra("backbone_logits_reused", 1)
         self.chain = _Chain(states=states, logprobs={p: logprobs[row] for row, p in enumerate(with_states)})
 
         def node_logprobs(depth: int, parents: torch.Tensor) -> torch.Tensor:
@@ -200,6 +207,9 @@ class LyannaAdapter:
         if self.options.reuse != "off":
             useful += [("state", p) for p in self.chain.states if p >= reused_from]
         self.work.settle(ctx.counters, useful)
+        kept = {unit[1] for unit in useful if unit[0] == "state"} | {self.depth_positions[0] + root_fed}
+        ctx.counters.add_extra("backbone_states_computed", len(self.computed))
+        ctx.counters.add_extra("backbone_states_wasted", len(self.computed - kept))
         keep_from = self.fed_len + accepted + 1  # cache slot of the next round's depth-1 position
         if self.options.reuse == "states" and keep_from < self.cache.get_seq_length():
             self.chain.cache_keys = [layer.keys[..., keep_from:, :] for layer in self.cache.layers]
