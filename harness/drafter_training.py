@@ -6,10 +6,12 @@ unrolled training-time-test steps, and saving a drafter directory atomically.
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
+from transformers import DynamicCache, PretrainedConfig
 
 from harness.errors import DraftcountError
 from harness.features import FeatureSource
@@ -81,6 +83,35 @@ def unrolled_step_bias(length: int, step: int, dtype: torch.dtype, device: torch
 def shift_right(states: torch.Tensor) -> torch.Tensor:
     """(B, T, H) -> the same with position p holding position p - 1's row (zeros at p = 0)."""
     return torch.cat([torch.zeros_like(states[:, :1]), states[:, :-1]], dim=1)
+
+
+def unrolled_forward(step_forward: Callable[..., torch.Tensor], first_inputs: torch.Tensor,
+                     feed_back: Callable[[torch.Tensor], torch.Tensor], steps: int,
+                     config: PretrainedConfig) -> list[torch.Tensor]:
+    """Outputs (B, T, H) of ``steps`` training-time-test steps of a one-layer drafter.
+
+    ``step_forward(inputs, position_ids, cache, bias)`` runs the drafter; step 0
+    gets ``first_inputs`` (from true features), step k gets ``feed_back`` of
+    step k-1's outputs, with ``unrolled_step_bias`` over the keys of all steps
+    so far (one cache holds them). A single step is plain causal attention.
+    """
+    length = first_inputs.shape[1]
+    position_ids = torch.arange(length, device=first_inputs.device)[None].expand(first_inputs.shape[0], -1)
+    cache = DynamicCache(config=config) if steps > 1 else None
+    inputs, outputs = first_inputs, []
+    for step in range(steps):
+        bias = unrolled_step_bias(length, step, inputs.dtype, inputs.device) if cache is not None else None
+        outputs.append(step_forward(inputs, position_ids, cache, bias))
+        inputs = feed_back(outputs[-1])
+    return outputs
+
+
+def parse_feature_layers(values: tuple[str, ...]) -> tuple[int | str, ...]:
+    """Feature layer names from options: 'last' or decoder layer numbers."""
+    try:
+        return tuple(value if value == "last" else int(value) for value in values)
+    except ValueError:
+        raise DraftcountError(f"feature layers must be 'last' or integers, got {list(values)}") from None
 
 
 def write_metrics(path: Path, metrics: dict) -> None:

@@ -115,16 +115,20 @@ class EagleHead(nn.Module):
                          attention_width=self.config.num_attention_heads * self.config.head_dim)
 
 
+def init_linear_layers(module: nn.Module, std: float) -> None:
+    """Normal(0, std) weights and zero biases for every linear layer of a fresh drafter."""
+    for layer in module.modules():
+        if isinstance(layer, nn.Linear):
+            nn.init.normal_(layer.weight, std=std)
+            if layer.bias is not None:
+                nn.init.zeros_(layer.bias)
+
+
 def new_head(target_config, vocab_size: int, embedding: torch.Tensor, features: FeatureSpec, seed: int) -> EagleHead:
     """A freshly initialised head whose (frozen) token embedding is the target's."""
     torch.manual_seed(seed)
     head = EagleHead(head_config(target_config, vocab_size), features)
-    std = head.config.initializer_range
-    for module in head.modules():
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, std=std)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
+    init_linear_layers(head, head.config.initializer_range)
     with torch.no_grad():
         head.embed_tokens.weight.copy_(embedding)
     return head

@@ -19,10 +19,10 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache
 
 from harness.drafter_training import (
-    DrafterTrainRequest, feature_source, frozen_target, shift_right, soft_cross_entropy, unrolled_step_bias,
+    DrafterTrainRequest, feature_source, frozen_target, parse_feature_layers, shift_right, soft_cross_entropy,
+    unrolled_forward,
 )
 from harness.features import layer_key, target_features
 from harness.lm_data import even_windows, load_tokens
@@ -55,7 +55,7 @@ class EagleTrainOptions:
 
 def feature_spec(options: EagleTrainOptions, num_layers: int) -> FeatureSpec:
     if options.feature_layers:
-        layers = tuple(layer if layer == "last" else int(layer) for layer in options.feature_layers)
+        layers = parse_feature_layers(options.feature_layers)
     else:
         layers = ("last",) if options.fusion == "none" else default_fusion_layers(num_layers)
     return FeatureSpec(options.fusion, layers)
@@ -65,16 +65,11 @@ def unrolled_outputs(head: EagleHead, batch: dict[str, torch.Tensor], steps: int
     """Head outputs (B, T-1, H) of each unrolled step for pairs (feature p, token p + 1)."""
     tokens = batch["input_ids"][:, 1:]
     features = head.input_features([batch[layer_key(layer)][:, :-1] for layer in head.features.layers])
-    length = tokens.shape[1]
-    position_ids = torch.arange(length, device=tokens.device)[None].expand(tokens.shape[0], -1)
-    cache = DynamicCache(config=head.config) if steps > 1 else None
-    outputs = []
-    for step in range(steps):
-        bias = unrolled_step_bias(length, step, features.dtype, features.device) if cache is not None else None
-        out = head(features, tokens, position_ids, cache, bias)
-        outputs.append(out)
-        features = shift_right(out)
-    return outputs
+
+    def step_forward(inputs, position_ids, cache, bias):
+        return head(inputs, tokens, position_ids, cache, bias)
+
+    return unrolled_forward(step_forward, features, shift_right, steps, head.config)
 
 
 def eagle_loss(head: EagleHead, lm_head: torch.nn.Module, batch: dict[str, torch.Tensor],

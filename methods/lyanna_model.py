@@ -35,7 +35,7 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRot
 from harness.atomic import atomic_path
 from harness.errors import DraftcountError
 from harness.models import ModelCost
-from methods.eagle_head import META_FILE, FeatureSpec, head_config
+from methods.eagle_head import META_FILE, FeatureSpec, head_config, init_linear_layers
 
 
 @dataclass(frozen=True)
@@ -157,11 +157,7 @@ def new_drafter(target_model, arch: LyannaArch, vocab_ids: torch.Tensor | None, 
     lm_head = target_model.get_output_embeddings().weight
     config = lyanna_config(target_model.config, int(lm_head.shape[0]), arch.intermediate_size)
     drafter = LyannaDrafter(config, arch, lm_head, target_model.get_input_embeddings().weight, vocab_ids)
-    for module in drafter.modules():
-        if isinstance(module, nn.Linear):
-            nn.init.normal_(module.weight, std=config.initializer_range)
-            if module.bias is not None:
-                nn.init.zeros_(module.bias)
+    init_linear_layers(drafter, config.initializer_range)
     if arch.inject == "token_info":
         nn.init.zeros_(drafter.parent_up.weight)  # start as the bare state logits
     return drafter

@@ -18,10 +18,10 @@ from typing import Literal
 
 import torch
 import torch.nn.functional as F
-from transformers import DynamicCache
 
 from harness.drafter_training import (
-    DrafterTrainRequest, feature_source, frozen_target, shift_right, soft_cross_entropy, unrolled_step_bias,
+    DrafterTrainRequest, feature_source, frozen_target, parse_feature_layers, shift_right, soft_cross_entropy,
+    unrolled_forward,
 )
 from harness.features import FeatureSource, layer_key, target_features
 from harness.lm_data import even_windows, load_tokens
@@ -86,18 +86,8 @@ def frequent_vocabulary(source: FeatureSource, tokens: torch.Tensor | None, voca
 
 def unrolled_states(drafter: LyannaDrafter, batch: dict[str, torch.Tensor], steps: int) -> list[torch.Tensor]:
     """Backbone outputs (B, T-1, H) of each unrolled step; the output at p predicts f_{p+1}."""
-    rows = [batch[layer_key(layer)][:, :-1] for layer in drafter.arch.features.layers]
-    inputs = drafter.true_inputs(rows)
-    length = inputs.shape[1]
-    position_ids = torch.arange(length, device=inputs.device)[None].expand(inputs.shape[0], -1)
-    cache = DynamicCache(config=drafter.config) if steps > 1 else None
-    outputs = []
-    for step in range(steps):
-        bias = unrolled_step_bias(length, step, inputs.dtype, inputs.device) if cache is not None else None
-        out = drafter(inputs, position_ids, cache, bias)
-        outputs.append(out)
-        inputs = drafter.own_inputs(shift_right(out))
-    return outputs
+    inputs = drafter.true_inputs([batch[layer_key(layer)][:, :-1] for layer in drafter.arch.features.layers])
+    return unrolled_forward(drafter, inputs, lambda out: drafter.own_inputs(shift_right(out)), steps, drafter.config)
 
 
 def lyanna_loss(drafter: LyannaDrafter, lm_head: torch.nn.Module, batch: dict[str, torch.Tensor],
@@ -136,7 +126,7 @@ def train_lyanna(request: DrafterTrainRequest) -> dict:
     target = frozen_target(request)
     num_layers = target.config.num_hidden_layers
     if options.feature_layers:
-        layers = tuple(layer if layer == "last" else int(layer) for layer in options.feature_layers)
+        layers = parse_feature_layers(options.feature_layers)
     else:
         layers = ("last",) if options.fusion == "none" else default_fusion_layers(num_layers)
     source = feature_source(request, target, list(dict.fromkeys([*layers, "last"])), options.seq_len)
