@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 
 from harness.atomic import atomic_path
@@ -28,7 +29,8 @@ def records_frame(paths: list[Path]) -> pd.DataFrame:
                 "new_tokens": counters["new_tokens"], "wall_seconds": counters["wall_seconds"],
                 "target_forwards": counters["target"]["forwards"], "accepted_tokens": counters["accepted_tokens"],
                 "drafted_tokens": counters["drafted_tokens"], "verify_steps": len(counters["step_accepted"]),
-                "drafter_flops": counters["drafter"]["flops"],
+                "drafter_flops": counters["drafter"]["flops"], "target_flops": counters["target"]["flops"],
+                "verify_tokens": counters["target"]["tokens"] - record["prompt_tokens"],
                 "drafter_useful_flops": counters.get("extra", {}).get(USEFUL_DRAFTER_FLOPS, 0.0),
             })
     return pd.DataFrame(rows)
@@ -36,7 +38,10 @@ def records_frame(paths: list[Path]) -> pd.DataFrame:
 
 def summarize(frame: pd.DataFrame) -> pd.DataFrame:
     """Per variant x dataset x temperature: tokens/s, tau (with and without the bonus token), token
-    waste, drafter-FLOP waste, drafter FLOPs per accepted token and the paired speedup over `ar`."""
+    waste, drafter-FLOP waste, drafter FLOPs (all and wasted) per accepted token, verify waste (verified
+    tokens that were neither accepted drafts nor roots), FLOPs per emitted token, the paired speedup over
+    `ar` (mean of per-prompt ratios with a bootstrap 95% interval, and ratio of totals) and efficiency
+    (paired speedup / tau)."""
     methods = frame[frame.role == "method"]
     baseline = frame[frame.role == "baseline"].set_index(["run", "pair_id"])
     rows = []
@@ -56,17 +61,32 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
         row["drafter_flops_per_accepted"] = drafter_flops / max(group.accepted_tokens.sum(), 1)
         row["drafter_wasted_flops_per_accepted"] = ((drafter_flops - group.drafter_useful_flops.sum())
                                                     / max(group.accepted_tokens.sum(), 1))
+        verified = group.verify_tokens.sum()
+        row["verify_waste"] = 1 - (group.accepted_tokens.sum() + group.verify_steps.sum()) / verified if verified else 0.0
+        row["flops_per_token"] = (group.target_flops.sum() + drafter_flops) / group.new_tokens.sum()
         paired = group.join(baseline[["new_tokens", "wall_seconds"]], on=["run", "pair_id"], rsuffix="_ar")
         paired = paired.dropna(subset=["wall_seconds_ar"])
         if method == "ar":
-            row["speedup_paired_mean"] = row["speedup_total"] = 1.0
+            row["speedup_paired_mean"] = row["speedup_total"] = row["speedup_ci_low"] = row["speedup_ci_high"] = 1.0
         elif len(paired):
             ratio = (paired.new_tokens / paired.wall_seconds) / (paired.new_tokens_ar / paired.wall_seconds_ar)
             row["speedup_paired_mean"] = float(ratio.mean())
+            row["speedup_ci_low"], row["speedup_ci_high"] = bootstrap_interval(ratio.to_numpy())
             row["speedup_total"] = float((paired.new_tokens.sum() / paired.wall_seconds.sum())
                                          / (paired.new_tokens_ar.sum() / paired.wall_seconds_ar.sum()))
+        if "speedup_paired_mean" in row:
+            row["efficiency"] = row["speedup_paired_mean"] / row["tau"]
         rows.append(row)
     return pd.DataFrame(rows)
+
+
+def bootstrap_interval(values: np.ndarray, confidence: float = 0.95, resamples: int = 2000,
+                       seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of the mean of ``values`` (fixed seed: the same table every time)."""
+    generator = np.random.default_rng(seed)
+    means = generator.choice(values, size=(resamples, len(values)), replace=True).mean(axis=1)
+    tail = (1 - confidence) / 2
+    return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
 
 
 def write_summary(paths: list[Path], out: Path) -> pd.DataFrame:
