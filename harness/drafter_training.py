@@ -6,17 +6,21 @@ unrolled training-time-test steps, and saving a drafter directory atomically.
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from transformers import DynamicCache, PretrainedConfig
 
 from harness.errors import DraftcountError
-from harness.features import FeatureSource
-from harness.lm_data import load_tokens
+from harness.features import FeatureSource, target_features
+from harness.lm_data import even_windows, load_tokens
 from harness.models import LoadedModel, load_model
+from harness.records import environment
+from harness.training import TrainConfig, TrainResult, batches_from_step, train
 
 
 @dataclass(frozen=True)
@@ -112,6 +116,35 @@ def parse_feature_layers(values: tuple[str, ...]) -> tuple[int | str, ...]:
         return tuple(value if value == "last" else int(value) for value in values)
     except ValueError:
         raise DraftcountError(f"feature layers must be 'last' or integers, got {list(values)}") from None
+
+
+def fit_drafter(module: torch.nn.Module, batch_loss: Callable[[dict[str, torch.Tensor]], torch.Tensor],
+                source: FeatureSource, target: LoadedModel, request: DrafterTrainRequest, options: Any) -> TrainResult:
+    """The shared loop over ``source`` batches; ``options`` is the method's training options dataclass
+    (batch_size, lr, warmup_steps, precision, seed), part of the checkpoint's fingerprint."""
+
+    def loss_fn(step: int) -> tuple[torch.Tensor, int]:
+        batch = batches_from_step(step, options.seed, lambda generator: source.batch(options.batch_size, generator))
+        batch = {key: value.to(target.device) for key, value in batch.items()}
+        return batch_loss(batch), batch["input_ids"].numel()
+
+    config = TrainConfig(steps=request.steps, time_budget_s=request.time_budget_s, lr=options.lr,
+                         warmup_steps=options.warmup_steps, precision=options.precision, seed=options.seed)
+    fingerprint = {"method": request.method, "target": request.target, "data": str(request.data), **asdict(options)}
+    return train(module, loss_fn, config, request.checkpoint, fingerprint, f"train {request.method} drafter",
+                 request.progress)
+
+
+def heldout_batch(heldout: torch.Tensor, target: LoadedModel, layers: list[int | str],
+                  seq_len: int) -> dict[str, torch.Tensor]:
+    """16 evenly spaced held-out windows with the target's features, to evaluate a drafter on."""
+    windows = even_windows(heldout, 16, seq_len).to(target.device)
+    return {"input_ids": windows, **target_features(target.model, windows, layers)}
+
+
+def drafter_provenance(request: DrafterTrainRequest, result: TrainResult) -> dict:
+    return {"target": request.target, "data": str(request.data), "train_steps": result.steps,
+            "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **environment()}
 
 
 def write_metrics(path: Path, metrics: dict) -> None:

@@ -13,7 +13,6 @@ unrolled; EAGLE-1/2 use one step.
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -21,14 +20,12 @@ import torch
 import torch.nn.functional as F
 
 from harness.drafter_training import (
-    DrafterTrainRequest, feature_source, frozen_target, parse_feature_layers, shift_right, soft_cross_entropy,
-    unrolled_forward,
+    DrafterTrainRequest, drafter_provenance, feature_source, fit_drafter, frozen_target, heldout_batch,
+    parse_feature_layers, shift_right, soft_cross_entropy, unrolled_forward,
 )
-from harness.features import layer_key, target_features
-from harness.lm_data import even_windows, load_tokens
+from harness.features import layer_key
+from harness.lm_data import load_tokens
 from harness.options import parse_options
-from harness.records import environment
-from harness.training import TrainConfig, batches_from_step, train
 from harness.zoo import save_directory
 from methods.eagle_head import EagleHead, FeatureSpec, default_fusion_layers, new_head, save_head
 
@@ -109,23 +106,12 @@ def train_eagle(request: DrafterTrainRequest) -> dict:
     embedding = target.model.get_input_embeddings().weight.detach()
     head = new_head(target.config, target.vocab_size, embedding, spec, options.seed).to(target.device)
     lm_head = target.model.get_output_embeddings()
-
-    def loss_fn(step: int) -> tuple[torch.Tensor, int]:
-        batch = batches_from_step(step, options.seed, lambda generator: source.batch(options.batch_size, generator))
-        batch = {key: value.to(target.device) for key, value in batch.items()}
-        return eagle_loss(head, lm_head, batch, options), batch["input_ids"].numel()
-
-    config = TrainConfig(steps=request.steps, time_budget_s=request.time_budget_s, lr=options.lr,
-                         warmup_steps=options.warmup_steps, precision=options.precision, seed=options.seed)
-    fingerprint = {"method": "eagle", "target": request.target, "data": str(request.data), **asdict(options)}
-    result = train(head, loss_fn, config, request.checkpoint, fingerprint, "train eagle head", request.progress)
+    result = fit_drafter(head, lambda batch: eagle_loss(head, lm_head, batch, options), source, target, request, options)
     metrics = {"method": "eagle", "trainable_parameters": head.trainable_parameters(), "options": asdict(options),
                "train": result.as_dict(), "target": request.target, "data": str(request.data)}
     if request.heldout is not None:
-        windows = even_windows(load_tokens(request.heldout), 16, options.seq_len).to(target.device)
-        batch = {"input_ids": windows, **target_features(target.model, windows, layers)}
+        batch = heldout_batch(load_tokens(request.heldout), target, layers, options.seq_len)
         metrics["heldout_top1_agreement_by_step"] = head_agreement(head, lm_head, batch, max(2, options.steps_unrolled))
-    provenance = {"target": request.target, "data": str(request.data), "train_steps": result.steps,
-                  "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **environment()}
+    provenance = drafter_provenance(request, result)
     save_directory(request.out, lambda path: save_head(head.cpu(), path, provenance))
     return metrics

@@ -12,7 +12,6 @@ of the state onto f_{p+1}. Same data, loop and checkpoints as the EAGLE head.
 
 from __future__ import annotations
 
-import time
 from dataclasses import asdict, dataclass
 from typing import Literal
 
@@ -20,14 +19,12 @@ import torch
 import torch.nn.functional as F
 
 from harness.drafter_training import (
-    DrafterTrainRequest, feature_source, frozen_target, parse_feature_layers, shift_right, soft_cross_entropy,
-    unrolled_forward,
+    DrafterTrainRequest, drafter_provenance, feature_source, fit_drafter, frozen_target, heldout_batch,
+    parse_feature_layers, shift_right, soft_cross_entropy, unrolled_forward,
 )
-from harness.features import FeatureSource, layer_key, target_features
-from harness.lm_data import even_windows, load_tokens
+from harness.features import FeatureSource, layer_key
+from harness.lm_data import load_tokens
 from harness.options import parse_options
-from harness.records import environment
-from harness.training import TrainConfig, batches_from_step, train
 from harness.zoo import save_directory
 from methods.eagle_head import default_fusion_layers
 from methods.lyanna_model import LyannaArch, LyannaDrafter, new_drafter, save_drafter
@@ -142,16 +139,8 @@ def train_lyanna(request: DrafterTrainRequest) -> dict:
     arch = LyannaArch(options.inject, options.rank, options.fusion, layers, intermediate)
     drafter = new_drafter(target.model, arch, vocab_ids, options.seed).to(target.device)
     lm_head = target.model.get_output_embeddings()
-
-    def loss_fn(step: int) -> tuple[torch.Tensor, int]:
-        batch = batches_from_step(step, options.seed, lambda generator: source.batch(options.batch_size, generator))
-        batch = {key: value.to(target.device) for key, value in batch.items()}
-        return lyanna_loss(drafter, lm_head, batch, options), batch["input_ids"].numel()
-
-    config = TrainConfig(steps=request.steps, time_budget_s=request.time_budget_s, lr=options.lr,
-                         warmup_steps=options.warmup_steps, precision=options.precision, seed=options.seed)
-    fingerprint = {"method": "lyanna", "target": request.target, "data": str(request.data), **asdict(options)}
-    result = train(drafter, loss_fn, config, request.checkpoint, fingerprint, "train lyanna drafter", request.progress)
+    result = fit_drafter(drafter, lambda batch: lyanna_loss(drafter, lm_head, batch, options), source, target, request,
+                         options)
     metrics = {"method": "lyanna", "trainable_parameters": drafter.trainable_parameters(),
                "eagle_head_parameters": eagle_head_parameters(target.config.hidden_size, target.config.intermediate_size),
                "backbone_intermediate_size": drafter.config.intermediate_size, "kept_vocabulary": kept,
@@ -161,10 +150,8 @@ def train_lyanna(request: DrafterTrainRequest) -> dict:
         heldout = load_tokens(request.heldout)
         if vocab_ids is not None:
             metrics["heldout_vocabulary_coverage"] = float(torch.isin(heldout, vocab_ids).float().mean())
-        windows = even_windows(heldout, 16, options.seq_len).to(target.device)
-        batch = {"input_ids": windows, **target_features(target.model, windows, list(dict.fromkeys([*layers, "last"])))}
+        batch = heldout_batch(heldout, target, list(dict.fromkeys([*layers, "last"])), options.seq_len)
         metrics["heldout_top1_agreement_by_depth"] = depth_agreement(drafter, lm_head, batch, options.unroll_steps)
-    provenance = {"target": request.target, "data": str(request.data), "train_steps": result.steps,
-                  "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **environment()}
+    provenance = drafter_provenance(request, result)
     save_directory(request.out, lambda path: save_drafter(drafter.cpu(), path, provenance))
     return metrics
