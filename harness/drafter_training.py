@@ -10,7 +10,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Literal
 
 import torch
 from transformers import DynamicCache, PretrainedConfig
@@ -38,6 +38,18 @@ class DrafterTrainRequest:
     device: str = "cpu"
     checkpoint: Path | None = None
     progress: bool = True
+
+
+@dataclass(frozen=True)
+class DrafterLoopOptions:
+    """Training-loop options every drafter trainer takes; a method's options dataclass extends it."""
+
+    batch_size: int = 8
+    seq_len: int = 256
+    lr: float = 1e-3
+    warmup_steps: int = 20
+    precision: Literal["fp32", "bf16"] = "fp32"
+    seed: int = 0
 
 
 def frozen_target(request: DrafterTrainRequest) -> LoadedModel:
@@ -119,9 +131,10 @@ def parse_feature_layers(values: tuple[str, ...]) -> tuple[int | str, ...]:
 
 
 def fit_drafter(module: torch.nn.Module, batch_loss: Callable[[dict[str, torch.Tensor]], torch.Tensor],
-                source: FeatureSource, target: LoadedModel, request: DrafterTrainRequest, options: Any) -> TrainResult:
-    """The shared loop over ``source`` batches; ``options`` is the method's training options dataclass
-    (batch_size, lr, warmup_steps, precision, seed), part of the checkpoint's fingerprint."""
+                source: FeatureSource, target: LoadedModel, request: DrafterTrainRequest,
+                options: DrafterLoopOptions) -> TrainResult:
+    """The shared loop over ``source`` batches; all of ``options`` (the method's training options) goes into
+    the checkpoint's fingerprint."""
 
     def loss_fn(step: int) -> tuple[torch.Tensor, int]:
         batch = batches_from_step(step, options.seed, lambda generator: source.batch(options.batch_size, generator))

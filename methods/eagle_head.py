@@ -23,6 +23,7 @@ from transformers import DynamicCache, LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
 from harness.atomic import atomic_path
+from harness.drafter_training import parse_feature_layers
 from harness.errors import DraftcountError
 from harness.models import ModelCost
 
@@ -49,6 +50,15 @@ class FeatureSpec:
 def default_fusion_layers(num_layers: int) -> tuple[int, int, int]:
     """EAGLE-3's choice: a low, a middle and a high decoder layer of the target."""
     return (min(1, num_layers), max(1, num_layers // 2), max(1, num_layers - 1))
+
+
+def choose_features(fusion: str, layers: tuple[str, ...], num_layers: int) -> FeatureSpec:
+    """The feature layers a trainer asked for (names from options), or the fusion's default ones."""
+    if layers:
+        chosen = parse_feature_layers(layers)
+    else:
+        chosen = ("last",) if fusion == "none" else default_fusion_layers(num_layers)
+    return FeatureSpec(fusion, chosen)
 
 
 def feature_rows(hidden_states: tuple[torch.Tensor, ...], spec: FeatureSpec) -> list[torch.Tensor]:

@@ -20,42 +20,28 @@ import torch
 import torch.nn.functional as F
 
 from harness.drafter_training import (
-    DrafterTrainRequest, drafter_provenance, feature_source, fit_drafter, frozen_target, heldout_batch,
-    parse_feature_layers, shift_right, soft_cross_entropy, unrolled_forward,
+    DrafterLoopOptions, DrafterTrainRequest, drafter_provenance, feature_source, fit_drafter, frozen_target,
+    heldout_batch, shift_right, soft_cross_entropy, unrolled_forward,
 )
 from harness.features import layer_key
 from harness.lm_data import load_tokens
 from harness.options import parse_options
 from harness.zoo import save_directory
-from methods.eagle_head import EagleHead, FeatureSpec, default_fusion_layers, new_head, save_head
+from methods.eagle_head import EagleHead, choose_features, new_head, save_head
 
 
 @dataclass(frozen=True)
-class EagleTrainOptions:
+class EagleTrainOptions(DrafterLoopOptions):
     fusion: Literal["none", "eagle3"] = "none"
     feature_layers: tuple[str, ...] = ()  # default: ('last',) for none, a low/middle/high layer for eagle3
     unroll_steps: int = 0  # 0 = 1 for fusion none (EAGLE-1/2), 3 for eagle3
     step_decay: float = 0.8
     regression_weight: float = 1.0  # fusion none only
     ce_weight: float = 0.1
-    batch_size: int = 8
-    seq_len: int = 256
-    lr: float = 1e-3
-    warmup_steps: int = 20
-    precision: Literal["fp32", "bf16"] = "fp32"
-    seed: int = 0
 
     @property
     def steps_unrolled(self) -> int:
         return self.unroll_steps or (3 if self.fusion == "eagle3" else 1)
-
-
-def feature_spec(options: EagleTrainOptions, num_layers: int) -> FeatureSpec:
-    if options.feature_layers:
-        layers = parse_feature_layers(options.feature_layers)
-    else:
-        layers = ("last",) if options.fusion == "none" else default_fusion_layers(num_layers)
-    return FeatureSpec(options.fusion, layers)
 
 
 def unrolled_outputs(head: EagleHead, batch: dict[str, torch.Tensor], steps: int) -> list[torch.Tensor]:
@@ -100,7 +86,7 @@ def train_eagle(request: DrafterTrainRequest) -> dict:
     """Train (or, with 0 steps, just initialise) an EAGLE head and save it to ``request.out``."""
     options = parse_options(EagleTrainOptions, request.options, "eagle training")
     target = frozen_target(request)
-    spec = feature_spec(options, target.config.num_hidden_layers)
+    spec = choose_features(options.fusion, options.feature_layers, target.config.num_hidden_layers)
     layers = list(dict.fromkeys([*spec.layers, "last"]))
     source = feature_source(request, target, layers, options.seq_len)
     embedding = target.model.get_input_embeddings().weight.detach()

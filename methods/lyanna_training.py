@@ -19,19 +19,19 @@ import torch
 import torch.nn.functional as F
 
 from harness.drafter_training import (
-    DrafterTrainRequest, drafter_provenance, feature_source, fit_drafter, frozen_target, heldout_batch,
-    parse_feature_layers, shift_right, soft_cross_entropy, unrolled_forward,
+    DrafterLoopOptions, DrafterTrainRequest, drafter_provenance, feature_source, fit_drafter, frozen_target,
+    heldout_batch, shift_right, soft_cross_entropy, unrolled_forward,
 )
 from harness.features import FeatureSource, layer_key
 from harness.lm_data import load_tokens
 from harness.options import parse_options
 from harness.zoo import save_directory
-from methods.eagle_head import default_fusion_layers
+from methods.eagle_head import choose_features
 from methods.lyanna_model import LyannaArch, LyannaDrafter, new_drafter, save_drafter
 
 
 @dataclass(frozen=True)
-class LyannaTrainOptions:
+class LyannaTrainOptions(DrafterLoopOptions):
     inject: Literal["token_info", "feature"] = "token_info"
     rank: int = 64
     fusion: Literal["none", "eagle3"] = "none"
@@ -42,12 +42,6 @@ class LyannaTrainOptions:
     unroll_steps: int = 5
     step_decay: float = 0.8
     regression_weight: float = 0.0
-    batch_size: int = 8
-    seq_len: int = 256
-    lr: float = 1e-3
-    warmup_steps: int = 20
-    precision: Literal["fp32", "bf16"] = "fp32"
-    seed: int = 0
 
     def __post_init__(self) -> None:
         if not 0 < self.vocab_fraction <= 1:
@@ -121,11 +115,7 @@ def train_lyanna(request: DrafterTrainRequest) -> dict:
     """Train (or, with 0 steps, just initialise) a Lyanna drafter and save it to ``request.out``."""
     options = parse_options(LyannaTrainOptions, request.options, "lyanna training")
     target = frozen_target(request)
-    num_layers = target.config.num_hidden_layers
-    if options.feature_layers:
-        layers = parse_feature_layers(options.feature_layers)
-    else:
-        layers = ("last",) if options.fusion == "none" else default_fusion_layers(num_layers)
+    layers = choose_features(options.fusion, options.feature_layers, target.config.num_hidden_layers).layers
     source = feature_source(request, target, list(dict.fromkeys([*layers, "last"])), options.seq_len)
     vocab = target.vocab_size
     vocab_ids = None
