@@ -3,13 +3,21 @@
 #   snakemake --cores all                                   # the default pipeline
 #   snakemake --cores all --profile workflow/profiles/smoke # the same in minutes
 #   snakemake --cores all bench_sd                          # one method's runs
+#   snakemake --cores all results/figures/speedup.pdf      # one figure (and what it needs)
 #   snakemake -n                                            # list what would run
+#   snakemake --configfile workflow/config/llama3-8b.yaml --profile workflow/profiles/slurm
+#
+# The default config is used only when no --configfile is given: a config file given on the
+# command line stands on its own (list default.yaml first to build on it, as the smoke profile does).
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
 
 
-configfile: "workflow/config/default.yaml"
+if not workflow.overwrite_configfiles:
+
+    configfile: "workflow/config/default.yaml"
+
 
 
 validate(config, "workflow/schemas/config.schema.yaml")
@@ -20,6 +28,7 @@ include: "workflow/rules/zoo.smk"
 include: "workflow/rules/tree.smk"
 include: "workflow/rules/drafters.smk"
 include: "workflow/rules/bench.smk"
+include: "workflow/rules/report.smk"
 
 
 rule all:
@@ -28,3 +37,5 @@ rule all:
         zoo_outputs(),
         bench_outputs(),
         results("tables/summary.csv"),
+        results("report.md"),
+        results("specbench"),

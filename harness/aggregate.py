@@ -6,6 +6,7 @@ same prompt in the same run.
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -32,6 +33,10 @@ def records_frame(paths: list[Path]) -> pd.DataFrame:
                 "drafter_flops": counters["drafter"]["flops"], "target_flops": counters["target"]["flops"],
                 "verify_tokens": counters["target"]["tokens"] - record["prompt_tokens"],
                 "drafter_useful_flops": counters.get("extra", {}).get(USEFUL_DRAFTER_FLOPS, 0.0),
+                "target_tokens": counters["target"]["tokens"],
+                "accepted_by_depth": counters.get("accepted_by_depth", []),
+                "options": json.dumps({**record.get("method_options", {}),
+                                       "drafter": (record.get("models") or {}).get("drafter")}, sort_keys=True),
             })
     return pd.DataFrame(rows)
 
@@ -64,6 +69,9 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
         verified = group.verify_tokens.sum()
         row["verify_waste"] = 1 - (group.accepted_tokens.sum() + group.verify_steps.sum()) / verified if verified else 0.0
         row["flops_per_token"] = (group.target_flops.sum() + drafter_flops) / group.new_tokens.sum()
+        row["verified_per_step"] = verified / max(group.verify_steps.sum(), 1)
+        row.update(compute_breakdown(group))
+        row["options"] = group.options.iloc[0]
         paired = group.join(baseline[["new_tokens", "wall_seconds"]], on=["run", "pair_id"], rsuffix="_ar")
         paired = paired.dropna(subset=["wall_seconds_ar"])
         if method == "ar":
@@ -80,6 +88,45 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def compute_breakdown(group: pd.DataFrame) -> dict[str, float]:
+    """FLOPs per emitted token split into the drafter's useful and wasted work and the verifier's.
+
+    Verifier FLOPs exclude the prefill (the share of the target's FLOPs on prompt tokens, by token count)
+    and split between useful (accepted drafts and roots) and wasted (rejected nodes) by token count."""
+    emitted = group.new_tokens.sum()
+    drafter, drafter_useful = group.drafter_flops.sum(), group.drafter_useful_flops.sum()
+    verified = group.verify_tokens.sum()
+    verify_flops = group.target_flops.sum() * verified / max(group.target_tokens.sum(), 1)
+    useful_share = (group.accepted_tokens.sum() + group.verify_steps.sum()) / verified if verified else 1.0
+    return {
+        "drafter_useful_flops_per_token": drafter_useful / emitted,
+        "drafter_wasted_flops_per_token": (drafter - drafter_useful) / emitted,
+        "verify_useful_flops_per_token": verify_flops * useful_share / emitted,
+        "verify_wasted_flops_per_token": verify_flops * (1 - useful_share) / emitted,
+    }
+
+
+def depth_acceptance(frame: pd.DataFrame) -> pd.DataFrame:
+    """Per variant x dataset x temperature x draft depth d (1 = the first drafted token): how many
+    verification steps reached depth d - 1, how many accepted a token at depth d, and the conditional
+    acceptance rate (their ratio)."""
+    methods = frame[(frame.role == "method") & (frame.drafted_tokens > 0)]
+    rows = []
+    for (variant, method, dataset, temperature), group in methods.groupby(
+            ["variant", "method", "dataset", "temperature"]):
+        depth = max((len(counts) for counts in group.accepted_by_depth), default=0)
+        accepted = np.zeros(depth + 1)
+        for counts in group.accepted_by_depth:
+            accepted[1:len(counts) + 1] += counts
+        accepted[0] = group.verify_steps.sum()
+        for level in range(1, depth + 1):
+            rows.append({"variant": variant, "method": method, "dataset": dataset, "temperature": temperature,
+                         "depth": level, "reached": int(accepted[level - 1]), "accepted": int(accepted[level]),
+                         "rate": accepted[level] / accepted[level - 1] if accepted[level - 1] else 0.0})
+    return pd.DataFrame(rows, columns=["variant", "method", "dataset", "temperature", "depth", "reached",
+                                       "accepted", "rate"])
+
+
 def bootstrap_interval(values: np.ndarray, confidence: float = 0.95, resamples: int = 2000,
                        seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap interval of the mean of ``values`` (fixed seed: the same table every time)."""
@@ -89,8 +136,16 @@ def bootstrap_interval(values: np.ndarray, confidence: float = 0.95, resamples: 
     return float(np.quantile(means, tail)), float(np.quantile(means, 1 - tail))
 
 
-def write_summary(paths: list[Path], out: Path) -> pd.DataFrame:
-    table = summarize(records_frame(paths))
+def write_table(table: pd.DataFrame, out: Path) -> None:
     with atomic_path(out) as partial:
-        table.to_csv(partial, index=False, float_format="%.4f")
+        table.to_csv(partial, index=False, float_format="%.6g")
+
+
+def write_summary(paths: list[Path], out: Path, depth_out: Path | None = None) -> pd.DataFrame:
+    """The summary table (and, with ``depth_out``, the per-depth acceptance table) of records files."""
+    frame = records_frame(paths)
+    table = summarize(frame)
+    write_table(table, out)
+    if depth_out is not None:
+        write_table(depth_acceptance(frame), depth_out)
     return table

@@ -1,4 +1,4 @@
-"""Command line: ``python -m harness run|train|methods|summarize ...``."""
+"""Command line: ``python -m harness run|train|methods|summarize|figures|report|export-specbench ...``."""
 
 from __future__ import annotations
 
@@ -111,9 +111,70 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
     missing = [str(path) for path in args.records if not path.is_file()]
     if missing:
         raise DraftcountError(f"no records file {missing[0]}")
-    table = write_summary(args.records, args.out)
-    print(table.to_string(index=False, float_format=lambda value: f"{value:.3f}"))
+    table = write_summary(args.records, args.out, args.depth_out)
+    shown = ["variant", "dataset", "temperature", "tokens_per_s", "tau", "speedup_paired_mean", "efficiency"]
+    print(table[[column for column in shown if column in table]].to_string(
+        index=False, float_format=lambda value: f"{value:.3f}"))
     return 0
+
+
+def _cmd_figures(args: argparse.Namespace) -> int:
+    from harness.figures import write_figures
+
+    for path in (args.summary, args.depth):
+        if not path.is_file():
+            raise DraftcountError(f"no table {path} (write it with `python -m harness summarize`)")
+    main = [name for name in (args.main or "").split(",") if name]
+    names = [name for name in (args.only or "").split(",") if name]
+    for path in write_figures(args.summary, args.depth, args.out_dir, main, names):
+        print(f"wrote {path}")
+    return 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from harness.report import write_report
+
+    for path in [args.summary, *args.records, *(args.metrics or [])]:
+        if not path.is_file():
+            raise DraftcountError(f"no file {path}")
+    main = [name for name in (args.main or "").split(",") if name]
+    write_report(args.summary, args.records, args.figures, args.out, main, args.metrics)
+    print(f"wrote {args.out}")
+    return 0
+
+
+def _cmd_export_specbench(args: argparse.Namespace) -> int:
+    from harness.specbench import export_records
+
+    for path in args.records:
+        if not path.is_file():
+            raise DraftcountError(f"no records file {path}")
+        for written in export_records(path, args.out_dir):
+            print(f"wrote {written}")
+    return 0
+
+
+def _reporting_parsers(subparsers: argparse._SubParsersAction) -> None:
+    summary = subparsers.add_parser("summarize", help="per method/dataset/temperature table from JSONL records")
+    summary.add_argument("records", nargs="+", type=Path, help="records files written by `run`")
+    summary.add_argument("--out", required=True, type=Path, help="output CSV")
+    summary.add_argument("--depth-out", type=Path, help="also write the per-depth acceptance table (CSV) here")
+    figures = subparsers.add_parser("figures", help="paper-style figures (PDF + PNG) from the summary tables")
+    figures.add_argument("--summary", required=True, type=Path, help="summary CSV written by `summarize`")
+    figures.add_argument("--depth", required=True, type=Path, help="per-depth acceptance CSV (`summarize --depth-out`)")
+    figures.add_argument("--out-dir", required=True, type=Path, help="folder for <figure>.pdf and <figure>.png")
+    figures.add_argument("--main", help="comma-separated variants run on every dataset (the rest are ablations)")
+    figures.add_argument("--only", help="comma-separated figure names (default: all)")
+    report = subparsers.add_parser("report", help="markdown report: tables, figures, environment, definitions")
+    report.add_argument("records", nargs="+", type=Path, help="records files the summary was computed from")
+    report.add_argument("--summary", required=True, type=Path, help="summary CSV written by `summarize`")
+    report.add_argument("--figures", required=True, type=Path, help="folder the figures were written to")
+    report.add_argument("--metrics", nargs="*", type=Path, help="training metrics (JSON) of the models and drafters")
+    report.add_argument("--main", help="comma-separated variants run on every dataset (the rest are ablations)")
+    report.add_argument("--out", required=True, type=Path, help="output markdown file")
+    export = subparsers.add_parser("export-specbench", help="write records in Spec-Bench's answer-file layout")
+    export.add_argument("records", nargs="+", type=Path, help="records files written by `run`")
+    export.add_argument("--out-dir", required=True, type=Path, help="folder for <run>/model_answer/<variant>.jsonl")
 
 
 def _cmd_methods(args: argparse.Namespace) -> int:
@@ -134,11 +195,10 @@ def main(argv: list[str] | None = None) -> int:
     _run_parser(subparsers)
     _train_parser(subparsers)
     subparsers.add_parser("methods", help="list the registered methods and their options")
-    summary = subparsers.add_parser("summarize", help="per method/dataset/temperature table from JSONL records")
-    summary.add_argument("records", nargs="+", type=Path, help="records files written by `run`")
-    summary.add_argument("--out", required=True, type=Path, help="output CSV")
+    _reporting_parsers(subparsers)
     args = parser.parse_args(argv)
-    handlers = {"run": _cmd_run, "train": _cmd_train, "methods": _cmd_methods, "summarize": _cmd_summarize}
+    handlers = {"run": _cmd_run, "train": _cmd_train, "methods": _cmd_methods, "summarize": _cmd_summarize,
+                "figures": _cmd_figures, "report": _cmd_report, "export-specbench": _cmd_export_specbench}
     try:
         return handlers[args.command](args)
     except DraftcountError as error:

@@ -79,28 +79,18 @@ def load_documents(path: Path) -> list[Document]:
         return [Document(**json.loads(line)) for line in handle if line.strip()]
 
 
-def build_stdlib_corpus(out_dir: Path, include_tests: bool, heldout_fraction: float, seed: int,
-                        root: Path | None = None) -> dict:
-    """Write train.jsonl, heldout.jsonl and corpus.json (sizes, split, hashes) under ``out_dir``."""
+def split_and_write(out_dir: Path, documents: list[Document], heldout_fraction: float, seed: int,
+                    source: dict) -> dict:
+    """Split documents train/held-out by a hash of their path; write train.jsonl, heldout.jsonl and
+    corpus.json (the source, sizes and hashes) under ``out_dir``."""
     if not 0 < heldout_fraction < 1:
         raise DraftcountError(f"heldout_fraction must be in (0, 1), got {heldout_fraction}")
-    root = root or stdlib_root()
-    files = collect_python_files(root, include_tests)
-    documents = list(read_documents(root, files))
     heldout = [doc for doc in documents if is_heldout(Path(doc.path), heldout_fraction, seed)]
     train = [doc for doc in documents if not is_heldout(Path(doc.path), heldout_fraction, seed)]
     if not heldout or not train:
         raise DraftcountError("the train/held-out split left one side empty; change heldout_fraction")
     out_dir.mkdir(parents=True, exist_ok=True)
-    summary = {
-        "source": "python-stdlib",
-        "root": str(root),
-        "python_version": platform.python_version(),
-        "include_tests": include_tests,
-        "heldout_fraction": heldout_fraction,
-        "seed": seed,
-        "splits": {},
-    }
+    summary = {**source, "heldout_fraction": heldout_fraction, "seed": seed, "splits": {}}
     for name, docs in (("train", train), ("heldout", heldout)):
         sha = write_documents(out_dir / f"{name}.jsonl", docs)
         summary["splits"][name] = {
@@ -108,3 +98,42 @@ def build_stdlib_corpus(out_dir: Path, include_tests: bool, heldout_fraction: fl
         }
     (out_dir / "corpus.json").write_text(json.dumps(summary, indent=2) + "\n")
     return summary
+
+
+def build_stdlib_corpus(out_dir: Path, include_tests: bool, heldout_fraction: float, seed: int,
+                        root: Path | None = None) -> dict:
+    """The standard library's .py files as documents, split and written by ``split_and_write``."""
+    root = root or stdlib_root()
+    documents = list(read_documents(root, collect_python_files(root, include_tests)))
+    source = {"source": "python-stdlib", "root": str(root), "python_version": platform.python_version(),
+              "include_tests": include_tests}
+    return split_and_write(out_dir, documents, heldout_fraction, seed, source)
+
+
+def read_text_jsonl(path: Path, field: str = "text") -> list[Document]:
+    """Documents from a JSON-lines file with a text field per line (a user's own training text)."""
+    path = Path(path)
+    if not path.is_file():
+        raise DraftcountError(f"corpus file {path} does not exist")
+    documents = []
+    with path.open(encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as error:
+                raise DraftcountError(f"{path}:{number} is not valid JSON ({error.msg})") from None
+            if not isinstance(row, dict) or not isinstance(row.get(field), str):
+                raise DraftcountError(f"{path}:{number} has no string field {field!r}")
+            if row[field].strip():
+                documents.append(Document(str(row.get("id", f"{path.name}:{number}")), row[field]))
+    if not documents:
+        raise DraftcountError(f"{path} holds no documents")
+    return documents
+
+
+def build_jsonl_corpus(out_dir: Path, path: Path, heldout_fraction: float, seed: int, field: str = "text") -> dict:
+    documents = read_text_jsonl(path, field)
+    source = {"source": "jsonl", "path": str(path), "field": field}
+    return split_and_write(out_dir, documents, heldout_fraction, seed, source)

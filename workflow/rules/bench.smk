@@ -50,12 +50,12 @@ def bench_outputs(variants=None):
 
 
 def bench_inputs(wildcards):
-    inputs = {"target": work("models/target")}
+    inputs = {"target": target_model()}
     if variant_method(wildcards.variant) in NEEDS_DRAFT_LM:
-        inputs["draft"] = work("models/draft")
+        inputs["draft"] = draft_model()
     method = variant_method(wildcards.variant)
     if method in NEEDS_DRAFTER:
-        inputs["drafter"] = work(f"drafters/{variant_drafter(wildcards.variant)}")
+        inputs["drafter"] = drafter_dir(variant_drafter(wildcards.variant))
     if wildcards.dataset == "stdlib_code":
         inputs["prompts"] = work("prompts/stdlib_code.jsonl")
     tree_file = variant_options(wildcards.variant, wildcards.temperature).get("tree_file")
@@ -105,7 +105,7 @@ rule bench:
     wildcard_constraints:
         variant="|".join(method_names()),
         temperature=r"[0-9.]+",
-    threads: config["threads"]
+    threads: config["bench"].get("threads", config["threads"])
     resources:
         mem_mb=8000,
         runtime=60,
@@ -129,28 +129,21 @@ rule bench_tree_sd:
         bench_outputs(variants_of("tree_sd")),
 
 
-rule bench_eagle:
-    input:
-        bench_outputs(variants_of("eagle")),
-
-
 rule bench_lyanna:
     input:
         bench_outputs(variants_of("lyanna")),
 
 
-rule ablate_lyanna:
+rule bench_eagle:
     input:
-        bench_outputs(variants_of("lyanna", ablation=True)),
+        bench_outputs(variants_of("eagle")),
 
 
-rule summary:
-    input:
-        bench_outputs(),
-    output:
-        results("tables/summary.csv"),
-    resources:
-        mem_mb=2000,
-        runtime=5,
-    shell:
-        "python -m harness summarize {input} --out {output}"
+# ablate_<method>: the method's ablation and budget-sweep variants (ablate_lyanna: the paper's switches)
+for _method in sorted({variant_method(variant) for variant in method_names()}):
+
+    rule:
+        name:
+            f"ablate_{_method}"
+        input:
+            bench_outputs(variants_of(_method, ablation=True)),

@@ -7,6 +7,28 @@ RESULTS = Path(config["results_dir"])
 BUILTIN_DATASETS = {"humaneval", "stdlib_code"}
 
 
+def external_models():
+    """True when the config names its own checkpoints (`models:`) instead of building the zoo."""
+    return "models" in config
+
+
+def target_model():
+    return config["models"]["target"] if external_models() else work("models/target")
+
+
+def draft_model():
+    if external_models():
+        if "draft" not in config["models"]:
+            raise ValueError("a variant of sd or tree_sd needs models.draft in the config")
+        return config["models"]["draft"]
+    return work("models/draft")
+
+
+def tokenizer_dir():
+    """The tokenizer the training corpus is tokenized with: the zoo's own, or the target's."""
+    return target_model() if external_models() else work("models/tokenizer")
+
+
 def work(path):
     return str(WORK / path)
 
@@ -21,7 +43,15 @@ def as_json(value):
 
 
 def method_names():
-    return list(config["bench"]["methods"])
+    """The variants to run: every entry of bench.methods, or only those listed in bench.only."""
+    names = list(config["bench"]["methods"])
+    only = config["bench"].get("only")
+    if only:
+        unknown = [name for name in only if name not in names]
+        if unknown:
+            raise ValueError(f"bench.only names {unknown[0]!r}, which is not under bench.methods")
+        names = [name for name in names if name in only]
+    return names
 
 
 def temperatures():

@@ -14,7 +14,17 @@ def drafter_method(name):
 
 
 def drafters_of(method):
-    return [name for name in config["drafters"] if drafter_method(name) == method]
+    return [name for name in trained_drafters() if drafter_method(name) == method]
+
+
+def trained_drafters():
+    """Drafters the workflow trains; an entry with `path` names a ready-made one (an official EAGLE head)."""
+    return [name for name in config["drafters"] if "path" not in config["drafters"][name]]
+
+
+def drafter_dir(name):
+    settings = drafter_settings(name)
+    return settings["path"] if "path" in settings else work(f"drafters/{name}")
 
 
 def drafter_data(wildcards):
@@ -42,7 +52,7 @@ def drafter_arguments(wildcards, input):
 
 rule train_drafter:
     input:
-        target=work("models/target"),
+        target=target_model(),
         data=drafter_data,
         heldout=work("data/tokens/heldout.pt"),
     output:
@@ -52,7 +62,7 @@ rule train_drafter:
         arguments=drafter_arguments,
         checkpoint=work("checkpoints/drafter-{drafter}.pt"),
     wildcard_constraints:
-        drafter="|".join(config["drafters"]) or "^$",
+        drafter="|".join(trained_drafters()) or "^$",
     threads: config["threads"]
     resources:
         mem_mb=8000,

@@ -5,8 +5,8 @@
 
 rule measure_acceptance:
     input:
-        target=work("models/target"),
-        draft=work("models/draft"),
+        target=target_model(),
+        draft=draft_model(),
         heldout=work("data/tokens/heldout.pt"),
     output:
         work("tree/acceptance-t{temperature}.json"),
@@ -22,8 +22,8 @@ rule measure_acceptance:
 
 rule measure_latency:
     input:
-        target=work("models/target"),
-        draft=work("models/draft"),
+        target=target_model(),
+        draft=draft_model(),
     output:
         work("tree/latency.json"),
     params:

@@ -2,6 +2,9 @@
 
 
 def zoo_outputs():
+    """What `snakemake zoo` builds: nothing for a config with its own checkpoints (`models:`)."""
+    if external_models():
+        return []
     return [
         work("models/target"),
         work("models/draft"),
@@ -10,7 +13,13 @@ def zoo_outputs():
     ]
 
 
+def corpus_inputs(wildcards):
+    return [config["corpus"]["path"]] if config["corpus"].get("source") == "jsonl" else []
+
+
 rule corpus:
+    input:
+        corpus_inputs,
     output:
         train=work("data/corpus/train.jsonl"),
         heldout=work("data/corpus/heldout.jsonl"),
@@ -41,7 +50,7 @@ rule tokenizer:
 
 rule tokenize:
     input:
-        tokenizer=work("models/tokenizer"),
+        tokenizer=tokenizer_dir(),
         documents=work("data/corpus/{split}.jsonl"),
     output:
         work("data/tokens/{split}.pt"),
@@ -102,7 +111,7 @@ rule train_draft:
 
 rule dump_features:
     input:
-        target=work("models/target"),
+        target=target_model(),
         train=work("data/tokens/train.pt"),
     output:
         index=work("features/target/index.json"),

@@ -1,0 +1,76 @@
+# Aggregation, figures, report and the Spec-Bench export, all from the raw records of every bench job.
+
+FIGURE_NAMES = ["speedup", "tau", "waste", "budget", "depth", "ablation", "efficiency"]
+
+
+def main_variants():
+    return ",".join(variant for variant in method_names() if not is_ablation(variant))
+
+
+def training_metrics():
+    """Metrics files of the models and drafters the workflow trained (none for user-supplied ones)."""
+    paths = [] if external_models() else [work("metrics/target.json"), work("metrics/draft.json")]
+    used = {variant_drafter(variant) for variant in method_names() if variant_method(variant) in NEEDS_DRAFTER}
+    return paths + [work(f"metrics/drafter-{name}.json") for name in trained_drafters() if name in used]
+
+
+rule summary:
+    input:
+        bench_outputs(),
+    output:
+        summary=results("tables/summary.csv"),
+        depth=results("tables/depth_acceptance.csv"),
+    resources:
+        mem_mb=2000,
+        runtime=5,
+    shell:
+        "python -m harness summarize {input} --out {output.summary} --depth-out {output.depth}"
+
+
+rule figures:
+    input:
+        summary=results("tables/summary.csv"),
+        depth=results("tables/depth_acceptance.csv"),
+    output:
+        expand(results("figures/{name}.{suffix}"), name=FIGURE_NAMES, suffix=["pdf", "png"]),
+    params:
+        out_dir=results("figures"),
+        main=main_variants(),
+    resources:
+        mem_mb=2000,
+        runtime=10,
+    shell:
+        "python -m harness figures --summary {input.summary} --depth {input.depth} --out-dir {params.out_dir}"
+        " --main {params.main}"
+
+
+rule report:
+    input:
+        records=bench_outputs(),
+        summary=results("tables/summary.csv"),
+        figures=expand(results("figures/{name}.png"), name=FIGURE_NAMES),
+        metrics=training_metrics(),
+    output:
+        results("report.md"),
+    params:
+        figures=results("figures"),
+        main=main_variants(),
+    resources:
+        mem_mb=2000,
+        runtime=5,
+    shell:
+        "python -m harness report {input.records} --summary {input.summary} --figures {params.figures}"
+        " --metrics {input.metrics} --main {params.main} --out {output}"
+
+
+rule export_specbench:
+    # Spec-Bench's answer-file layout: specbench/<dataset>-t<T>/model_answer/<variant>.jsonl (+ .ar.jsonl)
+    input:
+        bench_outputs(),
+    output:
+        directory(results("specbench")),
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    shell:
+        "python -m harness export-specbench {input} --out-dir {output}"
