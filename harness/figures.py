@@ -28,7 +28,7 @@ SIZE_OPTIONS = {"budget", "tree_budget", "gamma", "branching", "tree_file", "dep
 STYLE = {
     "font.family": "serif", "font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "legend.fontsize": 7,
     "xtick.labelsize": 7, "ytick.labelsize": 7, "axes.spines.top": False, "axes.spines.right": False,
-    "axes.grid": True, "grid.alpha": 0.3, "grid.linewidth": 0.5, "savefig.dpi": 200, "figure.dpi": 100,
+    "axes.grid": True, "grid.alpha": 0.3, "grid.linewidth": 0.5, "savefig.dpi": 150, "figure.dpi": 100,
 }
 FIGURES: dict[str, str] = {
     "speedup": "Speedup over `ar` per dataset (mean of paired per-prompt ratios; bars: bootstrap 95% interval).",
@@ -40,7 +40,8 @@ FIGURES: dict[str, str] = {
               "that differ only in their draft budget.",
     "depth": "Per-depth acceptance rate: share of verification steps that reached depth d - 1 and accepted a "
              "draft token at depth d.",
-    "ablation": "The lyanna ablation: tau, speedup and drafter-FLOP waste of each switch against the default.",
+    "ablation": "The lyanna ablation: tau, speedup and drafter-FLOP waste of each switch against the default "
+                "(plain bars: T = 0, hatched: T = 1).",
     "efficiency": "Speedup against tau for every dataset (main variants); the dashed line is the bound "
                   "speedup = tau of overhead-free drafting.",
 }
@@ -226,11 +227,11 @@ def plot_ablation(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str]) -
         for index, temperature in enumerate(temperatures):
             rows = table[table.temperature == temperature].groupby("variant")[column].mean().reindex(variants)
             positions = np.arange(len(variants)) + (index - (len(temperatures) - 1) / 2) * width
-            axis.bar(positions, rows, width, color=[colors[v] for v in variants], hatch="" if index == 0 else "....",
+            axis.bar(positions, rows, width, color=[colors[v] for v in variants], hatch="" if index == 0 else "///",
                      edgecolor="white", linewidth=0.3)
         axis.set_xticks(np.arange(len(variants)), variants, rotation=40, ha="right")
         axis.set_title(label)
-    handles = [plt.Rectangle((0, 0), 1, 1, facecolor="0.6", hatch="" if i == 0 else "....", edgecolor="white")
+    handles = [plt.Rectangle((0, 0), 1, 1, facecolor="0.6", hatch="" if i == 0 else "///", edgecolor="white")
                for i in range(len(temperatures))]
     axes[0][-1].legend(handles, [_temperature_label(t) for t in temperatures], loc="upper left",
                        bbox_to_anchor=(1.0, 1.0), frameon=False)

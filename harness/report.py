@@ -105,8 +105,8 @@ def environment_section(settings: dict[str, Any]) -> str:
     hardware, versions = record["hardware"], record["versions"]
     gpus = ", ".join(hardware.get("gpus") or []) or "none"
     lines = [
-        f"- Hardware: {hardware['cpu']} ({hardware['cpu_count']} logical CPUs, {hardware['torch_threads']} torch "
-        f"threads per run), GPUs: {gpus}; {hardware['platform']}",
+        f"- Hardware: {hardware['cpu']} ({hardware['cpu_count']} logical CPUs; torch threads per run: "
+        f"{hardware['torch_threads']}), GPUs: {gpus}; {hardware['platform']}",
         "- Versions: " + ", ".join(f"{name} {value}" for name, value in versions.items() if value),
         "- Git revision of the runs: " + ", ".join(f"`{revision}`" for revision in settings["revisions"]),
         f"- Device {record['device']}, dtype {record['dtype']}, max new tokens {record['max_new_tokens']}, "

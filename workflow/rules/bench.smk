@@ -109,7 +109,7 @@ rule bench:
     resources:
         mem_mb=8000,
         runtime=60,
-        gpu=1 if str(config["bench"].get("device", "cpu")).startswith("cuda") else 0,
+        gpu=gpus_per_job(),
     shell:
         "python -m harness run {params.arguments} --threads {threads} --no-progress --out {output}"
 

@@ -29,6 +29,16 @@ def tokenizer_dir():
     return target_model() if external_models() else work("models/tokenizer")
 
 
+def compute_device():
+    """Where models run (bench jobs, feature dumps, drafter training): bench.device."""
+    return str(config["bench"].get("device", "cpu"))
+
+
+def gpus_per_job():
+    """The `gpu` resource of a job that runs a model: 1 on a CUDA device (SLURM: --gpus=1), else 0."""
+    return 1 if compute_device().startswith("cuda") else 0
+
+
 def work(path):
     return str(WORK / path)
 

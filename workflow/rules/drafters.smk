@@ -43,6 +43,7 @@ def drafter_arguments(wildcards, input):
         f"--heldout {input.heldout}",
         f"--steps {settings.get('steps', 1000)}",
         f"--time-budget-s {settings.get('time_budget_s', 0)}",
+        f"--device {compute_device()}",
     ]
     for key, value in settings.get("options", {}).items():
         value = ",".join(map(str, value)) if isinstance(value, list) else value
@@ -67,6 +68,7 @@ rule train_drafter:
     resources:
         mem_mb=8000,
         runtime=lambda wildcards: int(drafter_settings(wildcards.drafter).get("time_budget_s", 3600) / 60) + 30,
+        gpu=gpus_per_job(),
     shell:
         "python -m harness train {params.arguments} --checkpoint {params.checkpoint} --threads {threads}"
         " --no-progress --out {output.drafter} --metrics {output.metrics}"

@@ -34,7 +34,7 @@ rule measure_latency:
     resources:
         mem_mb=4000,
         runtime=20,
-        gpu=1 if str(config["bench"].get("device", "cpu")).startswith("cuda") else 0,
+        gpu=gpus_per_job(),
     script:
         "../scripts/measure_latency.py"
 

@@ -33,21 +33,6 @@ rule corpus:
         "../scripts/build_corpus.py"
 
 
-rule tokenizer:
-    input:
-        train=work("data/corpus/train.jsonl"),
-    output:
-        directory(work("models/tokenizer")),
-    params:
-        tokenizer=config["tokenizer"],
-    threads: config["threads"]
-    resources:
-        mem_mb=4000,
-        runtime=20,
-    script:
-        "../scripts/train_tokenizer.py"
-
-
 rule tokenize:
     input:
         tokenizer=tokenizer_dir(),
@@ -64,51 +49,6 @@ rule tokenize:
         "../scripts/tokenize_corpus.py"
 
 
-rule train_target:
-    input:
-        tokenizer=work("models/tokenizer"),
-        train=work("data/tokens/train.pt"),
-        heldout=work("data/tokens/heldout.pt"),
-        corpus=work("data/corpus/corpus.json"),
-    output:
-        model=directory(work("models/target")),
-        metrics=work("metrics/target.json"),
-    params:
-        role="target",
-        model=config["target"],
-        evaluation=config["evaluation"],
-        checkpoint=work("checkpoints/target.pt"),
-    threads: config["threads"]
-    resources:
-        mem_mb=8000,
-        runtime=int(config["target"]["train"].get("time_budget_s", 3600) / 60) + 30,
-    script:
-        "../scripts/train_lm.py"
-
-
-rule train_draft:
-    input:
-        tokenizer=work("models/tokenizer"),
-        train=work("data/tokens/train.pt"),
-        heldout=work("data/tokens/heldout.pt"),
-        corpus=work("data/corpus/corpus.json"),
-        teacher=work("models/target"),
-    output:
-        model=directory(work("models/draft")),
-        metrics=work("metrics/draft.json"),
-    params:
-        role="draft",
-        model=config["draft"],
-        evaluation=config["evaluation"],
-        checkpoint=work("checkpoints/draft.pt"),
-    threads: config["threads"]
-    resources:
-        mem_mb=8000,
-        runtime=int(config["draft"]["train"].get("time_budget_s", 3600) / 60) + 30,
-    script:
-        "../scripts/train_lm.py"
-
-
 rule dump_features:
     input:
         target=target_model(),
@@ -117,10 +57,13 @@ rule dump_features:
         index=work("features/target/index.json"),
     params:
         features=config["features"],
+        device=compute_device(),
+        dtype=config["bench"].get("dtype", "float32"),
     threads: config["threads"]
     resources:
         mem_mb=8000,
         runtime=30,
+        gpu=gpus_per_job(),
     script:
         "../scripts/dump_features.py"
 
@@ -142,3 +85,64 @@ rule code_prompts:
 rule zoo:
     input:
         zoo_outputs(),
+
+
+# The zoo's own tokenizer, target and draft: not built for a config with its own checkpoints (`models:`).
+if not external_models():
+
+    rule tokenizer:
+        input:
+            train=work("data/corpus/train.jsonl"),
+        output:
+            directory(work("models/tokenizer")),
+        params:
+            tokenizer=config["tokenizer"],
+        threads: config["threads"]
+        resources:
+            mem_mb=4000,
+            runtime=20,
+        script:
+            "../scripts/train_tokenizer.py"
+
+    rule train_target:
+        input:
+            tokenizer=work("models/tokenizer"),
+            train=work("data/tokens/train.pt"),
+            heldout=work("data/tokens/heldout.pt"),
+            corpus=work("data/corpus/corpus.json"),
+        output:
+            model=directory(work("models/target")),
+            metrics=work("metrics/target.json"),
+        params:
+            role="target",
+            model=config["target"],
+            evaluation=config["evaluation"],
+            checkpoint=work("checkpoints/target.pt"),
+        threads: config["threads"]
+        resources:
+            mem_mb=8000,
+            runtime=int(config["target"]["train"].get("time_budget_s", 3600) / 60) + 30,
+        script:
+            "../scripts/train_lm.py"
+
+    rule train_draft:
+        input:
+            tokenizer=work("models/tokenizer"),
+            train=work("data/tokens/train.pt"),
+            heldout=work("data/tokens/heldout.pt"),
+            corpus=work("data/corpus/corpus.json"),
+            teacher=work("models/target"),
+        output:
+            model=directory(work("models/draft")),
+            metrics=work("metrics/draft.json"),
+        params:
+            role="draft",
+            model=config["draft"],
+            evaluation=config["evaluation"],
+            checkpoint=work("checkpoints/draft.pt"),
+        threads: config["threads"]
+        resources:
+            mem_mb=8000,
+            runtime=int(config["draft"]["train"].get("time_budget_s", 3600) / 60) + 30,
+        script:
+            "../scripts/train_lm.py"

@@ -2,14 +2,15 @@
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM
 
 from harness.features import dump_features
 from harness.lm_data import load_tokens
+from harness.models import load_model
 
 torch.set_num_threads(snakemake.threads)  # noqa: F821
 settings = snakemake.params.features  # noqa: F821
-model = AutoModelForCausalLM.from_pretrained(snakemake.input.target).eval()  # noqa: F821
+model = load_model(snakemake.input.target, dtype=snakemake.params.dtype, device=snakemake.params.device,  # noqa: F821
+                   with_tokenizer=False).model
 dump_features(
     model,
     load_tokens(Path(snakemake.input.train)),  # noqa: F821
