@@ -136,6 +136,9 @@ def training_section(metrics_paths: list[Path]) -> str:
         elif "heldout_top1_agreement_by_depth" in metrics:
             agreement = metrics["heldout_top1_agreement_by_depth"]
             quality = "top-1 agreement by depth " + ", ".join(f"{value:.2f}" for value in agreement)
+        elif "heldout_top1_agreement_by_step" in metrics:  # EAGLE: on true features, then on its own
+            agreement = metrics["heldout_top1_agreement_by_step"]
+            quality = "top-1 agreement by step " + ", ".join(f"{value:.2f}" for value in agreement)
         else:
             quality = "-"
         name = Path(path).stem

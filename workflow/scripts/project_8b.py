@@ -1,0 +1,113 @@
+"""Latency table at Llama-3.1-8B shapes (random weights) and the speedups it projects from measured acceptance.
+
+    python workflow/scripts/project_8b.py --summary results/tables/summary.csv --out-dir results/projection \
+        --device cuda --dtype bfloat16                          # on a GPU: the 8B-shape table (a few minutes)
+    python workflow/scripts/project_8b.py --summary results/tables/summary.csv --out-dir /tmp/projection \
+        --scale 32 --repeats 3                                  # the same code at 1/32 of the shapes, on CPU
+
+Writes latency.csv (ms per target forward for 1 and 8..128 tree tokens after --prefix tokens, per draft-LM
+forward, per EAGLE expansion and per Lyanna depth), projection.csv (per summary row: measured tau and
+speedup, projected drafting and verification ms per step, projected speedup) and projection.{pdf,png}.
+The projection assumes the small models' acceptance carries over to 8B scale; it is labelled as such.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from harness.atomic import atomic_path  # noqa: E402
+from harness.models import resolve_dtype  # noqa: E402
+from harness.projection import (SHAPES, Latencies, eagle_step_latency, lyanna_depth_latency,  # noqa: E402
+                                project_speedups, random_llama, scaled_shape, target_latencies)
+
+
+def measure(args: argparse.Namespace) -> Latencies:
+    dtype, device = resolve_dtype(args.dtype), args.device
+    sizes = [int(size) for size in args.sizes.split(",")]
+    target = random_llama(scaled_shape(SHAPES["llama-3.1-8b"], args.scale), dtype, device)
+    print(f"target: {sum(p.numel() for p in target.parameters()) / 1e9:.2f}B parameters, {args.dtype} on {device}")
+    latencies = {"target": target_latencies(target, args.prefix, sizes, args.repeats)}
+    latencies["eagle_step"] = eagle_step_latency(target, args.top_k, args.prefix, args.repeats)
+    latencies["lyanna_depth"] = lyanna_depth_latency(target, args.top_k, args.prefix, args.repeats)
+    del target
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
+    draft = random_llama(scaled_shape(SHAPES["llama-3.2-1b"], args.scale), dtype, device)
+    latencies["draft_lm"] = target_latencies(draft, args.prefix, [size for size in sizes if size <= 16] or [1],
+                                             args.repeats)
+    return Latencies(top_k=args.top_k, **latencies)
+
+
+def plot(projection: pd.DataFrame, out_dir: Path, label: str) -> None:
+    from harness.figures import STYLE, save_figure, variant_colors, variant_order
+
+    import matplotlib.pyplot as plt
+
+    table = projection.dropna(subset=["projected_speedup"])
+    table = table.groupby(["variant", "method", "temperature"], as_index=False)[
+        ["measured_speedup", "projected_speedup"]].mean()
+    colors = variant_colors(table)
+    with plt.rc_context(STYLE):
+        temperatures = sorted(table.temperature.unique())
+        figure, axes = plt.subplots(1, len(temperatures), figsize=(3.4 * len(temperatures), 2.6), squeeze=False,
+                                    sharey=True)
+        for axis, temperature in zip(axes[0], temperatures):
+            rows = table[table.temperature == temperature].set_index("variant")
+            variants = [v for v in variant_order(table) if v in rows.index]
+            x = range(len(variants))
+            axis.bar([i - 0.2 for i in x], rows.loc[variants, "measured_speedup"], 0.4, color="0.75",
+                     label="measured (small models, this machine)")
+            axis.bar([i + 0.2 for i in x], rows.loc[variants, "projected_speedup"], 0.4,
+                     color=[colors[v] for v in variants], label=f"projected ({label})")
+            axis.axhline(1.0, color="black", linewidth=0.7, linestyle=":")
+            axis.set_xticks(list(x), variants, rotation=35, ha="right")
+            axis.set_title("greedy (T = 0)" if temperature == 0 else f"T = {temperature:g}")
+        axes[0][0].set_ylabel("speedup over ar (mean over datasets)")
+        axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+        save_figure(figure, out_dir, "projection")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--summary", required=True, type=Path, help="summary CSV with the measured acceptance")
+    parser.add_argument("--out-dir", required=True, type=Path)
+    parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
+    parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
+    parser.add_argument("--scale", type=int, default=1, help="divide every width, head count and layer count by this")
+    parser.add_argument("--prefix", type=int, default=1024, help="tokens in the KV cache before each timed forward")
+    parser.add_argument("--sizes", default="1,8,16,32,64,128", help="tree sizes (tokens per target forward)")
+    parser.add_argument("--top-k", type=int, default=10, help="nodes per EAGLE expansion / per Lyanna depth")
+    parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--threads", type=int, help="torch CPU threads")
+    args = parser.parse_args()
+    if not args.summary.is_file():
+        parser.error(f"no summary table {args.summary} (run the workflow first)")
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    latencies = measure(args)
+    label = "Llama-3.1-8B shapes" if args.scale == 1 else f"Llama-3.1-8B shapes / {args.scale}"
+    label += f", {args.dtype}, {torch.cuda.get_device_name() if args.device.startswith('cuda') else 'cpu'}"
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    table = latencies.table()
+    with atomic_path(args.out_dir / "latency.csv") as partial:
+        table.to_csv(partial, index=False, float_format="%.4f")
+    projection = project_speedups(pd.read_csv(args.summary, keep_default_na=False, na_values=[""]), latencies)
+    projection.insert(0, "basis", f"projection: {label}")
+    with atomic_path(args.out_dir / "projection.csv") as partial:
+        projection.to_csv(partial, index=False, float_format="%.4f")
+    plot(projection, args.out_dir, label)
+    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
+    print(projection.groupby(["variant", "temperature"])[["measured_speedup", "projected_speedup"]].mean()
+          .to_string(float_format=lambda v: f"{v:.2f}"))
+    print(f"wrote {args.out_dir}/latency.csv, projection.csv, projection.pdf/png ({label})")
+
+
+if __name__ == "__main__":
+    main()
