@@ -33,8 +33,9 @@ def degeneracy(model, tokenizer, heldout: torch.Tensor, prompts: int, new_tokens
 
 def train_zoo_lm(role: str, tokenizer_dir: Path, train_tokens: Path, heldout_tokens: Path, corpus_summary: Path,
                  model_config: dict, evaluation: dict, out_dir: Path, metrics_path: Path, checkpoint: Path,
-                 teacher_dir: Path | None = None, progress: bool = True) -> dict:
-    """Train the target (next-token loss) or the draft (distillation from ``teacher_dir``), save, evaluate."""
+                 teacher_dir: Path | None = None, progress: bool = True, device: str = "cpu") -> dict:
+    """Train the target (next-token loss) or the draft (distillation from ``teacher_dir``) on ``device``,
+    save, evaluate."""
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     tokens = load_tokens(train_tokens)
     heldout = load_tokens(heldout_tokens)
@@ -43,15 +44,16 @@ def train_zoo_lm(role: str, tokenizer_dir: Path, train_tokens: Path, heldout_tok
     batch_size = train_settings.pop("batch_size", 16)
     seq_len = train_settings.pop("seq_len", 256)
     config = TrainConfig(**train_settings)
-    model = new_llama(shape, tokenizer, config.seed)
+    model = new_llama(shape, tokenizer, config.seed).to(device)
     teacher = None
     if teacher_dir is not None:
-        teacher = AutoModelForCausalLM.from_pretrained(teacher_dir).eval()
+        teacher = AutoModelForCausalLM.from_pretrained(teacher_dir).to(device).eval()
         teacher.requires_grad_(False)
     temperature = model_config.get("distill_temperature", 1.0)
 
     def loss_fn(step: int) -> tuple[torch.Tensor, int]:
-        windows = batches_from_step(step, config.seed, lambda g: random_windows(tokens, batch_size, seq_len, g))
+        windows = batches_from_step(step, config.seed,
+                                    lambda g: random_windows(tokens, batch_size, seq_len, g)).to(device)
         if teacher is None:
             return next_token_loss(model, windows), windows.numel()
         return distillation_loss(model, teacher, windows, temperature), windows.numel()
@@ -63,7 +65,7 @@ def train_zoo_lm(role: str, tokenizer_dir: Path, train_tokens: Path, heldout_tok
     result = train(model, loss_fn, config, checkpoint=checkpoint, fingerprint=fingerprint,
                    description=f"train {role}", progress=progress)
 
-    windows = even_windows(heldout, evaluation["heldout_windows"], evaluation["window_len"])
+    windows = even_windows(heldout, evaluation["heldout_windows"], evaluation["window_len"]).to(device)
     metrics = {
         "role": role,
         "parameters": sum(p.numel() for p in model.parameters()),

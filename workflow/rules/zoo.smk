@@ -118,10 +118,12 @@ if not external_models():
             model=config["target"],
             evaluation=config["evaluation"],
             checkpoint=work("checkpoints/target.pt"),
+            device=compute_device(),
         threads: config["threads"]
         resources:
             mem_mb=8000,
             runtime=int(config["target"]["train"].get("time_budget_s", 3600) / 60) + 30,
+            gpu=gpus_per_job(),
         script:
             "../scripts/train_lm.py"
 
@@ -140,9 +142,11 @@ if not external_models():
             model=config["draft"],
             evaluation=config["evaluation"],
             checkpoint=work("checkpoints/draft.pt"),
+            device=compute_device(),
         threads: config["threads"]
         resources:
             mem_mb=8000,
             runtime=int(config["draft"]["train"].get("time_budget_s", 3600) / 60) + 30,
+            gpu=gpus_per_job(),
         script:
             "../scripts/train_lm.py"

@@ -20,5 +20,6 @@ metrics = train_zoo_lm(
     metrics_path=Path(snakemake.output.metrics),  # noqa: F821
     checkpoint=Path(params.checkpoint),
     teacher_dir=Path(inputs.teacher) if "teacher" in inputs.keys() else None,
+    device=params.device,
 )
 print(json.dumps(metrics, indent=2))
