@@ -234,3 +234,4 @@ def test_killed_training_resumes_from_its_checkpoint(tmp_path):
     assert "resuming train target from step" in result.stdout + result.stderr
     metrics = json.loads((tmp_path / "work" / "metrics" / "target.json").read_text())
     assert metrics["training"]["resumed_from_step"] > 0
+

@@ -11,15 +11,15 @@ NEEDS_DRAFTER = {"eagle", "lyanna"}
 
 
 def variant_method(variant):
-    return config["bench"]["methods"][variant].get("method", variant)
+    return plan.variant_method(config, variant)
 
 
 def variant_drafter(variant):
-    return config["bench"]["methods"][variant].get("drafter", variant_method(variant))
+    return plan.variant_drafter(config, variant)
 
 
 def is_ablation(variant):
-    return bool(config["bench"]["methods"][variant].get("ablation", False))
+    return plan.is_ablation(config, variant)
 
 
 def variants_of(method, ablation=False):
@@ -28,24 +28,15 @@ def variants_of(method, ablation=False):
 
 
 def variant_options(variant, temperature):
-    """The method options of a variant; `method` and `tree_budget` are for the workflow only."""
-    options = {key: value for key, value in config["bench"]["methods"][variant].items()
-               if key not in ("method", "drafter", "ablation")}
-    budget = options.pop("tree_budget", "auto")
-    if options.get("tree_file") == "auto":
-        options["tree_file"] = work(f"tree/sequoia-t{temperature}-b{budget}.json")
-    return options
+    return plan.variant_options(config, variant, temperature, WORK)
 
 
 def bench_outputs(variants=None):
     """Raw records of the given variants (default: all): ablations on bench.ablation_datasets."""
     outputs = []
     for variant in method_names() if variants is None else variants:
-        datasets = config["bench"]["datasets"]
-        if is_ablation(variant):
-            datasets = config["bench"].get("ablation_datasets", datasets)
         outputs += expand(results("raw/{variant}/{dataset}-t{temperature}.jsonl"), variant=variant,
-                          dataset=datasets, temperature=temperatures())
+                          dataset=plan.variant_datasets(config, variant), temperature=temperatures())
     return outputs
 
 
@@ -65,34 +56,9 @@ def bench_inputs(wildcards):
 
 
 def bench_arguments(wildcards, input):
-    bench = config["bench"]
-    method = variant_method(wildcards.variant)
-    arguments = [
-        f"--method {method}",
-        f"--variant {wildcards.variant}",
-        f"--target {input.target}",
-        f"--prompts {dataset_prompts(wildcards.dataset)}",
-        f"--dataset {wildcards.dataset}",
-        f"--temperature {wildcards.temperature}",
-        f"--max-new-tokens {bench.get('max_new_tokens', 128)}",
-        f"--seed {bench.get('seed', 0)}",
-        f"--dtype {bench.get('dtype', 'float32')}",
-        f"--device {bench.get('device', 'cpu')}",
-        f"--warmup {bench.get('warmup', 1)}",
-    ]
-    if "draft" in input.keys():
-        arguments.append(f"--draft {input.draft}")
-    if "drafter" in input.keys():
-        arguments.append(f"--drafter {input.drafter}")
-    limit = dataset_limit(wildcards.dataset)
-    if limit:
-        arguments.append(f"--limit {limit}")
-    for key, value in variant_options(wildcards.variant, wildcards.temperature).items():
-        value = ",".join(map(str, value)) if isinstance(value, list) else value
-        arguments.append(f"--opt {key}={value}")
-    if method != "ar":
-        arguments.append("--pair-with-ar")
-    return " ".join(arguments)
+    arguments = plan.run_arguments(config, wildcards.variant, wildcards.dataset, wildcards.temperature, WORK,
+                                   input.target, input.get("draft"), input.get("drafter"))
+    return shlex.join(arguments)
 
 
 rule bench:

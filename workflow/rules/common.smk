@@ -1,10 +1,13 @@
-# Paths and helpers shared by the rules.
+# Paths and helpers shared by the rules (what to run is decided in harness/workflow_plan.py, shared with
+# workflow/scripts/gpu_check.py).
 import json
+import shlex
 from pathlib import Path
+
+from harness import workflow_plan as plan
 
 WORK = Path(config["work_dir"])
 RESULTS = Path(config["results_dir"])
-BUILTIN_DATASETS = {"humaneval", "stdlib_code"}
 
 
 def external_models():
@@ -54,33 +57,16 @@ def as_json(value):
 
 def method_names():
     """The variants to run: every entry of bench.methods, or only those listed in bench.only."""
-    names = list(config["bench"]["methods"])
-    only = config["bench"].get("only")
-    if only:
-        unknown = [name for name in only if name not in names]
-        if unknown:
-            raise ValueError(f"bench.only names {unknown[0]!r}, which is not under bench.methods")
-        names = [name for name in names if name in only]
-    return names
+    return plan.variant_names(config)
 
 
 def temperatures():
-    return [f"{t:g}" for t in config["bench"]["temperatures"]]
+    return plan.temperature_names(config)
 
 
 def dataset_prompts(dataset):
-    """The prompt set a dataset name stands for: built by the workflow, or a user path."""
-    if dataset == "stdlib_code":
-        return work("prompts/stdlib_code.jsonl")
-    if dataset == "humaneval":
-        return "humaneval"
-    paths = config["bench"].get("dataset_paths", {})
-    if dataset not in paths:
-        raise ValueError(f"dataset {dataset!r} is neither built in ({sorted(BUILTIN_DATASETS)}) nor in bench.dataset_paths")
-    return paths[dataset]
+    return plan.dataset_prompts(config, dataset, WORK)
 
 
 def dataset_limit(dataset):
-    if dataset == "humaneval":
-        return config["prompts"]["humaneval_limit"]
-    return config["bench"].get("limit", 0)
+    return plan.dataset_limit(config, dataset)

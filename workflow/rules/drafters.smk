@@ -34,21 +34,8 @@ def drafter_data(wildcards):
 
 
 def drafter_arguments(wildcards, input):
-    settings = drafter_settings(wildcards.drafter)
     data = Path(input.data).parent if input.data.endswith("index.json") else input.data
-    arguments = [
-        f"--method {drafter_method(wildcards.drafter)}",
-        f"--target {input.target}",
-        f"--data {data}",
-        f"--heldout {input.heldout}",
-        f"--steps {settings.get('steps', 1000)}",
-        f"--time-budget-s {settings.get('time_budget_s', 0)}",
-        f"--device {compute_device()}",
-    ]
-    for key, value in settings.get("options", {}).items():
-        value = ",".join(map(str, value)) if isinstance(value, list) else value
-        arguments.append(f"--opt {key}={value}")
-    return " ".join(arguments)
+    return shlex.join(plan.train_arguments(config, wildcards.drafter, input.target, str(data), input.heldout))
 
 
 rule train_drafter:

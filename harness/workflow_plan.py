@@ -1,0 +1,118 @@
+"""What the workflow runs, as pure functions of its config: variants, prompt sets, and the command lines of
+bench and drafter-training jobs. Used by the Snakemake rules and by workflow/scripts/gpu_check.py, so both
+run exactly the same commands."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+BUILTIN_DATASETS = ("humaneval", "stdlib_code")
+WORKFLOW_ONLY_KEYS = ("method", "drafter", "ablation")
+
+
+def variant_names(config: dict) -> list[str]:
+    """The variants to run: every entry of bench.methods, or only those listed in bench.only."""
+    names = list(config["bench"]["methods"])
+    only = config["bench"].get("only")
+    if only:
+        unknown = [name for name in only if name not in names]
+        if unknown:
+            raise ValueError(f"bench.only names {unknown[0]!r}, which is not under bench.methods")
+        names = [name for name in names if name in only]
+    return names
+
+
+def variant_method(config: dict, variant: str) -> str:
+    return config["bench"]["methods"][variant].get("method", variant)
+
+
+def variant_drafter(config: dict, variant: str) -> str:
+    return config["bench"]["methods"][variant].get("drafter", variant_method(config, variant))
+
+
+def is_ablation(config: dict, variant: str) -> bool:
+    return bool(config["bench"]["methods"][variant].get("ablation", False))
+
+
+def variant_datasets(config: dict, variant: str) -> list[str]:
+    bench = config["bench"]
+    return bench.get("ablation_datasets", bench["datasets"]) if is_ablation(config, variant) else bench["datasets"]
+
+
+def temperature_names(config: dict) -> list[str]:
+    return [f"{t:g}" for t in config["bench"]["temperatures"]]
+
+
+def variant_options(config: dict, variant: str, temperature: str, work_dir: Path) -> dict[str, Any]:
+    """The method options of a variant; `tree_file: auto` becomes the Sequoia tree searched for the
+    temperature with the variant's `tree_budget` (auto: the latency-chosen budget)."""
+    options = {key: value for key, value in config["bench"]["methods"][variant].items()
+               if key not in WORKFLOW_ONLY_KEYS}
+    budget = options.pop("tree_budget", "auto")
+    if options.get("tree_file") == "auto":
+        options["tree_file"] = str(Path(work_dir) / "tree" / f"sequoia-t{temperature}-b{budget}.json")
+    return options
+
+
+def dataset_prompts(config: dict, dataset: str, work_dir: Path) -> str:
+    """The prompt set a dataset name stands for: built by the workflow, or a user path."""
+    if dataset == "stdlib_code":
+        return str(Path(work_dir) / "prompts" / "stdlib_code.jsonl")
+    if dataset == "humaneval":
+        return "humaneval"
+    paths = config["bench"].get("dataset_paths", {})
+    if dataset not in paths:
+        raise ValueError(f"dataset {dataset!r} is neither built in ({list(BUILTIN_DATASETS)}) nor in "
+                         "bench.dataset_paths")
+    return paths[dataset]
+
+
+def dataset_limit(config: dict, dataset: str) -> int:
+    if dataset == "humaneval":
+        return config["prompts"]["humaneval_limit"]
+    return config["bench"].get("limit", 0)
+
+
+def _option_arguments(options: dict[str, Any]) -> list[str]:
+    arguments = []
+    for key, value in options.items():
+        value = ",".join(map(str, value)) if isinstance(value, list) else value
+        arguments += ["--opt", f"{key}={value}"]
+    return arguments
+
+
+def run_arguments(config: dict, variant: str, dataset: str, temperature: str, work_dir: Path, target: str,
+                  draft: str | None = None, drafter: str | None = None) -> list[str]:
+    """Arguments of `python -m harness run` for one bench job (threads, progress and --out left to the caller)."""
+    bench = config["bench"]
+    method = variant_method(config, variant)
+    arguments = [
+        "--method", method, "--variant", variant, "--target", target,
+        "--prompts", dataset_prompts(config, dataset, work_dir), "--dataset", dataset,
+        "--temperature", str(temperature), "--max-new-tokens", str(bench.get("max_new_tokens", 128)),
+        "--seed", str(bench.get("seed", 0)), "--dtype", bench.get("dtype", "float32"),
+        "--device", str(bench.get("device", "cpu")), "--warmup", str(bench.get("warmup", 1)),
+    ]
+    if draft:
+        arguments += ["--draft", draft]
+    if drafter:
+        arguments += ["--drafter", drafter]
+    limit = dataset_limit(config, dataset)
+    if limit:
+        arguments += ["--limit", str(limit)]
+    arguments += _option_arguments(variant_options(config, variant, temperature, work_dir))
+    if method != "ar":
+        arguments.append("--pair-with-ar")
+    return arguments
+
+
+def train_arguments(config: dict, drafter: str, target: str, data: str, heldout: str) -> list[str]:
+    """Arguments of `python -m harness train` for one configured drafter (checkpoint, --out etc. left out)."""
+    settings = config["drafters"][drafter]
+    return [
+        "--method", settings.get("method", drafter), "--target", target, "--data", data, "--heldout", heldout,
+        "--steps", str(settings.get("steps", 1000)), "--time-budget-s", str(settings.get("time_budget_s", 0)),
+        "--device", str(config["bench"].get("device", "cpu")),
+        *_option_arguments(settings.get("options", {})),
+    ]

@@ -1,0 +1,35 @@
+"""workflow/scripts/gpu_check.py: the pipeline in one command without Snakemake (run here on CPU)."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+@pytest.mark.slow
+def test_gpu_check_runs_the_pipeline_without_snakemake(tmp_path):
+    """workflow/scripts/gpu_check.py on CPU with the smoke config trimmed further: the same steps and commands as
+    the workflow, ending in the tables, figures and report."""
+    trim = tmp_path / "trim.yaml"
+    trim.write_text(yaml.safe_dump({
+        "target": {"train": {"time_budget_s": 15}}, "draft": {"train": {"time_budget_s": 8}},
+        "drafters": {"eagle": {"time_budget_s": 5}, "lyanna": {"time_budget_s": 5}},
+        "bench": {"only": ["ar", "sd", "tree_sd_sequoia", "eagle", "lyanna"]},
+    }))
+    args = [sys.executable, "workflow/scripts/gpu_check.py", "--out", str(tmp_path / "check"), "--device", "cpu",
+            "--threads", "2", "--config", "workflow/config/default.yaml", "workflow/config/smoke.yaml", str(trim)]
+    result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    results = tmp_path / "check" / "results"
+    summary = pd.read_csv(results / "tables" / "summary.csv")
+    assert sorted(summary.variant) == ["ar", "eagle", "lyanna", "sd", "tree_sd_sequoia"]
+    assert (results / "figures" / "speedup.png").stat().st_size > 10_000
+    assert "| eagle | stdlib_code | 0 |" in (results / "report.md").read_text()
+    steps = json.loads((tmp_path / "check" / "step_seconds.json").read_text())
+    assert {"train target", "train drafter lyanna", "bench eagle stdlib_code t0", "report"} <= set(steps)
+    again = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert again.returncode == 0 and "[run ]" not in again.stdout  # every step's outputs exist: nothing reruns

@@ -1,0 +1,212 @@
+"""The whole pipeline in one command, without Snakemake: for a bare GPU machine (torch, transformers, pandas,
+matplotlib) where the workflow cannot be installed.
+
+    python workflow/scripts/gpu_check.py --out /tmp/gpu_check                       # workflow/config/gpu_check.yaml
+    python workflow/scripts/gpu_check.py --out /tmp/check --config workflow/config/default.yaml \
+        workflow/config/smoke.yaml --device cpu                                     # the smoke pipeline on CPU
+
+It runs the workflow's own steps in the workflow's order: the rule scripts under workflow/scripts (given the
+inputs, outputs and params their rules would give them), then `python -m harness train` for every drafter,
+`python -m harness run` for every variant x dataset x temperature (the commands of harness/workflow_plan.py,
+the same the rules run), and summarize / figures / report. Config files are merged in order like
+Snakemake's --configfile; bench.device/dtype may be overridden. A step whose outputs exist is skipped, so
+a killed check resumes. It prints the seconds each step took, and writes everything under --out:
+work/ (corpus, models, drafters) and results/ (raw records, tables, figures, report.md).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import runpy
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT))
+
+from harness import workflow_plan as plan  # noqa: E402
+
+SCRIPTS = ROOT / "workflow" / "scripts"
+NEEDS_DRAFT_LM = {"sd", "tree_sd"}
+NEEDS_DRAFTER = {"eagle", "lyanna"}
+
+
+class NamedValues(list):
+    """A list whose items also have names, like the `snakemake.input/output/params` a rule script reads."""
+
+    def __init__(self, items: dict[str, Any] | list[Any]) -> None:
+        named = items if isinstance(items, dict) else {}
+        super().__init__(named.values() if named else items)
+        self._names = dict(named)
+        for name, value in named.items():  # instance attributes, so that `output.index` is not list.index
+            setattr(self, name, value)
+
+    def keys(self):
+        return self._names.keys()
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self._names.get(name, default)
+
+
+def merge(base: dict, update: dict) -> dict:
+    """Deep merge, as Snakemake merges config files."""
+    for key, value in update.items():
+        base[key] = merge(dict(base[key]), value) if isinstance(value, dict) and isinstance(base.get(key), dict) \
+            else value
+    return base
+
+
+class Check:
+    def __init__(self, config: dict, out: Path, threads: int) -> None:
+        self.config, self.threads = config, threads
+        self.work, self.results = out / "work", out / "results"
+        self.seconds: dict[str, float] = {}
+
+    def w(self, path: str) -> str:
+        return str(self.work / path)
+
+    def step(self, name: str, outputs: list[str], action) -> None:
+        if all(Path(path).exists() for path in outputs):
+            print(f"[skip] {name}: outputs exist")
+            return
+        for path in outputs:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        print(f"[run ] {name}", flush=True)
+        started = time.perf_counter()
+        action()
+        self.seconds[name] = time.perf_counter() - started
+        missing = [path for path in outputs if not Path(path).exists()]
+        if missing:
+            raise SystemExit(f"step {name} did not write {missing[0]}")
+
+    def script(self, name: str, script: str, inputs: dict, outputs: dict | list, params: dict | None = None,
+               wildcards: dict | None = None) -> None:
+        namespace = SimpleNamespace(input=NamedValues(inputs), output=NamedValues(outputs),
+                                    params=NamedValues(params or {}), threads=self.threads,
+                                    wildcards=NamedValues(wildcards or {}))
+        paths = list(outputs.values()) if isinstance(outputs, dict) else list(outputs)
+        self.step(name, paths, lambda: runpy.run_path(str(SCRIPTS / script), init_globals={"snakemake": namespace},
+                                                      run_name="__main__"))
+
+    def command(self, name: str, arguments: list[str], outputs: list[str]) -> None:
+        def run() -> None:
+            subprocess.run([sys.executable, "-m", "harness", *arguments], cwd=ROOT, check=True)
+
+        self.step(name, outputs, run)
+
+
+def run_check(config: dict, out: Path, threads: int) -> dict[str, float]:
+    check = Check(config, out, threads)
+    w, device = check.w, str(config["bench"].get("device", "cpu"))
+    dtype = config["bench"].get("dtype", "float32")
+    corpus = {"train": w("data/corpus/train.jsonl"), "heldout": w("data/corpus/heldout.jsonl"),
+              "summary": w("data/corpus/corpus.json")}
+    check.script("corpus", "build_corpus.py", {}, corpus, {"corpus": config["corpus"]})
+    check.script("tokenizer", "train_tokenizer.py", {"train": corpus["train"]}, [w("models/tokenizer")],
+                 {"tokenizer": config["tokenizer"]})
+    for split in ("train", "heldout"):
+        check.script(f"tokenize {split}", "tokenize_corpus.py",
+                     {"tokenizer": w("models/tokenizer"), "documents": corpus[split]}, [w(f"data/tokens/{split}.pt")],
+                     wildcards={"split": split})
+    lm_inputs = {"tokenizer": w("models/tokenizer"), "train": w("data/tokens/train.pt"),
+                 "heldout": w("data/tokens/heldout.pt"), "corpus": corpus["summary"]}
+    for role, extra in (("target", {}), ("draft", {"teacher": w("models/target")})):
+        check.script(f"train {role}", "train_lm.py", {**lm_inputs, **extra},
+                     {"model": w(f"models/{role}"), "metrics": w(f"metrics/{role}.json")},
+                     {"role": role, "model": config[role], "evaluation": config["evaluation"],
+                      "checkpoint": w(f"checkpoints/{role}.pt"), "device": device})
+    check.script("dump features", "dump_features.py", {"target": w("models/target"), "train": lm_inputs["train"]},
+                 {"index": w("features/target/index.json")},
+                 {"features": config["features"], "device": device, "dtype": dtype})
+    check.script("code prompts", "make_code_prompts.py", {"heldout": corpus["heldout"]},
+                 [w("prompts/stdlib_code.jsonl")], {"prompts": config["prompts"]})
+    variants = plan.variant_names(config)
+    trees = {(t, str(options.get("tree_budget", "auto"))) for v in variants
+             for options in [config["bench"]["methods"][v]] if options.get("tree_file") == "auto"
+             for t in plan.temperature_names(config)}
+    if trees:
+        models = {"target": w("models/target"), "draft": w("models/draft")}
+        check.script("measure latency", "measure_latency.py", models, [w("tree/latency.json")],
+                     {"tree": config["tree_search"], "device": device, "dtype": dtype})
+        for temperature in sorted({t for t, _ in trees}):
+            check.script(f"measure acceptance t{temperature}", "measure_acceptance.py",
+                         {**models, "heldout": w("data/tokens/heldout.pt")}, [w(f"tree/acceptance-t{temperature}.json")],
+                         {"tree": config["tree_search"]}, {"temperature": temperature})
+        for temperature, budget in sorted(trees):
+            check.script(f"sequoia tree t{temperature} b{budget}", "sequoia_tree.py",
+                         {"acceptance": w(f"tree/acceptance-t{temperature}.json"), "latency": w("tree/latency.json")},
+                         [w(f"tree/sequoia-t{temperature}-b{budget}.json")], {"tree": config["tree_search"]},
+                         {"budget": budget})
+    drafters = sorted({plan.variant_drafter(config, v) for v in variants
+                       if plan.variant_method(config, v) in NEEDS_DRAFTER})
+    for drafter in drafters:
+        data = w("features/target") if config["drafters"][drafter].get("data", "features") == "features" \
+            else w("data/tokens/train.pt")
+        arguments = plan.train_arguments(config, drafter, w("models/target"), data, w("data/tokens/heldout.pt"))
+        check.command(f"train drafter {drafter}", ["train", *arguments,
+            "--checkpoint", w(f"checkpoints/drafter-{drafter}.pt"), "--threads", str(threads), "--no-progress",
+            "--out", w(f"drafters/{drafter}"), "--metrics", w(f"metrics/drafter-{drafter}.json")],
+            [w(f"drafters/{drafter}")])
+    records = []
+    for variant in variants:
+        method = plan.variant_method(config, variant)
+        for dataset in plan.variant_datasets(config, variant):
+            for temperature in plan.temperature_names(config):
+                out_file = str(check.results / "raw" / variant / f"{dataset}-t{temperature}.jsonl")
+                arguments = plan.run_arguments(
+                    config, variant, dataset, temperature, check.work, w("models/target"),
+                    w("models/draft") if method in NEEDS_DRAFT_LM else None,
+                    w(f"drafters/{plan.variant_drafter(config, variant)}") if method in NEEDS_DRAFTER else None)
+                check.command(f"bench {variant} {dataset} t{temperature}",
+                              ["run", *arguments, "--threads", str(threads), "--no-progress", "--out", out_file],
+                              [out_file])
+                records.append(out_file)
+    tables = check.results / "tables"
+    summary, depth = str(tables / "summary.csv"), str(tables / "depth_acceptance.csv")
+    main = ",".join(v for v in variants if not plan.is_ablation(config, v))
+    check.command("summary", ["summarize", *records, "--out", summary, "--depth-out", depth], [summary])
+    figures = check.results / "figures"
+    check.command("figures", ["figures", "--summary", summary, "--depth", depth, "--out-dir", str(figures),
+                              "--main", main], [str(figures / "efficiency.png")])
+    metrics = [w("metrics/target.json"), w("metrics/draft.json")] + [w(f"metrics/drafter-{d}.json") for d in drafters]
+    report = str(check.results / "report.md")
+    check.command("report", ["report", *records, "--summary", summary, "--figures", str(figures), "--metrics",
+                             *metrics, "--main", main, "--out", report], [report])
+    return check.seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--out", required=True, type=Path, help="folder for work/ and results/")
+    parser.add_argument("--config", nargs="+", type=Path,
+                        default=[ROOT / "workflow/config/default.yaml", ROOT / "workflow/config/gpu_check.yaml"],
+                        help="config files, merged in order (default: default.yaml, gpu_check.yaml)")
+    parser.add_argument("--device", help="override bench.device (models train and run there)")
+    parser.add_argument("--dtype", help="override bench.dtype")
+    parser.add_argument("--threads", type=int, default=4, help="torch CPU threads per step")
+    args = parser.parse_args()
+    config: dict = {}
+    for path in args.config:
+        if not path.is_file():
+            parser.error(f"no config file {path}")
+        merge(config, yaml.safe_load(path.read_text()) or {})
+    for key, value in (("device", args.device), ("dtype", args.dtype)):
+        if value:
+            config["bench"][key] = value
+    started = time.perf_counter()
+    seconds = run_check(config, args.out, args.threads)
+    total = time.perf_counter() - started
+    print(json.dumps({name: round(value, 1) for name, value in seconds.items()}, indent=1))
+    print(f"gpu_check: {total:.0f} s in all; report: {args.out / 'results' / 'report.md'}")
+    (args.out / "step_seconds.json").write_text(json.dumps({**seconds, "total": total}, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
