@@ -10,6 +10,8 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+
+
 @pytest.mark.slow
 def test_gpu_check_runs_the_pipeline_without_snakemake(tmp_path):
     """workflow/scripts/gpu_check.py on CPU with the smoke config trimmed further: the same steps and commands as
