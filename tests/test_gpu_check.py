@@ -18,8 +18,8 @@ def test_gpu_check_runs_the_pipeline_without_snakemake(tmp_path):
     the workflow, ending in the tables, figures and report."""
     trim = tmp_path / "trim.yaml"
     trim.write_text(yaml.safe_dump({
-        "target": {"train": {"time_budget_s": 15}}, "draft": {"train": {"time_budget_s": 8}},
-        "drafters": {"eagle": {"time_budget_s": 5}, "lyanna": {"time_budget_s": 5}},
+        "target": {"train": {"time_budget_s": 10}}, "draft": {"train": {"time_budget_s": 5}},
+        "drafters": {"eagle": {"time_budget_s": 3}, "lyanna": {"time_budget_s": 3}},
         "bench": {"only": ["ar", "sd", "tree_sd_sequoia", "eagle", "lyanna"]},
     }))
     args = [sys.executable, "workflow/scripts/gpu_check.py", "--out", str(tmp_path / "check"), "--device", "cpu",
