@@ -155,13 +155,15 @@ def test_smoke_pipeline_end_to_end_killed_and_resumed(tmp_path):
     started = time.perf_counter()
     args = ["--cores", "2", "--profile", "workflow/profiles/smoke", *overrides(tmp_path)]
     work, results = tmp_path / "work", tmp_path / "results"
-    process = subprocess.Popen([*SNAKEMAKE, *args], cwd=ROOT, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
-                               start_new_session=True)
-    deadline = time.time() + 480
-    while time.time() < deadline and len(list((results / "raw").rglob("*.jsonl"))) < 2:
-        time.sleep(0.5)
-    time.sleep(2)  # let Snakemake record the first finished benchmarks
-    os.killpg(process.pid, signal.SIGKILL)
+    log = tmp_path / "first-run.log"
+    with log.open("w") as handle:
+        process = subprocess.Popen([*SNAKEMAKE, *args], cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        deadline = time.time() + 480
+        # kill once Snakemake has recorded two finished benchmarks (its log says so after it has)
+        while time.time() < deadline and log.read_text().count("(Rule: bench)") < 2 and process.poll() is None:
+            time.sleep(0.2)
+        os.killpg(process.pid, signal.SIGKILL)
     process.wait(timeout=60)
     present = {path: path.stat().st_mtime_ns for path in (results / "raw").rglob("*.jsonl")}
     assert 2 <= len(present) < len(SMOKE_VARIANTS), "the kill came before the benchmarks or after the last one"
