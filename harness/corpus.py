@@ -17,6 +17,7 @@ from pathlib import Path
 
 from harness.atomic import atomic_path
 from harness.errors import DraftcountError
+from harness.jsonl import read_jsonl_rows
 
 TEST_DIRS = {"test", "tests", "idle_test"}
 SKIPPED_DIRS = {"site-packages", "dist-packages", "__pycache__"}
@@ -116,18 +117,11 @@ def read_text_jsonl(path: Path, field: str = "text") -> list[Document]:
     if not path.is_file():
         raise DraftcountError(f"corpus file {path} does not exist")
     documents = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as error:
-                raise DraftcountError(f"{path}:{number} is not valid JSON ({error.msg})") from None
-            if not isinstance(row, dict) or not isinstance(row.get(field), str):
-                raise DraftcountError(f"{path}:{number} has no string field {field!r}")
-            if row[field].strip():
-                documents.append(Document(str(row.get("id", f"{path.name}:{number}")), row[field]))
+    for number, row in read_jsonl_rows(path):
+        if not isinstance(row, dict) or not isinstance(row.get(field), str):
+            raise DraftcountError(f"{path}:{number} has no string field {field!r}")
+        if row[field].strip():
+            documents.append(Document(str(row.get("id", f"{path.name}:{number}")), row[field]))
     if not documents:
         raise DraftcountError(f"{path} holds no documents")
     return documents

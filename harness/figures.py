@@ -72,12 +72,15 @@ def _temperature_label(temperature: float) -> str:
 
 
 def _grouped_bars(axis: plt.Axes, table: pd.DataFrame, value: str, variants: list[str], colors: dict,
-                  low: str | None = None, high: str | None = None) -> None:
+                  low: str | None = None, high: str | None = None) -> dict[str, tuple[np.ndarray, pd.DataFrame]]:
+    """One group of bars per dataset, one bar per variant; returns each variant's bar positions and rows."""
     datasets = sorted(table.dataset.unique())
     width = 0.8 / max(len(variants), 1)
+    bars = {}
     for index, variant in enumerate(variants):
         rows = table[table.variant == variant].set_index("dataset").reindex(datasets)
         positions = np.arange(len(datasets)) + (index - (len(variants) - 1) / 2) * width
+        bars[variant] = (positions, rows)
         errors = None
         if low and high and low in rows:
             errors = np.vstack([(rows[value] - rows[low]).clip(lower=0), (rows[high] - rows[value]).clip(lower=0)])
@@ -85,6 +88,7 @@ def _grouped_bars(axis: plt.Axes, table: pd.DataFrame, value: str, variants: lis
         axis.bar(positions, rows[value], width, yerr=errors, color=colors[variant], label=variant,
                  error_kw={"elinewidth": 0.6, "capsize": 1.5})
     axis.set_xticks(np.arange(len(datasets)), datasets)
+    return bars
 
 
 def _by_temperature(summary: pd.DataFrame, height: float = 2.4, rows: int = 1, sharey: bool = True):
@@ -112,12 +116,7 @@ def plot_tau(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str]) -> plt
     figure, axes, temperatures = _by_temperature(summary)
     for axis, temperature in zip(axes[0], temperatures):
         table = summary[summary.temperature == temperature]
-        _grouped_bars(axis, table, "tau", variants, colors)
-        datasets = sorted(table.dataset.unique())
-        width = 0.8 / len(variants)
-        for index, variant in enumerate(variants):
-            rows = table[table.variant == variant].set_index("dataset").reindex(datasets)
-            positions = np.arange(len(datasets)) + (index - (len(variants) - 1) / 2) * width
+        for positions, rows in _grouped_bars(axis, table, "tau", variants, colors).values():
             axis.plot(positions, rows.accepted_per_step, "o", color="black", markersize=2)
         axis.set_title(_temperature_label(temperature))
     axes[0][0].set_ylabel("tau (tokens per target forward)")

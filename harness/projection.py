@@ -94,10 +94,7 @@ def target_latencies(model: LlamaForCausalLM, prefix: int, sizes: list[int], rep
     for size in sizes:
         parents = wide_tree(size)
         bias = tree_attention_bias(parents, [], list(range(size)), prefix, model.dtype, device)
-        depths = torch.tensor([0] * size)
-        for index in range(1, size):
-            depths[index] = depths[parents[index]] + 1
-        position_ids = (prefix + depths).to(device)[None]
+        position_ids = (prefix + torch.tensor(depths_of(parents))).to(device)[None]
         input_ids = torch.randint(vocab, (1, size), device=device)
 
         def forward() -> None:

@@ -14,6 +14,7 @@ from pathlib import Path
 from transformers import PreTrainedTokenizerBase
 
 from harness.errors import DraftcountError
+from harness.jsonl import read_jsonl_rows
 
 
 @dataclass(frozen=True)
@@ -24,16 +25,7 @@ class Prompt:
 
 
 def _read_jsonl(path: Path) -> list[dict]:
-    rows = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError as error:
-                raise DraftcountError(f"{path}:{number} is not valid JSON ({error.msg})") from None
-    return rows
+    return [row for _, row in read_jsonl_rows(path)]
 
 
 def load_question_jsonl(path: Path) -> list[Prompt]:

@@ -9,6 +9,8 @@ from typing import Any
 
 BUILTIN_DATASETS = ("humaneval", "stdlib_code")
 WORKFLOW_ONLY_KEYS = ("method", "drafter", "ablation")
+NEEDS_DRAFT_LM = {"sd", "tree_sd"}  # methods that run a draft LM
+NEEDS_DRAFTER = {"eagle", "lyanna"}  # methods that run a trained drafter
 
 
 def variant_names(config: dict) -> list[str]:
@@ -33,6 +35,11 @@ def variant_drafter(config: dict, variant: str) -> str:
 
 def is_ablation(config: dict, variant: str) -> bool:
     return bool(config["bench"]["methods"][variant].get("ablation", False))
+
+
+def main_variants(config: dict) -> list[str]:
+    """The variants run on every dataset (the others are ablations and budget sweeps)."""
+    return [variant for variant in variant_names(config) if not is_ablation(config, variant)]
 
 
 def variant_datasets(config: dict, variant: str) -> list[str]:

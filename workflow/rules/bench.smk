@@ -6,8 +6,8 @@
 # tree_file: auto stands for the Sequoia tree the workflow searched for that temperature, with
 # the budget in tree_budget (auto: the one maximising estimated tokens/s on this machine).
 
-NEEDS_DRAFT_LM = {"sd", "tree_sd"}
-NEEDS_DRAFTER = {"eagle", "lyanna"}
+NEEDS_DRAFT_LM = plan.NEEDS_DRAFT_LM
+NEEDS_DRAFTER = plan.NEEDS_DRAFTER
 
 
 def variant_method(variant):

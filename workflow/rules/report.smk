@@ -4,7 +4,7 @@ FIGURE_NAMES = ["speedup", "tau", "waste", "budget", "depth", "ablation", "effic
 
 
 def main_variants():
-    return ",".join(variant for variant in method_names() if not is_ablation(variant))
+    return ",".join(plan.main_variants(config))
 
 
 def training_metrics():

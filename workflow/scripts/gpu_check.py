@@ -34,8 +34,7 @@ sys.path.insert(0, str(ROOT))
 from harness import workflow_plan as plan  # noqa: E402
 
 SCRIPTS = ROOT / "workflow" / "scripts"
-NEEDS_DRAFT_LM = {"sd", "tree_sd"}
-NEEDS_DRAFTER = {"eagle", "lyanna"}
+NEEDS_DRAFT_LM, NEEDS_DRAFTER = plan.NEEDS_DRAFT_LM, plan.NEEDS_DRAFTER
 
 
 class NamedValues(list):
@@ -170,7 +169,7 @@ def run_check(config: dict, out: Path, threads: int) -> dict[str, float]:
                 records.append(out_file)
     tables = check.results / "tables"
     summary, depth = str(tables / "summary.csv"), str(tables / "depth_acceptance.csv")
-    main = ",".join(v for v in variants if not plan.is_ablation(config, v))
+    main = ",".join(plan.main_variants(config))
     check.command("summary", ["summarize", *records, "--out", summary, "--depth-out", depth], [summary])
     figures = check.results / "figures"
     check.command("figures", ["figures", "--summary", summary, "--depth", depth, "--out-dir", str(figures),
