@@ -25,7 +25,6 @@ from harness.errors import DraftcountError
 from harness.tree import TokenTree
 
 
-
 @dataclass(frozen=True)
 class BeamShape:
     top_k: int = 4
@@ -71,45 +70,49 @@ class BeamTree:
 
 
 def grow_beam_tree(root: torch.Tensor, root_logprobs: torch.Tensor, expand: Expand, shape: BeamShape) -> BeamTree:
-    """Grow a tree below ``root`` from its children's log-probabilities (V,) and ``expand`` for deeper levels."""
+    """Grow a tree below ``root`` from its children's log-probabilities (V,) and ``expand`` for deeper levels.
+
+    Host reads: one per depth (the top-k scores and tokens of the whole frontier, read together); the root
+    token stays on its device."""
     pool = BeamPool(tokens=[], parents=[], scores=[], depths=[], expanded=[])
-    frontier = _add_children(pool, [-1], torch.zeros(1), root_logprobs[None], shape.top_k, depth=1)
+    frontier = _add_children(pool, [-1], [0.0], root_logprobs[None], shape.top_k, depth=1)
     for depth in range(2, shape.depth + 1):
         if not frontier:
             break
         pool.expanded.append(frontier)
         rows = expand(depth - 1, frontier, pool)
-        frontier_scores = torch.tensor([pool.scores[node] for node in frontier])
-        frontier = _add_children(pool, frontier, frontier_scores, rows.float().cpu(), shape.top_k, depth)
+        frontier = _add_children(pool, frontier, [pool.scores[node] for node in frontier], rows, shape.top_k, depth)
     order = sorted(range(len(pool.tokens)), key=lambda node: (-pool.scores[node], pool.depths[node], node))
     chosen = sorted(order[: shape.budget], key=lambda node: (pool.depths[node], -pool.scores[node], node))
     node_of_pool = {-1: 0}
-    parents, tokens = [-1], [int(root.item())]
+    parents = [-1]
     for index, node in enumerate(chosen, start=1):
         node_of_pool[node] = index
         parents.append(node_of_pool[pool.parents[node]])
-        tokens.append(pool.tokens[node])
-    tree = TokenTree(torch.tensor(tokens, device=root.device), tuple(parents))
+    drafted = torch.tensor([pool.tokens[node] for node in chosen], dtype=torch.long).to(root.device)
+    tree = TokenTree(torch.cat([root.reshape(1).long(), drafted]), tuple(parents))
     return BeamTree(tree=tree, pool=pool, pool_of_node=[-1, *chosen])
 
 
-def _add_children(pool: BeamPool, frontier: list[int], frontier_scores: torch.Tensor, logprobs: torch.Tensor,
+def _add_children(pool: BeamPool, frontier: list[int], frontier_scores: list[float], logprobs: torch.Tensor,
                   top_k: int, depth: int) -> list[int]:
-    """Add each frontier node's top-k children to the pool; return the k best new nodes (the next frontier)."""
+    """Add each frontier node's top-k children to the pool; return the k best new nodes (the next frontier).
+
+    The top-k runs where ``logprobs`` lives; only the (frontier x k) log-probabilities and tokens reach the
+    host, in one read (float64 holds every token id exactly)."""
     k = min(top_k, logprobs.shape[-1])
-    child_logprobs, child_tokens = logprobs.float().cpu().topk(k, dim=-1)
-    scores = frontier_scores[:, None] + child_logprobs
+    child_logprobs, child_tokens = logprobs.float().topk(k, dim=-1)
+    read_logprobs, read_tokens = torch.stack([child_logprobs.double(), child_tokens.double()]).tolist()
     new_nodes: list[tuple[float, int]] = []
     for row, parent in enumerate(frontier):
         for column in range(k):
-            score = float(scores[row, column])
+            score = frontier_scores[row] + read_logprobs[row][column]
             if score == float("-inf"):  # a token the drafter cannot produce (outside a compressed vocabulary)
                 continue
-            pool.tokens.append(int(child_tokens[row, column]))
+            pool.tokens.append(int(read_tokens[row][column]))
             pool.parents.append(parent)
             pool.scores.append(score)
             pool.depths.append(depth)
             new_nodes.append((score, len(pool.tokens) - 1))
     new_nodes.sort(key=lambda item: (-item[0], item[1]))
     return [node for _, node in new_nodes[:top_k]]
-

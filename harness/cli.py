@@ -1,4 +1,4 @@
-"""Command line: ``python -m harness run|train|methods|summarize|figures|report|export-specbench ...``."""
+"""Command line: ``python -m harness run|train|methods|summarize|figures|report|export-specbench|divergence ...``."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from harness.errors import DraftcountError
-from harness.options import parse_key_values
+from harness.options import parse_key_values, parse_options
 from harness.sampling import SamplingConfig
 
 
@@ -30,6 +30,9 @@ def _run_parser(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     run.add_argument("--device", default="cpu")
     run.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option, repeatable (e.g. gamma=4)")
+    run.add_argument("--engine", action="append", metavar="KEY=VALUE",
+                     help="engine switch, repeatable: kv_cache=dynamic|static, cuda_graphs=off|on, compile=off|on, "
+                          "compile_mode=...")
     run.add_argument("--pair-with-ar", action="store_true", help="interleave the ar baseline prompt by prompt")
     run.add_argument("--warmup", type=int, default=1, help="untimed warm-up generations per method")
     run.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
@@ -39,6 +42,7 @@ def _run_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness.runner import RunConfig, run
+    from harness.target_runtime import EngineOptions
     from methods import get_method
 
     if args.threads:
@@ -48,13 +52,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     spec = get_method(args.method)
     options = parse_key_values(args.opt)
     spec.parse_options(options)  # fail on a bad option before loading any model
+    engine = parse_options(EngineOptions, parse_key_values(args.engine), "the engine (--engine)")
+    if engine.cuda_graphs == "on" and not args.device.startswith("cuda"):
+        raise DraftcountError(f"--engine cuda_graphs=on needs a CUDA device, not --device {args.device}")
     config = RunConfig(
         method=args.method, target=args.target, prompts=args.prompts, out=args.out, variant=args.variant,
         draft=args.draft,
         drafter=args.drafter, method_options=options, dataset=args.dataset, category=args.category,
         limit=args.limit, max_new_tokens=args.max_new_tokens,
         sampling=SamplingConfig(args.temperature, args.top_k, args.top_p), seed=args.seed, dtype=args.dtype,
-        device=args.device, pair_with_ar=args.pair_with_ar, warmup=args.warmup,
+        device=args.device, pair_with_ar=args.pair_with_ar, warmup=args.warmup, engine=engine,
     )
     count = run(config, progress=not args.no_progress)
     print(f"wrote {count} records to {args.out}")
@@ -154,6 +161,22 @@ def _cmd_export_specbench(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_divergence(args: argparse.Namespace) -> int:
+    from harness.divergence import divergence_table
+
+    for path in args.records:
+        if not path.is_file():
+            raise DraftcountError(f"no records file {path}")
+    table = divergence_table(args.records)
+    print(table.to_string(index=False))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        table.to_csv(args.out, index=False)
+    if args.expect_identical and int(table["diverged"].sum()):
+        raise DraftcountError(f"{int(table['diverged'].sum())} greedy outputs differ from their paired ar output")
+    return 0
+
+
 def _reporting_parsers(subparsers: argparse._SubParsersAction) -> None:
     summary = subparsers.add_parser("summarize", help="per method/dataset/temperature table from JSONL records")
     summary.add_argument("records", nargs="+", type=Path, help="records files written by `run`")
@@ -172,6 +195,11 @@ def _reporting_parsers(subparsers: argparse._SubParsersAction) -> None:
     report.add_argument("--metrics", nargs="*", type=Path, help="training metrics (JSON) of the models and drafters")
     report.add_argument("--main", help="comma-separated variants run on every dataset (the rest are ablations)")
     report.add_argument("--out", required=True, type=Path, help="output markdown file")
+    divergence = subparsers.add_parser("divergence", help="how often greedy outputs leave their paired ar output")
+    divergence.add_argument("records", nargs="+", type=Path, help="records files written by `run --pair-with-ar`")
+    divergence.add_argument("--out", type=Path, help="also write the table as CSV")
+    divergence.add_argument("--expect-identical", action="store_true",
+                            help="exit non-zero if any output differs (the float32 lossless check)")
     export = subparsers.add_parser("export-specbench", help="write records in Spec-Bench's answer-file layout")
     export.add_argument("records", nargs="+", type=Path, help="records files written by `run`")
     export.add_argument("--out-dir", required=True, type=Path, help="folder for <run>/model_answer/<variant>.jsonl")
@@ -198,7 +226,8 @@ def main(argv: list[str] | None = None) -> int:
     _reporting_parsers(subparsers)
     args = parser.parse_args(argv)
     handlers = {"run": _cmd_run, "train": _cmd_train, "methods": _cmd_methods, "summarize": _cmd_summarize,
-                "figures": _cmd_figures, "report": _cmd_report, "export-specbench": _cmd_export_specbench}
+                "figures": _cmd_figures, "report": _cmd_report, "export-specbench": _cmd_export_specbench,
+                "divergence": _cmd_divergence}
     try:
         return handlers[args.command](args)
     except DraftcountError as error:

@@ -15,9 +15,10 @@ from harness.adapter import DraftAdapter, StepContext
 from harness.counters import GenerationCounters
 from harness.errors import DraftcountError
 from harness.forward import LMOutput, positions, run_model
-from harness.kv_cache import keep_tree_path, new_cache
+from harness.kv_cache import keep_tree_path
 from harness.models import LoadedModel
 from harness.sampling import SamplingConfig, next_token
+from harness.target_runtime import TargetRuntime
 from harness.timing import Stopwatch
 from harness.tree import TokenTree, check_batch_size_one, tree_attention_bias
 from harness.verify import Verifier, verify_tree
@@ -81,13 +82,20 @@ def generate(
     generator: torch.Generator | None = None,
     verify: Verifier = verify_tree,
     prompt_name: str = "",
+    runtime: TargetRuntime | None = None,
 ) -> Generation:
-    """Generate up to ``max_new_tokens`` tokens after ``prompt_ids`` (1, L) with ``adapter`` drafting."""
+    """Generate up to ``max_new_tokens`` tokens after ``prompt_ids`` (1, L) with ``adapter`` drafting.
+
+    ``runtime`` says how the target runs (KV cache kind, CUDA graphs, compile); default: plain eager with a
+    DynamicCache. Pass one runtime to every generation of a run so its static cache and graphs are reused.
+    """
     check_batch_size_one(prompt_ids, "generate")
     if max_new_tokens < 1:
         raise DraftcountError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     prompt_len = prompt_ids.shape[-1]
     check_fits_context(target, prompt_len, max_new_tokens, adapter.max_draft_nodes, prompt_name or "(unnamed)")
+    runtime = runtime or TargetRuntime(target)
+    target = runtime.target
     counters = GenerationCounters()
     ctx = StepContext(sampling, generator, counters, target.vocab_size)
     hidden = adapter.wants_target_hidden_states
@@ -95,7 +103,7 @@ def generate(
     prompt_ids = prompt_ids.to(target.device)
     with torch.inference_mode():
         stopwatch = Stopwatch(target.device)
-        cache = new_cache(target.config)
+        cache = runtime.cache_for(prompt_len + max_new_tokens + adapter.max_draft_nodes + 1)
         prefill = run_model(
             target, prompt_ids, cache, positions(0, prompt_len, target.device), counters.target,
             logits_to_keep=0 if hidden else 1, output_hidden_states=hidden,
@@ -112,10 +120,7 @@ def generate(
                 tree, target_out = _verify_root_apart(target, adapter, ctx, sequence, cache, hidden)
             else:
                 tree = adapter.propose(ctx, sequence)
-                target_out = run_model(
-                    target, tree.tokens.unsqueeze(0), cache, tree.position_ids(prefix_len), counters.target,
-                    attention_bias=tree.attention_bias(prefix_len, target.dtype), output_hidden_states=hidden,
-                )
+                target_out = runtime.verify(tree, cache, prefix_len, counters.target, hidden)
             verdict = verify(tree, target_out.logits[0], sampling, generator)
             keep_tree_path(cache, prefix_len, list(verdict.path))
             counters.record_step(tree, verdict)

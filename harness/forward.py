@@ -62,10 +62,16 @@ def run_model(
         output_hidden_states=output_hidden_states,
     )
     logits_tokens = min(logits_to_keep, new_tokens) if logits_to_keep > 0 else new_tokens
-    flops = lm.cost.forward_flops(new_tokens, past + new_tokens, logits_tokens)
-    tally.add(new_tokens, flops)
+    flops = count_forward(lm, tally, new_tokens, past, logits_tokens)
     return LMOutput(logits=output.logits, hidden_states=output.hidden_states if output_hidden_states else None,
                     flops=flops)
+
+
+def count_forward(lm: LoadedModel, tally: ForwardTally, new_tokens: int, past: int, logits_tokens: int) -> float:
+    """Add one forward of ``new_tokens`` queries after ``past`` cached positions to ``tally``; return its FLOPs."""
+    flops = lm.cost.forward_flops(new_tokens, past + new_tokens, logits_tokens)
+    tally.add(new_tokens, flops)
+    return flops
 
 
 def positions(start: int, count: int, device: torch.device) -> torch.Tensor:

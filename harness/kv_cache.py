@@ -1,7 +1,9 @@
-"""KV-cache operations on transformers' DynamicCache: create, crop, keep an accepted tree path.
+"""KV-cache operations: create, crop, keep an accepted tree path.
 
-The cache holds keys/values of shape (batch, heads, seq, head_dim) per layer
-(``cache.layers[i].keys/values``). Only full-attention layers are supported:
+Works on transformers' DynamicCache and on the preallocated cache of
+``harness.static_cache``. Both hold keys/values of shape (batch, heads, seq,
+head_dim) per layer (``cache.layers[i].keys/values``; for the static cache,
+views of its buffers). Only full-attention layers are supported:
 sliding-window or linear-attention layers cannot drop speculative entries.
 """
 
@@ -11,6 +13,7 @@ import torch
 from transformers import DynamicCache, PretrainedConfig
 
 from harness.errors import DraftcountError
+from harness.static_cache import PreallocatedLayer
 
 
 def new_cache(config: PretrainedConfig) -> DynamicCache:
@@ -34,7 +37,9 @@ def _full_attention_layers(cache: DynamicCache) -> list:
 def crop_cache(cache: DynamicCache, length: int) -> None:
     """Keep the first ``length`` positions of every layer."""
     for layer in _full_attention_layers(cache):
-        if getattr(layer, "is_initialized", True) and layer.keys is not None and layer.keys.numel():
+        if isinstance(layer, PreallocatedLayer):
+            layer.set_length(min(length, layer.length))
+        elif getattr(layer, "is_initialized", True) and layer.keys is not None and layer.keys.numel():
             layer.keys = layer.keys[..., :length, :]
             layer.values = layer.values[..., :length, :]
 
@@ -44,7 +49,7 @@ def keep_tree_path(cache: DynamicCache, prefix_len: int, path_nodes: list[int]) 
 
     ``path_nodes`` are node indices relative to the tree (0 = root). A path that
     is a run 0, 1, ..., k-1 (always so for chains) is a plain crop; any other
-    path is gathered into place.
+    path is gathered into place (in the static cache's own buffers).
     """
     kept = prefix_len + len(path_nodes)
     if list(path_nodes) == list(range(len(path_nodes))):

@@ -24,6 +24,7 @@ from harness.options import options_as_dict
 from harness.prompts import Prompt, encode_turn, load_prompts
 from harness.records import SCHEMA_VERSION, atomic_jsonl, environment, write_record
 from harness.sampling import SamplingConfig, make_generator
+from harness.target_runtime import EngineOptions, TargetRuntime
 from harness.timing import timer_name
 
 
@@ -47,6 +48,7 @@ class RunConfig:
     device: str = "cpu"
     pair_with_ar: bool = False
     warmup: int = 1
+    engine: EngineOptions = EngineOptions()
 
 
 @dataclass
@@ -112,6 +114,7 @@ def _record(config: RunConfig, target: LoadedModel, draft: LoadedModel | None, c
         "turn": turn,
         "prompt_tokens": len(prompt_ids),
         "sampling": dataclasses.asdict(config.sampling),
+        "engine": dataclasses.asdict(config.engine),
         "seed": config.seed,
         "generation_seed": seed,
         "max_new_tokens": config.max_new_tokens,
@@ -135,11 +138,12 @@ def run(config: RunConfig, progress: bool = True) -> int:
     draft = load_model(config.draft, config.dtype, config.device) if config.draft else None
     contenders = _build_contenders(config, target, draft)
     eos = eos_ids(target)
+    runtime = TargetRuntime(target, config.engine)  # one per run: its static cache and graphs serve every turn
 
     def run_turn(contender: _Contender, ids: list[int], seed: int, name: str, max_new: int) -> Generation:
         return generate(
             target, contender.adapter, torch.tensor([ids]), max_new, config.sampling, eos,
-            make_generator(seed, target.device), prompt_name=name,
+            make_generator(seed, target.device), prompt_name=name, runtime=runtime,
         )
 
     warm_ids = encode_turn(target.tokenizer, [], prompts[0].turns[0])

@@ -104,17 +104,23 @@ def tree_attention_bias(parents: tuple[int, ...], cached_nodes: list[int], query
 
     Shape (1, 1, q, prefix_len + len(cached_nodes) + q): each query sees the
     prefix, those of its ancestors that are cached or fed with it, and itself.
-    None when that is exactly the causal mask (chains), which the model builds.
+    None when that is the causal mask because the keys form one parent-to-child path (chains), which the
+    model builds itself.
     """
     keys = list(cached_nodes) + list(query_nodes)
+    if all(parents[child] == parent for parent, child in zip(keys, keys[1:])):
+        return None  # the keys are one parent-to-child path: causal (decided on the host, no tensor is read)
     visible = _ancestor_matrix(parents)[query_nodes][:, keys]
-    cached = len(cached_nodes)
-    causal = torch.ones(len(query_nodes), len(query_nodes), dtype=torch.bool).tril()
-    if visible[:, :cached].all() and torch.equal(visible[:, cached:], causal):
-        return None
     bias = torch.zeros((len(query_nodes), prefix_len + len(keys)), dtype=dtype)
     bias[:, prefix_len:].masked_fill_(~visible, torch.finfo(dtype).min)
     return bias.to(device)[None, None]
+
+
+def node_visibility_bias(parents: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
+    """(n, n) additive mask among a tree's own nodes: 0 where node j is node i or its ancestor, dtype-min elsewhere."""
+    bias = torch.zeros((len(parents), len(parents)), dtype=dtype)
+    bias.masked_fill_(~_ancestor_matrix(parents), torch.finfo(dtype).min)
+    return bias.to(device)
 
 
 @lru_cache(maxsize=256)

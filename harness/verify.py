@@ -71,8 +71,8 @@ def verify_tree(
 
 
 def _verify_greedy(tree: TokenTree, logits: torch.Tensor) -> Verdict:
-    tokens = tree.tokens.tolist()
-    target_choice = logits.argmax(dim=-1).tolist()
+    # the step's one host read: the tree's tokens and the target's choices together
+    tokens, target_choice = torch.stack([tree.tokens.to(logits.device), logits.argmax(dim=-1)]).tolist()
     children = tree.children
     node, path, tried = 0, [0], 0
     while True:

@@ -109,6 +109,9 @@ def run_arguments(config: dict, variant: str, dataset: str, temperature: str, wo
     if limit:
         arguments += ["--limit", str(limit)]
     arguments += _option_arguments(variant_options(config, variant, temperature, work_dir))
+    for key, value in bench.get("engine", {}).items():
+        value = {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+        arguments += ["--engine", f"{key}={value}"]
     if method != "ar":
         arguments.append("--pair-with-ar")
     return arguments

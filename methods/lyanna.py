@@ -35,6 +35,7 @@ from harness.counters import DrafterWork, count_useful_drafter_flops
 from harness.forward import LMOutput, positions
 from harness.kv_cache import crop_cache
 from harness.models import LoadedModel
+from harness.streams import SideStream
 from harness.tree import TokenTree
 from harness.verify import Verdict
 from methods import BuildInputs, MethodSpec, register
@@ -92,6 +93,7 @@ class LyannaAdapter:
                         "kept_vocabulary": int(drafter.vocab_ids.shape[0]),
                         "drafter_parameters": drafter.trainable_parameters()}
         self.work = DrafterWork()
+        self.side = SideStream(self.device)  # overlap=on: the run-ahead steps, beside the target's verification
         self._reset()
 
     def _reset(self) -> None:
@@ -191,13 +193,23 @@ class LyannaAdapter:
 
         root = sequence[0, -1]
         self.beam = grow_beam_tree(root, node_logprobs(1, root.reshape(1))[0], expand, self.shape)
-        if self.options.overlap == "on":  # states the next round will reuse, computed before verification
-            last = self.depth_positions[-1]
-            for position in range(last + 1, last + 1 + self.options.overlap_steps):
-                self._extend(ctx, states, position)
+        if self.options.overlap == "on":
+            self._run_ahead(ctx, states)
         return self.beam.tree
 
+    def _cache_tensors(self) -> list[torch.Tensor]:
+        return [tensor for layer in self.cache.layers for tensor in (layer.keys, layer.values) if tensor is not None]
+
+    def _run_ahead(self, ctx: StepContext, states: dict[int, torch.Tensor]) -> None:
+        """Backbone steps beyond the chain, for the next round to reuse: on a GPU they run on a side stream while
+        the engine launches the target's verification; ``commit`` joins them."""
+        last = self.depth_positions[-1]
+        with self.side.launch([*self._cache_tensors(), states[last]]):
+            for position in range(last + 1, last + 1 + self.options.overlap_steps):
+                self._extend(ctx, states, position)
+
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
+        self.side.join([*self._cache_tensors(), *self.chain.states.values()])
         accepted = verdict.num_accepted
         root_fed = self.root_logits is not None
         next_first = self.depth_positions[0] + accepted + 1

@@ -18,6 +18,7 @@ from harness.drafting import choose_children
 from harness.forward import LMOutput, positions, run_model
 from harness.kv_cache import new_cache
 from harness.sampling import align_vocab, logits_to_probs, make_generator
+from harness.target_runtime import EngineOptions, TargetRuntime
 from harness.tree import TokenTree
 from harness.verify import Verdict, verify_tree
 
@@ -201,3 +202,13 @@ def chi_square_pvalue(counts: Counter, probabilities: dict, min_expected: float 
         cells.append((pooled_observed, pooled_expected))
     statistic = sum((observed - expected) ** 2 / expected for observed, expected in cells if expected > 0)
     return float(chi2.sf(statistic, df=max(len(cells) - 1, 1)))
+
+
+ENGINE_SWITCHES = {"static": EngineOptions(kv_cache="static"),
+                   "graph_buffers": EngineOptions(kv_cache="static", cuda_graphs="on")}
+
+
+def engine_runtime(target: LoadedModel, switch: str) -> TargetRuntime:
+    """A runtime with one of the engine's overhead switches on; the CUDA-graph path runs its static buffers
+    eagerly (``capture=False``), which is what a machine without a GPU can test."""
+    return TargetRuntime(target, ENGINE_SWITCHES[switch], capture=False)

@@ -21,7 +21,8 @@ from methods.eagle import EagleDrafter
 from methods.eagle_head import FeatureSpec, load_head, new_head, save_head
 from methods.eagle_training import train_eagle
 from tests.helpers import (
-    chi_square_pvalue, exact_distribution, make_llama, markov_batches, sampled_distribution, train_briefly,
+    ENGINE_SWITCHES, chi_square_pvalue, engine_runtime, exact_distribution, make_llama, markov_batches,
+    sampled_distribution, train_briefly,
 )
 
 SHAPES = [{"top_k": 2, "depth": 3, "budget": 6}, {"top_k": 4, "depth": 5, "budget": 24},
@@ -71,6 +72,21 @@ def test_greedy_lossless(eagle_setup, head):
     if head != "random":
         assert accepted_deep > 0  # paths deeper than one node were accepted, so the tree mechanics were exercised
 
+
+
+@pytest.mark.parametrize("switch", list(ENGINE_SWITCHES))
+def test_greedy_lossless_under_engine_switches(eagle_setup, switch):
+    """The static KV cache and the CUDA-graph verify path (its buffers, run eagerly) with hidden states."""
+    target, root, _ = eagle_setup
+    adapter, _ = build_adapter("eagle", SHAPES[1], BuildInputs(target, None, root / "trained"))
+    runtime = engine_runtime(target, switch)
+    accepted_deep = 0
+    for prompt in _prompts(10):
+        want = generate(target, NoDrafts(), prompt, 32, SamplingConfig()).output_ids
+        result = generate(target, adapter, prompt, 32, SamplingConfig(), runtime=runtime)
+        assert result.output_ids == want
+        accepted_deep += sum(result.counters.accepted_by_depth[1:])
+    assert accepted_deep > 0
 
 def test_training_beats_random_head(eagle_setup):
     _, _, metrics = eagle_setup

@@ -15,7 +15,7 @@ ROOT = Path(__file__).resolve().parents[1]
 @pytest.mark.slow
 def test_gpu_check_runs_the_pipeline_without_snakemake(tmp_path):
     """workflow/scripts/gpu_check.py on CPU with the smoke config trimmed further: the same steps and commands as
-    the workflow, ending in the tables, figures and report."""
+    the workflow, ending in the tables, figures and report, then the GPU issue's checks at a tiny size."""
     trim = tmp_path / "trim.yaml"
     trim.write_text(yaml.safe_dump({
         "target": {"train": {"time_budget_s": 10}}, "draft": {"train": {"time_budget_s": 5}},
@@ -23,7 +23,7 @@ def test_gpu_check_runs_the_pipeline_without_snakemake(tmp_path):
         "bench": {"only": ["ar", "sd", "tree_sd_sequoia", "eagle", "lyanna"]},
     }))
     args = [sys.executable, "workflow/scripts/gpu_check.py", "--out", str(tmp_path / "check"), "--device", "cpu",
-            "--threads", "2", "--config", "workflow/config/default.yaml", "workflow/config/smoke.yaml", str(trim)]
+            "--threads", "2", "--extra-prompts", "2", "--extra-tokens", "16", "--config", "workflow/config/default.yaml", "workflow/config/smoke.yaml", str(trim)]
     result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     results = tmp_path / "check" / "results"
@@ -31,6 +31,15 @@ def test_gpu_check_runs_the_pipeline_without_snakemake(tmp_path):
     assert sorted(summary.variant) == ["ar", "eagle", "lyanna", "sd", "tree_sd_sequoia"]
     assert (results / "figures" / "speedup.png").stat().st_size > 10_000
     assert "| eagle | stdlib_code | 0 |" in (results / "report.md").read_text()
+    tables = results / "tables"
+    lossless = pd.read_csv(tables / "lossless_float32.csv")
+    assert sorted(lossless.variant) == ["eagle", "lyanna", "sd", "tree_sd_sequoia"] and lossless.diverged.sum() == 0
+    assert set(pd.read_csv(tables / "divergence.csv").variant) == {"eagle", "lyanna", "sd", "tree_sd_sequoia"}
+    overheads = pd.read_csv(tables / "overheads.csv")
+    assert set(overheads.setting) == {"eager", "static_cache"} and (overheads.tokens_per_s > 0).all()
+    assert "outputs identical in 2/2 trials" in (tables / "ar_vs_generate_static.txt").read_text()
+    audit = pd.read_csv(tables / "host_sync.csv").set_index(["variant", "temperature"])
+    assert audit.loc[("ar", 0.0), "reads_per_step"] == 1.0
     steps = json.loads((tmp_path / "check" / "step_seconds.json").read_text())
     assert {"train target", "train drafter lyanna", "bench eagle stdlib_code t0", "report"} <= set(steps)
     again = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)

@@ -16,7 +16,8 @@ from methods.lyanna import LyannaAdapter, LyannaOptions
 from methods.lyanna_model import LyannaArch, new_drafter
 from methods.lyanna_training import train_lyanna
 from tests.helpers import (
-    chi_square_pvalue, exact_distribution, make_llama, markov_batches, sampled_distribution, train_briefly,
+    ENGINE_SWITCHES, chi_square_pvalue, engine_runtime, exact_distribution, make_llama, markov_batches,
+    sampled_distribution, train_briefly,
 )
 
 REUSE = ["off", "logits", "states"]
@@ -72,6 +73,22 @@ def test_greedy_lossless_every_switch(lyanna_setup, drafter):
             deep += sum(result.counters.accepted_by_depth[1:])
     assert deep > 0
 
+
+
+@pytest.mark.parametrize("switch", list(ENGINE_SWITCHES))
+def test_greedy_lossless_under_engine_switches(lyanna_setup, switch):
+    """The static KV cache and the CUDA-graph verify path (its buffers, run eagerly), with state reuse and overlap."""
+    target, root, _ = lyanna_setup
+    runtime = engine_runtime(target, switch)
+    deep = 0
+    for options in ({}, {"reuse": "states", "overlap": "on", "verify_fusion": "off"}):
+        adapter, _ = build_adapter("lyanna", options, BuildInputs(target, None, root / "token_info"))
+        for prompt in _prompts(8):
+            want = generate(target, NoDrafts(), prompt, 12, SamplingConfig()).output_ids
+            result = generate(target, adapter, prompt, 12, SamplingConfig(), runtime=runtime)
+            assert result.output_ids == want, options
+            deep += sum(result.counters.accepted_by_depth[1:])
+    assert deep > 0
 
 def test_fresh_drafter_lossless_and_training_helps(lyanna_setup):
     target, root, metrics = lyanna_setup

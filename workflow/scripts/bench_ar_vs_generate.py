@@ -7,11 +7,14 @@ that both produced the same tokens.
 
     python workflow/scripts/bench_ar_vs_generate.py                 # random ~20M-parameter Llama, CPU
     python workflow/scripts/bench_ar_vs_generate.py --model DIR --device cuda --dtype bfloat16
+    python workflow/scripts/bench_ar_vs_generate.py --model DIR --device cuda --dtype bfloat16 \
+        --engine kv_cache=static --engine cuda_graphs=on                   # our ar with the overhead switches
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import statistics
 import sys
 import time
@@ -23,6 +26,8 @@ from transformers import LlamaConfig, LlamaForCausalLM
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from harness import SamplingConfig, generate, load_model, wrap_model  # noqa: E402
+from harness.options import parse_key_values, parse_options  # noqa: E402
+from harness.target_runtime import EngineOptions, TargetRuntime  # noqa: E402
 from harness.timing import synchronize  # noqa: E402
 from methods import BuildInputs, build_adapter  # noqa: E402
 
@@ -46,7 +51,10 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=10)
     parser.add_argument("--prompt-tokens", type=int, default=32)
     parser.add_argument("--new-tokens", type=int, default=64)
+    parser.add_argument("--engine", action="append", metavar="KEY=VALUE",
+                        help="engine switch for our ar, repeatable (e.g. kv_cache=static, cuda_graphs=on)")
     args = parser.parse_args()
+    engine = parse_options(EngineOptions, parse_key_values(args.engine), "the engine (--engine)")
 
     if args.model:
         lm = load_model(args.model, args.dtype, args.device, with_tokenizer=False)
@@ -56,12 +64,13 @@ def main() -> None:
     lm.model.generation_config.pad_token_id = 0
     params = lm.num_parameters
     adapter, _ = build_adapter("ar", {}, BuildInputs(lm, None, None))
+    runtime = TargetRuntime(lm, engine)
     generator = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, lm.vocab_size, (1, args.prompt_tokens), generator=generator).to(lm.device)
                for _ in range(args.trials + 1)]
 
     def ours(prompt: torch.Tensor) -> list[int]:
-        return generate(lm, adapter, prompt, args.new_tokens, SamplingConfig()).output_ids
+        return generate(lm, adapter, prompt, args.new_tokens, SamplingConfig(), runtime=runtime).output_ids
 
     def theirs(prompt: torch.Tensor) -> list[int]:
         with torch.inference_mode():
@@ -91,7 +100,7 @@ def main() -> None:
     ours_rate, their_rate = statistics.median(rates["ours"]), statistics.median(rates["generate"])
     paired = statistics.median(a / b for a, b in zip(rates["ours"], rates["generate"]))
     print(f"model: {args.model or 'random Llama'} ({params / 1e6:.1f}M parameters), device {lm.device}, "
-          f"dtype {lm.dtype}, threads {torch.get_num_threads()}")
+          f"dtype {lm.dtype}, threads {torch.get_num_threads()}, engine {dataclasses.asdict(engine)}")
     print(f"{args.trials} interleaved trials, {args.prompt_tokens} prompt tokens, {args.new_tokens} new tokens, greedy")
     print(f"ours (ar)         : {ours_rate:8.1f} tokens/s (median)")
     print(f"model.generate()  : {their_rate:8.1f} tokens/s (median)")

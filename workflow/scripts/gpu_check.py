@@ -5,24 +5,32 @@ matplotlib) where the workflow cannot be installed.
     python workflow/scripts/gpu_check.py --out /tmp/check --config workflow/config/default.yaml \
         workflow/config/smoke.yaml --device cpu                                     # the smoke pipeline on CPU
 
-It runs the workflow's own steps in the workflow's order: the rule scripts under workflow/scripts (given the
-inputs, outputs and params their rules would give them), then `python -m harness train` for every drafter,
-`python -m harness run` for every variant x dataset x temperature (the commands of harness/workflow_plan.py,
-the same the rules run), and summarize / figures / report. Config files are merged in order like
+It runs the workflow's own steps in the workflow's order, all in this one process: the rule scripts under
+workflow/scripts (given the inputs, outputs and params their rules would give them), then `python -m harness
+train` for every drafter, `python -m harness run` for every variant x dataset x temperature (the commands of
+harness/workflow_plan.py, the same the rules run), and summarize / figures / report. Config files are merged in order like
 Snakemake's --configfile; bench.device/dtype may be overridden. A step whose outputs exist is skipped, so
 a killed check resumes. It prints the seconds each step took, and writes everything under --out:
 work/ (corpus, models, drafters) and results/ (raw records, tables, figures, report.md).
+
+After the report it measures what the GPU issue asks for, into results/tables/: divergence.csv (how often the
+bf16 greedy outputs leave ar, and where), lossless_float32.csv (every method in float32, fails the check if
+any output differs from ar), ar_vs_generate_*.txt (our ar against model.generate(), eager and with the
+switches), overheads.csv (each overhead switch against its absence, interleaved) and host_sync.csv (host
+reads per decoding step). --extra-prompts 0 skips them.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import io
 import json
 import runpy
-import subprocess
 import sys
 import time
 from pathlib import Path
+from dataclasses import dataclass
 from types import SimpleNamespace
 from typing import Any
 
@@ -32,6 +40,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from harness import workflow_plan as plan  # noqa: E402
+from harness.cli import main as harness_cli  # noqa: E402
 
 SCRIPTS = ROOT / "workflow" / "scripts"
 NEEDS_DRAFT_LM, NEEDS_DRAFTER = plan.NEEDS_DRAFT_LM, plan.NEEDS_DRAFTER
@@ -94,14 +103,33 @@ class Check:
         self.step(name, paths, lambda: runpy.run_path(str(SCRIPTS / script), init_globals={"snakemake": namespace},
                                                       run_name="__main__"))
 
-    def command(self, name: str, arguments: list[str], outputs: list[str]) -> None:
+    def tool(self, name: str, script: str, arguments: list[str], outputs: list[str], log: str | None = None) -> None:
+        """A benchmark/audit script under workflow/scripts, run in this process; its printed table is also kept
+        in ``log``."""
         def run() -> None:
-            subprocess.run([sys.executable, "-m", "harness", *arguments], cwd=ROOT, check=True)
+            printed, argv = io.StringIO(), sys.argv
+            sys.argv = [str(SCRIPTS / script), *arguments]
+            try:
+                with contextlib.redirect_stdout(printed):
+                    runpy.run_path(str(SCRIPTS / script), run_name="__main__")
+            finally:
+                sys.argv = argv
+            print(printed.getvalue(), flush=True)
+            if log:
+                Path(log).write_text(printed.getvalue())
+        self.step(name, outputs, run)
+
+    def command(self, name: str, arguments: list[str], outputs: list[str]) -> None:
+        """``python -m harness <arguments>``, run in this process (no interpreter start-up per step)."""
+        def run() -> None:
+            code = harness_cli(arguments)
+            if code:
+                raise SystemExit(f"step {name}: `python -m harness {' '.join(arguments)}` exited with {code}")
 
         self.step(name, outputs, run)
 
 
-def run_check(config: dict, out: Path, threads: int) -> dict[str, float]:
+def run_check(config: dict, out: Path, threads: int, extras: Extras) -> dict[str, float]:
     check = Check(config, out, threads)
     w, device = check.w, str(config["bench"].get("device", "cpu"))
     dtype = config["bench"].get("dtype", "float32")
@@ -153,7 +181,7 @@ def run_check(config: dict, out: Path, threads: int) -> dict[str, float]:
             "--checkpoint", w(f"checkpoints/drafter-{drafter}.pt"), "--threads", str(threads), "--no-progress",
             "--out", w(f"drafters/{drafter}"), "--metrics", w(f"metrics/drafter-{drafter}.json")],
             [w(f"drafters/{drafter}")])
-    records = []
+    records, greedy_records = [], []
     for variant in variants:
         method = plan.variant_method(config, variant)
         for dataset in plan.variant_datasets(config, variant):
@@ -167,6 +195,8 @@ def run_check(config: dict, out: Path, threads: int) -> dict[str, float]:
                               ["run", *arguments, "--threads", str(threads), "--no-progress", "--out", out_file],
                               [out_file])
                 records.append(out_file)
+                if temperature == "0":
+                    greedy_records.append(out_file)
     tables = check.results / "tables"
     summary, depth = str(tables / "summary.csv"), str(tables / "depth_acceptance.csv")
     main = ",".join(plan.main_variants(config))
@@ -178,7 +208,64 @@ def run_check(config: dict, out: Path, threads: int) -> dict[str, float]:
     report = str(check.results / "report.md")
     check.command("report", ["report", *records, "--summary", summary, "--figures", str(figures), "--metrics",
                              *metrics, "--main", main, "--out", report], [report])
+    if extras.prompts:
+        run_extras(check, config, extras, greedy_records, drafters)
     return check.seconds
+
+
+@dataclass(frozen=True)
+class Extras:
+    """Sizes of the checks after the report (issue 8's measurements); prompts = 0 skips them."""
+
+    prompts: int = 6
+    new_tokens: int = 128
+    overhead_settings: str = ""  # empty: bench_overheads.py's default for the device
+
+
+def run_extras(check: Check, config: dict, extras: Extras, greedy_records: list[str], drafters: list[str]) -> None:
+    """bf16 divergence from ar, float32 lossless, ar vs generate(), the overhead switches, the host-sync audit."""
+    w, tables = check.w, check.results / "tables"
+    device, dtype = str(config["bench"].get("device", "cpu")), config["bench"].get("dtype", "float32")
+    check.command("divergence", ["divergence", *greedy_records, "--out", str(tables / "divergence.csv")],
+                  [str(tables / "divergence.csv")])
+    exact = merge(json.loads(json.dumps(config)), {"bench": {"dtype": "float32", "limit": extras.prompts,
+                                                             "max_new_tokens": extras.new_tokens}})
+    exact_records = []
+    for variant in plan.main_variants(config):
+        method = plan.variant_method(config, variant)
+        if method == "ar":
+            continue
+        dataset = plan.variant_datasets(config, variant)[0]
+        out_file = str(check.results / "raw-float32" / f"{variant}.jsonl")
+        arguments = plan.run_arguments(
+            exact, variant, dataset, "0", check.work, w("models/target"),
+            w("models/draft") if method in NEEDS_DRAFT_LM else None,
+            w(f"drafters/{plan.variant_drafter(config, variant)}") if method in NEEDS_DRAFTER else None)
+        check.command(f"float32 {variant}", ["run", *arguments, "--threads", str(check.threads), "--no-progress",
+                                             "--out", out_file], [out_file])
+        exact_records.append(out_file)
+    lossless = str(tables / "lossless_float32.csv")
+    check.command("float32 lossless", ["divergence", *exact_records, "--expect-identical", "--out", lossless],
+                  [lossless])
+    model = ["--device", device, "--dtype", dtype]
+    engines = [("eager", [])] + ([("graphs", ["--engine", "kv_cache=static", "--engine", "cuda_graphs=on"])]
+                                 if device.startswith("cuda") else [("static", ["--engine", "kv_cache=static"])])
+    for label, engine in engines:
+        log = str(tables / f"ar_vs_generate_{label}.txt")
+        check.tool(f"ar vs generate() ({label})", "bench_ar_vs_generate.py",
+                   ["--model", w("models/target"), *model, "--trials", str(extras.prompts),
+                    "--new-tokens", str(extras.new_tokens), *engine], [log], log)
+    models = ["--target", w("models/target"), "--draft", w("models/draft")]
+    models += [item for name in ("eagle", "lyanna") if name in drafters for item in (f"--{name}", w(f"drafters/{name}"))]
+    settings = ["--settings", extras.overhead_settings] if extras.overhead_settings else []
+    check.tool("overhead switches", "bench_overheads.py",
+               [*models, *model, "--prompts", w("prompts/stdlib_code.jsonl"), "--limit", str(extras.prompts),
+                "--max-new-tokens", str(extras.new_tokens), "--no-progress", *settings,
+                "--out", str(tables / "overheads.csv")], [str(tables / "overheads.csv")],
+               str(tables / "overheads.txt"))
+    check.tool("host-sync audit", "audit_host_sync.py",
+               [*models, *model, "--kv-cache", "static", "--max-new-tokens", str(min(extras.new_tokens, 64)),
+                "--out", str(tables / "host_sync.csv")], [str(tables / "host_sync.csv")])
 
 
 def main() -> None:
@@ -190,6 +277,12 @@ def main() -> None:
     parser.add_argument("--device", help="override bench.device (models train and run there)")
     parser.add_argument("--dtype", help="override bench.dtype")
     parser.add_argument("--threads", type=int, default=4, help="torch CPU threads per step")
+    parser.add_argument("--extra-prompts", type=int, default=Extras.prompts,
+                        help="prompts (trials) of the checks after the report: float32 lossless, ar vs generate(), "
+                             "overhead switches, host-sync audit (0: skip them)")
+    parser.add_argument("--extra-tokens", type=int, default=Extras.new_tokens, help="new tokens in those checks")
+    parser.add_argument("--overhead-settings", default="",
+                        help="bench_overheads.py --settings (default: eager,static_cache and on CUDA cuda_graphs)")
     args = parser.parse_args()
     config: dict = {}
     for path in args.config:
@@ -200,7 +293,8 @@ def main() -> None:
         if value:
             config["bench"][key] = value
     started = time.perf_counter()
-    seconds = run_check(config, args.out, args.threads)
+    seconds = run_check(config, args.out, args.threads,
+                        Extras(args.extra_prompts, args.extra_tokens, args.overhead_settings))
     total = time.perf_counter() - started
     print(json.dumps({name: round(value, 1) for name, value in seconds.items()}, indent=1))
     print(f"gpu_check: {total:.0f} s in all; report: {args.out / 'results' / 'report.md'}")

@@ -1,0 +1,99 @@
+"""The engine's overhead switches: the static KV cache and the CUDA-graph verify path keep every method lossless,
+the static cache is filled in place (no reallocation in a generation) and reused across generations, and bad
+switch settings are clear errors. (CUDA-graph capture itself needs a GPU: here the graph path's static buffers
+run eagerly, ``capture=False``; eagle and lyanna are covered in their own test files.)"""
+
+import subprocess
+import sys
+
+import pytest
+import torch
+
+from harness import SamplingConfig, generate
+from harness.cuda_graphs import GraphedVerifier
+from harness.errors import DraftcountError
+from harness.options import parse_options
+from harness.sampling import make_generator
+from harness.static_cache import static_layers
+from harness.target_runtime import CAPACITY_STEP, EngineOptions, TargetRuntime
+from methods import BuildInputs, build_adapter
+from tests.helpers import ENGINE_SWITCHES, engine_runtime
+
+PROMPTS = [torch.randint(0, 48, (1, 3 + i % 9), generator=torch.Generator().manual_seed(i)) for i in range(8)]
+METHODS = [("ar", {}), ("sd", {"gamma": 3}), ("tree_sd", {"branching": "2,2,1"})]
+
+
+@pytest.mark.parametrize("switch", list(ENGINE_SWITCHES))
+@pytest.mark.parametrize("method,options", METHODS)
+def test_greedy_lossless_under_each_switch(random_pair, switch, method, options):
+    target, draft = random_pair
+    ar, _ = build_adapter("ar", {}, BuildInputs(target, None, None))
+    adapter, _ = build_adapter(method, options, BuildInputs(target, draft, None))
+    runtime = engine_runtime(target, switch)
+    accepted = 0
+    for prompt in PROMPTS:
+        expected = generate(target, ar, prompt, 32, SamplingConfig()).output_ids
+        result = generate(target, adapter, prompt, 32, SamplingConfig(), runtime=runtime)
+        assert result.output_ids == expected
+        accepted += result.counters.accepted_tokens
+    assert method == "ar" or accepted > 0
+
+
+@pytest.mark.parametrize("switch", list(ENGINE_SWITCHES))
+def test_sampling_follows_the_same_random_stream(random_pair, switch):
+    """With the same seed a switch changes no sampled token: the same logits, the same acceptance tests."""
+    target, draft = random_pair
+    adapter, _ = build_adapter("sd", {"gamma": 3}, BuildInputs(target, draft, None))
+    runtime = engine_runtime(target, switch)
+    sampling = SamplingConfig(temperature=1.0)
+    for seed, prompt in enumerate(PROMPTS[:6]):
+        plain = generate(target, adapter, prompt, 24, sampling, generator=make_generator(seed, target.device))
+        switched = generate(target, adapter, prompt, 24, sampling, generator=make_generator(seed, target.device),
+                            runtime=runtime)
+        assert switched.output_ids == plain.output_ids
+
+
+def test_compiled_target_is_lossless(random_pair):
+    """torch.compile's graph capture (Dynamo, dynamic shapes) of the target under the static cache; the eager
+    backend keeps this fast on CPU (inductor's code generation is what bench_overheads.py measures)."""
+    target, draft = random_pair
+    runtime = TargetRuntime(target, EngineOptions(kv_cache="static", compile="on", compile_backend="eager"))
+    assert runtime.target.model is not target.model
+    ar, _ = build_adapter("ar", {}, BuildInputs(target, None, None))
+    sd, _ = build_adapter("sd", {"gamma": 3}, BuildInputs(target, draft, None))
+    for prompt in PROMPTS[:3]:
+        expected = generate(target, ar, prompt, 16, SamplingConfig()).output_ids
+        assert generate(target, sd, prompt, 16, SamplingConfig(), runtime=runtime).output_ids == expected
+
+
+def test_static_cache_is_filled_in_place_and_reused(random_pair):
+    target, draft = random_pair
+    adapter, _ = build_adapter("tree_sd", {"branching": "2,2,1"}, BuildInputs(target, draft, None))
+    runtime = TargetRuntime(target, EngineOptions(kv_cache="static"))
+    generate(target, adapter, PROMPTS[0], 16, SamplingConfig(), runtime=runtime)
+    cache = runtime.static_cache
+    layers = static_layers(cache)
+    addresses = [(layer.key_buffer.data_ptr(), layer.value_buffer.data_ptr()) for layer in layers]
+    assert layers[0].capacity == CAPACITY_STEP
+    for prompt in PROMPTS[1:4]:
+        generate(target, adapter, prompt, 40, SamplingConfig(), runtime=runtime)
+    assert runtime.static_cache is cache
+    assert [(layer.key_buffer.data_ptr(), layer.value_buffer.data_ptr()) for layer in layers] == addresses
+    long_prompt = torch.randint(0, 48, (1, CAPACITY_STEP), generator=torch.Generator().manual_seed(0))
+    generate(target, adapter, long_prompt, 8, SamplingConfig(), runtime=runtime)
+    assert static_layers(runtime.static_cache)[0].capacity == 2 * CAPACITY_STEP  # regrown for a longer generation
+
+
+def test_bad_switches_are_clear_errors(random_pair, tmp_path):
+    target, _ = random_pair
+    with pytest.raises(DraftcountError, match="unknown option 'static'.*valid options: compile, compile_backend, compile_mode"):
+        parse_options(EngineOptions, {"static": "on"}, "the engine")
+    with pytest.raises(DraftcountError, match="cuda_graphs=on needs kv_cache=static"):
+        parse_options(EngineOptions, {"cuda_graphs": "on"}, "the engine")
+    with pytest.raises(DraftcountError, match="needs a CUDA device"):
+        GraphedVerifier(target, capture=True)
+    result = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "--method", "ar", "--target", "unused", "--prompts", "unused",
+         "--out", str(tmp_path / "x.jsonl"), "--engine", "kv_cache=static", "--engine", "cuda_graphs=on"],
+        capture_output=True, text=True)
+    assert result.returncode != 0 and "cuda_graphs=on needs a CUDA device" in result.stderr

@@ -1,0 +1,109 @@
+"""Audit: host reads of tensor values per decoding step, for every method, by phase of the step.
+
+Each read (``.item()``, ``.tolist()``, ``bool(t)``, ...) of a tensor on the GPU
+waits for all queued work: a host synchronisation. The verifier's read of the
+target's choices is the one a step needs; everything else is overhead. On a
+CPU run every tensor is a host tensor, so the counts are an upper bound of
+what a GPU run would synchronise on.
+
+    python workflow/scripts/audit_host_sync.py                      # random target, fresh drafters, CPU
+    python workflow/scripts/audit_host_sync.py --target DIR --draft DIR --eagle DIR --lyanna DIR \\
+        --device cuda --dtype bfloat16 --out audit.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+import tempfile
+from pathlib import Path
+
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from harness import SamplingConfig, load_model  # noqa: E402
+from harness.drafter_training import DrafterTrainRequest  # noqa: E402
+from harness.host_sync import PHASES, audit_generation  # noqa: E402
+from harness.lm_data import save_tokens  # noqa: E402
+from harness.target_runtime import EngineOptions, TargetRuntime  # noqa: E402
+from methods import BuildInputs, build_adapter, get_method  # noqa: E402
+
+VARIANTS = {"ar": ("ar", {}), "sd": ("sd", {"gamma": 4}), "tree_sd": ("tree_sd", {}), "eagle": ("eagle", {}),
+            "lyanna": ("lyanna", {}), "lyanna_overlap": ("lyanna", {"reuse": "states", "overlap": "on"})}
+
+
+def random_models(root: Path, vocab: int = 512) -> tuple[str, str, str, str]:
+    """A random 4-layer target, a random 2-layer draft LM and fresh (untrained) EAGLE and Lyanna drafters."""
+    def llama(layers: int, hidden: int, seed: int) -> LlamaForCausalLM:
+        torch.manual_seed(seed)
+        return LlamaForCausalLM(LlamaConfig(
+            vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+            num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=1024, tie_word_embeddings=False,
+            bos_token_id=None, eos_token_id=None, pad_token_id=None)).eval()
+
+    llama(4, 128, 0).save_pretrained(root / "target")
+    llama(2, 64, 1).save_pretrained(root / "draft")
+    save_tokens(root / "tokens.pt", torch.randint(0, vocab, (4096,), generator=torch.Generator().manual_seed(0)))
+    for method in ("eagle", "lyanna"):
+        get_method(method).train(DrafterTrainRequest(method=method, target=str(root / "target"),
+                                                     data=root / "tokens.pt", out=root / method, steps=0,
+                                                     progress=False, options={"seq_len": "64"}))
+    return str(root / "target"), str(root / "draft"), str(root / "eagle"), str(root / "lyanna")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", help="target model directory (default: random models built here)")
+    parser.add_argument("--draft", help="draft LM directory (sd, tree_sd)")
+    parser.add_argument("--eagle", help="EAGLE drafter directory")
+    parser.add_argument("--lyanna", help="Lyanna drafter directory")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--kv-cache", default="dynamic", choices=["dynamic", "static"])
+    parser.add_argument("--max-new-tokens", type=int, default=48)
+    parser.add_argument("--out", type=Path, help="also write the table as CSV")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as scratch:
+        if args.target:
+            paths = (args.target, args.draft, args.eagle, args.lyanna)
+        else:
+            paths = random_models(Path(scratch))
+        target = load_model(paths[0], args.dtype, args.device, with_tokenizer=False)
+        draft = load_model(paths[1], args.dtype, args.device, with_tokenizer=False) if paths[1] else None
+        drafters = {"eagle": paths[2], "lyanna": paths[3]}
+        runtime = TargetRuntime(target, EngineOptions(kv_cache=args.kv_cache))
+        prompt = torch.randint(0, target.vocab_size, (1, 24), generator=torch.Generator().manual_seed(1))
+        rows = []
+        for variant, (method, options) in VARIANTS.items():
+            needs = {"sd": draft, "tree_sd": draft}.get(method, True) if method not in drafters else drafters[method]
+            if not needs:
+                print(f"{variant}: skipped (no {'draft LM' if method in ('sd', 'tree_sd') else 'drafter'} given)")
+                continue
+            drafter_dir = Path(drafters[method]) if method in drafters else None
+            adapter, _ = build_adapter(method, options, BuildInputs(target, draft, drafter_dir))
+            for temperature in (0.0, 1.0):
+                audit = audit_generation(target, adapter, prompt.to(target.device), args.max_new_tokens,
+                                         SamplingConfig(temperature), runtime,
+                                         torch.Generator(device=target.device).manual_seed(0))
+                rows.append({"variant": variant, "temperature": temperature, "steps": audit.steps,
+                             "reads_per_step": round(audit.per_step, 2),
+                             **{phase: round(audit.by_phase[phase], 2) for phase in PHASES},
+                             "operations": " ".join(f"{k}={v:.2f}" for k, v in audit.by_operation.items())})
+    header = ["variant", "temperature", "steps", "reads_per_step", *PHASES]
+    print(f"host reads per decoding step on {target.device} ({args.dtype}, {args.kv_cache} KV cache)")
+    print("  ".join(f"{name:>14}" for name in header))
+    for row in rows:
+        print("  ".join(f"{row[name]!s:>14}" for name in header), " ", row["operations"])
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with args.out.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=[*header, "operations"])
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,161 @@
+"""Benchmark: each overhead switch against its absence, every method, interleaved in one process.
+
+Settings (``--settings``, comma-separated):
+  eager            transformers' DynamicCache, eager forwards (the baseline of every ratio)
+  static_cache     preallocated KV cache, accepted paths gathered in place
+  cuda_graphs      static cache + the target's verify forward replayed from CUDA graphs (CUDA only)
+  compile          torch.compile'd target (dynamic shapes), DynamicCache
+  graphs_compile   static cache + CUDA graphs of the compiled target (CUDA only)
+and, for `lyanna`, the side-stream overlap as a method pair: ``lyanna_states`` (reuse=states, overlap off)
+against ``lyanna_overlap`` (overlap on), both under every setting.
+
+Prompt by prompt, every (method, setting) generates the same prompt greedily, the order rotating from prompt to
+prompt so drift hits all alike; one untimed warm-up generation per pair first (compilation, graph capture).
+Prints tokens/s per method and setting, the ratio to ``eager`` of the same method, and how many outputs differ
+from that method's eager output (float32: none expected; bf16 may differ where kernels round differently).
+
+    python workflow/scripts/bench_overheads.py --target work/models/target --draft work/models/draft \\
+        --eagle work/drafters/eagle --lyanna work/drafters/lyanna --prompts work/prompts/stdlib_code.jsonl \\
+        --device cuda --dtype bfloat16 --out overheads.csv
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+
+from harness import SamplingConfig, generate, load_model  # noqa: E402
+from harness.prompts import encode_turn, load_prompts  # noqa: E402
+from harness.runner import eos_ids  # noqa: E402
+from harness.target_runtime import EngineOptions, TargetRuntime  # noqa: E402
+from methods import BuildInputs, build_adapter  # noqa: E402
+
+SETTINGS = {
+    "eager": EngineOptions(),
+    "static_cache": EngineOptions(kv_cache="static"),
+    "cuda_graphs": EngineOptions(kv_cache="static", cuda_graphs="on"),
+    "compile": EngineOptions(compile="on"),
+    "graphs_compile": EngineOptions(kv_cache="static", cuda_graphs="on", compile="on"),
+}
+CUDA_ONLY = {"cuda_graphs", "graphs_compile"}
+METHODS = {"ar": ("ar", {}), "sd": ("sd", {}), "tree_sd": ("tree_sd", {}), "eagle": ("eagle", {}),
+           "lyanna": ("lyanna", {}), "lyanna_states": ("lyanna", {"reuse": "states"}),
+           "lyanna_overlap": ("lyanna", {"reuse": "states", "overlap": "on"})}
+
+
+@dataclass
+class Tally:
+    tokens: int = 0
+    seconds: float = 0.0
+    differing: int = 0
+    outputs: list[list[int]] = field(default_factory=list)
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.seconds if self.seconds else 0.0
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", required=True, help="target model directory (with its tokenizer)")
+    parser.add_argument("--draft", help="draft LM directory (sd, tree_sd)")
+    parser.add_argument("--eagle", help="EAGLE drafter directory")
+    parser.add_argument("--lyanna", help="Lyanna drafter directory")
+    parser.add_argument("--prompts", required=True, help="prompt file or 'humaneval'")
+    parser.add_argument("--limit", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
+    parser.add_argument("--settings", help="comma-separated (default: eager,static_cache and, on CUDA, cuda_graphs)")
+    parser.add_argument("--methods", help="comma-separated (default: every method whose models are given)")
+    parser.add_argument("--threads", type=int, help="torch CPU threads")
+    parser.add_argument("--no-progress", action="store_true", help="no progress bars")
+    parser.add_argument("--out", type=Path, help="also write the table as CSV")
+    args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    cuda = args.device.startswith("cuda")
+    settings = args.settings.split(",") if args.settings else ["eager", "static_cache"] + (["cuda_graphs"] if cuda else [])
+    for name in settings:
+        if name not in SETTINGS:
+            parser.error(f"unknown setting {name!r}; choose from {', '.join(SETTINGS)}")
+        if name in CUDA_ONLY and not cuda:
+            parser.error(f"setting {name} needs --device cuda")
+    if "eager" not in settings:
+        settings.insert(0, "eager")
+    available = {"ar", *(["sd", "tree_sd"] if args.draft else []), *(["eagle"] if args.eagle else []),
+                 *(["lyanna", "lyanna_states", "lyanna_overlap"] if args.lyanna else [])}
+    methods = args.methods.split(",") if args.methods else [m for m in METHODS if m in available]
+    for name in methods:
+        if name not in METHODS or name not in available:
+            parser.error(f"method {name!r} is unknown or its models were not given (available: {sorted(available)})")
+
+    target = load_model(args.target, args.dtype, args.device)
+    draft = load_model(args.draft, args.dtype, args.device) if args.draft else None
+    drafters = {"eagle": args.eagle, "lyanna": args.lyanna}
+    adapters = {}
+    for name in methods:
+        method, options = METHODS[name]
+        directory = Path(drafters[method]) if method in drafters else None
+        adapters[name], _ = build_adapter(method, options, BuildInputs(target, draft, directory))
+    runtimes = {name: TargetRuntime(target, SETTINGS[name]) for name in settings}
+    prompts = [encode_turn(target.tokenizer, [], p.turns[0]) for p in load_prompts(args.prompts, limit=args.limit)]
+    eos, greedy = eos_ids(target), SamplingConfig()
+    pairs = [(method, setting) for method in methods for setting in settings]
+
+    def run(method: str, setting: str, ids: list[int], max_new: int):
+        return generate(target, adapters[method], torch.tensor([ids]), max_new, greedy, eos,
+                        runtime=runtimes[setting])
+
+    for method, setting in tqdm(pairs, desc="warm-up", unit="pair", disable=args.no_progress):
+        run(method, setting, prompts[0], args.max_new_tokens)
+    tallies = {pair: Tally() for pair in pairs}
+    with tqdm(total=len(prompts) * len(pairs), desc="interleaved", unit="gen",
+              disable=args.no_progress) as bar:
+        for index, ids in enumerate(prompts):
+            shift = index % len(pairs)
+            for method, setting in pairs[shift:] + pairs[:shift]:
+                result = run(method, setting, ids, args.max_new_tokens)
+                tally = tallies[(method, setting)]
+                tally.tokens += result.counters.new_tokens
+                tally.seconds += result.counters.wall_seconds
+                tally.outputs.append(result.output_ids)
+                bar.update(1)
+    rows = []
+    for method, setting in pairs:
+        tally, base = tallies[(method, setting)], tallies[(method, "eager")]
+        differing = sum(a != b for a, b in zip(tally.outputs, base.outputs))
+        graphs = runtimes[setting].graphs
+        rows.append({"method": method, "setting": setting, "tokens_per_s": round(tally.tokens_per_second, 2),
+                     "ratio_to_eager": round(tally.tokens_per_second / base.tokens_per_second, 3),
+                     "outputs_differing_from_eager": f"{differing}/{len(prompts)}",
+                     "graphs_captured": graphs.captures if graphs is not None else 0})
+    print(f"overhead switches on {target.device} ({args.dtype}), {len(prompts)} prompts x {args.max_new_tokens} "
+          "tokens, greedy, interleaved")
+    header = list(rows[0])
+    print("  ".join(f"{name:>28}" for name in header))
+    for row in rows:
+        print("  ".join(f"{row[name]!s:>28}" for name in header))
+    if "lyanna_states" in methods and "lyanna_overlap" in methods:
+        for setting in settings:
+            ratio = (tallies[("lyanna_overlap", setting)].tokens_per_second
+                     / tallies[("lyanna_states", setting)].tokens_per_second)
+            print(f"lyanna overlap on/off under {setting}: {ratio:.3f}x tokens/s")
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with args.out.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=header)
+            writer.writeheader()
+            writer.writerows(rows)
+
+
+if __name__ == "__main__":
+    main()
