@@ -73,7 +73,7 @@ def forward_latency(lm: LoadedModel, sizes: Sequence[int], prefix_len: int, repe
     latencies = {}
     for size in sizes:
         tree = TokenTree(torch.zeros(size, dtype=torch.long, device=lm.device), (-1,) + (0,) * (size - 1))
-        bias = tree.attention_bias(prefix_len, lm.dtype)
+        bias = tree.attention_bias(lm.dtype)
 
         def step() -> None:
             run_model(lm, tree.tokens[None], cache, tree.position_ids(prefix_len), ForwardTally(), attention_bias=bias)

@@ -8,25 +8,47 @@ instance serves many generations: ``begin`` resets it for each one.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 import torch
+from transformers import PretrainedConfig
+from transformers.cache_utils import Cache
 
 from harness.counters import GenerationCounters
 from harness.forward import LMOutput
+from harness.kv_cache import new_cache
 from harness.sampling import SamplingConfig
 from harness.tree import TokenTree, root_only
 from harness.verify import Verdict
 
+if TYPE_CHECKING:
+    from harness.cuda_graphs import GraphedForwards
+    from harness.engine_runtime import EngineRuntime
+
 
 @dataclass
 class StepContext:
-    """What a method may read while it drafts: sampling settings, the random generator, the counters."""
+    """What a method may read while it drafts: sampling settings, the random generator, the counters, and
+    the run's engine runtime (where a drafter gets its KV cache and, with CUDA graphs, its graph runner)."""
 
     sampling: SamplingConfig
     generator: torch.Generator | None
     counters: GenerationCounters
     target_vocab_size: int
+    runtime: EngineRuntime | None = None  # None: dynamic caches, eager forwards
+    max_sequence: int = 0  # the longest the sequence can grow in this generation (prompt + new tokens + 1)
+
+    def drafter_cache(self, owner: object, config: PretrainedConfig, lookahead: int, dtype: torch.dtype,
+                      device: torch.device) -> Cache:
+        """An empty KV cache for ``owner``'s drafter, which holds at most the sequence plus ``lookahead``
+        positions: static (and reused across generations) under ``kv_cache=static``, else a DynamicCache."""
+        if self.runtime is None:
+            return new_cache(config)
+        return self.runtime.drafter_cache(owner, config, self.max_sequence + lookahead, dtype, device)
+
+    def drafter_graphs(self, owner: object, device: torch.device, dtype: torch.dtype) -> GraphedForwards | None:
+        """``owner``'s CUDA-graph runner for its fixed-shape steps (``cuda_graphs=on``), else None."""
+        return self.runtime.drafter_graphs(owner, device, dtype) if self.runtime is not None else None
 
 
 class DraftAdapter(Protocol):

@@ -31,7 +31,7 @@ def _run_parser(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--device", default="cpu")
     run.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option, repeatable (e.g. gamma=4)")
     run.add_argument("--engine", action="append", metavar="KEY=VALUE",
-                     help="engine switch, repeatable: kv_cache=dynamic|static, cuda_graphs=off|on, compile=off|on, "
+                     help="engine switch, repeatable: kv_cache=dynamic|static, cuda_graphs=off|verify|on, compile=off|on, "
                           "compile_mode=...")
     run.add_argument("--pair-with-ar", action="store_true", help="interleave the ar baseline prompt by prompt")
     run.add_argument("--warmup", type=int, default=1, help="untimed warm-up generations per method")
@@ -42,7 +42,7 @@ def _run_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness.runner import RunConfig, run
-    from harness.target_runtime import EngineOptions
+    from harness.engine_runtime import EngineOptions
     from methods import get_method
 
     if args.threads:
@@ -53,8 +53,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     options = parse_key_values(args.opt)
     spec.parse_options(options)  # fail on a bad option before loading any model
     engine = parse_options(EngineOptions, parse_key_values(args.engine), "the engine (--engine)")
-    if engine.cuda_graphs == "on" and not args.device.startswith("cuda"):
-        raise DraftcountError(f"--engine cuda_graphs=on needs a CUDA device, not --device {args.device}")
+    if engine.cuda_graphs != "off" and not args.device.startswith("cuda"):
+        raise DraftcountError(f"--engine cuda_graphs={engine.cuda_graphs} needs a CUDA device, not --device {args.device}")
     config = RunConfig(
         method=args.method, target=args.target, prompts=args.prompts, out=args.out, variant=args.variant,
         draft=args.draft,

@@ -1,132 +1,134 @@
-"""The target's verify forward replayed from CUDA graphs, one graph per tree size.
+"""Fixed-shape forwards over a static KV cache, replayed from CUDA graphs.
 
-Needs the static KV cache (``harness.static_cache``): a captured forward
-writes its keys/values at slot indices held in a device buffer and attends
-over the cache's whole capacity through a full-width additive mask, so every
-replay has the same shapes and addresses. Per step the host copies the tree's
-tokens, positions, slots and mask into the graph's input buffers, replays,
-and sets the cache's lengths; the outputs are cloned (the next replay
-overwrites them).
+Used for the target's verify forward (``cuda_graphs=verify`` or ``on``) and for
+the drafters' steps (``on``): the draft LM's chain/level forwards, the EAGLE
+head's catch-up and tree expansions, the Lyanna backbone's catch-up and
+single-state steps. A captured forward must see the same shapes and addresses
+at every replay, so it writes its keys/values at slot indices held in a device
+buffer (``PreallocatedLayer.graph_slots``) and attends over the cache's whole
+capacity through a full-width additive mask. Per call the host only copies the
+inputs, the slots and the mask into the graph's buffers (device-side copies,
+no synchronisation), replays, and sets the cache's lengths; the outputs are
+cloned (the next replay overwrites them).
 
-The first forward of each tree size runs eagerly twice on a side stream
-(warm-up, as CUDA-graph capture requires), is captured, then replayed. With
-``capture=False`` the same static-buffer forward runs eagerly instead: that is
-how the buffer logic is tested on machines without a GPU.
+A graph is keyed by the caller's key and the inputs' shapes. Its first call
+runs eagerly twice on a side stream (warm-up, as capture requires), is
+captured, then replayed. With ``capture=False`` the same static-buffer forward
+runs eagerly instead: that is how the buffer logic is tested without a GPU.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 import torch
 from transformers.cache_utils import Cache
 
 from harness.errors import DraftcountError
-from harness.forward import ForwardTally, LMOutput, count_forward
-from harness.models import LoadedModel
 from harness.static_cache import PreallocatedLayer, static_layers
-from harness.tree import TokenTree, node_visibility_bias
+
+# (input buffers by name, full-width mask (1, 1, q, capacity)) -> output tensors
+StaticCall = Callable[[dict[str, torch.Tensor], torch.Tensor], tuple[torch.Tensor, ...]]
 
 
-def write_full_width_bias(buffer: torch.Tensor, tree_bias: torch.Tensor, prefix_len: int) -> None:
-    """Fill ``buffer`` (1, 1, q, capacity): the prefix visible, the tree block from ``tree_bias`` (q, q), the rest masked."""
-    size = tree_bias.shape[-1]
-    buffer.fill_(torch.finfo(buffer.dtype).min)
-    buffer[..., :prefix_len] = 0
-    buffer[0, 0, :, prefix_len:prefix_len + size] = tree_bias
+def write_full_width_bias(buffer: torch.Tensor, bias: torch.Tensor | None, past: int, count: int) -> None:
+    """Fill ``buffer`` (1, 1, q, capacity) for ``count`` queries after ``past`` cached positions.
+
+    ``bias`` (..., q, W) covers the last W of the past + q keys (earlier keys are visible to every query);
+    None means causal. Keys beyond past + q are masked."""
+    low = torch.finfo(buffer.dtype).min
+    buffer.fill_(low)
+    if bias is None:
+        buffer[..., :past] = 0
+        buffer[0, 0, :, past:past + count] = torch.full((count, count), low, dtype=buffer.dtype,
+                                                         device=buffer.device).triu(1)
+        return
+    width = bias.shape[-1]
+    buffer[..., :past + count - width] = 0
+    buffer[0, 0, :, past + count - width:past + count] = bias.reshape(count, width)
 
 
 @dataclass
-class _GraphBuffers:
-    input_ids: torch.Tensor  # (1, q)
-    position_ids: torch.Tensor  # (1, q)
-    slots: torch.Tensor  # (q,)
+class _Graph:
+    inputs: dict[str, torch.Tensor]
+    slots: torch.Tensor  # (q,) cache positions written by the forward
     bias: torch.Tensor  # (1, 1, q, capacity)
     graph: torch.cuda.CUDAGraph | None = None
-    logits: torch.Tensor | None = None
-    hidden_states: tuple[torch.Tensor, ...] | None = None
+    outputs: tuple[torch.Tensor, ...] | None = None
 
 
-class GraphedVerifier:
-    """Verify forwards of ``target`` on one static cache, replayed from a CUDA graph per (tree size, hidden)."""
+class GraphedForwards:
+    """One model's fixed-shape forwards on one static KV cache at a time, replayed from CUDA graphs."""
 
-    def __init__(self, target: LoadedModel, capture: bool = True) -> None:
-        if capture and target.device.type != "cuda":
-            raise DraftcountError(f"cuda_graphs=on needs a CUDA device; the target is on {target.device}")
-        self.target = target
-        self.capture = capture
-        self.buffers: dict[tuple[int, bool], _GraphBuffers] = {}
+    def __init__(self, device: torch.device, dtype: torch.dtype, capture: bool = True) -> None:
+        if capture and device.type != "cuda":
+            raise DraftcountError(f"CUDA graphs (cuda_graphs=verify|on) need a CUDA device; the model is on {device}")
+        self.device, self.dtype, self.capture = device, dtype, capture
+        self.graphs: dict[Hashable, _Graph] = {}
         self.pool = torch.cuda.graph_pool_handle() if capture else None
         self.cache: Cache | None = None
         self.captures = 0
+        self.calls = 0  # forwards run through here (replayed, or eager with capture=False)
 
     def _layers(self, cache: Cache) -> list[PreallocatedLayer]:
         layers = static_layers(cache)
-        if layers is None or not layers[0].is_initialized:
-            raise DraftcountError("graphed verification needs a static KV cache that the prefill has filled")
+        if layers is None or not all(layer.is_initialized for layer in layers):
+            raise DraftcountError("a graphed forward needs a static KV cache whose buffers are allocated")
         if cache is not self.cache:  # graphs point at one cache's buffers
-            self.buffers.clear()
+            self.graphs.clear()
             self.cache = cache
         return layers
 
-    def _new_buffers(self, size: int, capacity: int) -> _GraphBuffers:
-        device, dtype = self.target.device, self.target.dtype
-        return _GraphBuffers(
-            input_ids=torch.zeros((1, size), dtype=torch.long, device=device),
-            position_ids=torch.zeros((1, size), dtype=torch.long, device=device),
-            slots=torch.zeros(size, dtype=torch.long, device=device),
-            bias=torch.zeros((1, 1, size, capacity), dtype=dtype, device=device),
-        )
-
-    def _forward(self, buffers: _GraphBuffers, layers: list[PreallocatedLayer], hidden: bool):
+    def run(self, key: Hashable, cache: Cache, past: int, count: int, bias: torch.Tensor | None,
+            inputs: dict[str, torch.Tensor], call: StaticCall) -> tuple[torch.Tensor, ...]:
+        """``call`` on ``count`` new positions after ``past`` cached ones (``bias`` as in
+        ``write_full_width_bias``); returns its outputs, as an eager forward would."""
+        layers = self._layers(cache)
+        self.calls += 1
+        capacity = layers[0].capacity
+        if past + count > capacity:
+            raise DraftcountError(f"static KV cache holds {capacity} positions; this forward needs {past + count}")
+        full_key = (key, count, tuple((name, tuple(value.shape), value.dtype) for name, value in inputs.items()))
+        graph = self.graphs.get(full_key)
+        if graph is None:
+            graph = self.graphs[full_key] = _Graph(
+                inputs={name: torch.zeros_like(value) for name, value in inputs.items()},
+                slots=torch.zeros(count, dtype=torch.long, device=self.device),
+                bias=torch.zeros((1, 1, count, capacity), dtype=self.dtype, device=self.device))
+        for name, value in inputs.items():
+            graph.inputs[name].copy_(value)
+        torch.arange(past, past + count, out=graph.slots)
+        write_full_width_bias(graph.bias, bias, past, count)
+        if not self.capture:
+            outputs = self._call(graph, layers, call)
+        else:
+            if graph.graph is None:
+                self._capture(graph, layers, call)
+            graph.graph.replay()
+            outputs = tuple(output.clone() for output in graph.outputs)
         for layer in layers:
-            layer.graph_slots = buffers.slots
+            layer.set_length(past + count)
+        return outputs
+
+    def _call(self, graph: _Graph, layers: list[PreallocatedLayer], call: StaticCall) -> tuple[torch.Tensor, ...]:
+        for layer in layers:
+            layer.graph_slots = graph.slots
         try:
-            output = self.target.model(
-                input_ids=buffers.input_ids, position_ids=buffers.position_ids, past_key_values=self.cache,
-                attention_mask=buffers.bias, use_cache=True, output_hidden_states=hidden,
-            )
+            return tuple(call(graph.inputs, graph.bias))
         finally:
             for layer in layers:
                 layer.graph_slots = None
-        return output.logits, (tuple(output.hidden_states) if hidden else None)
 
-    def _capture(self, buffers: _GraphBuffers, layers: list[PreallocatedLayer], hidden: bool) -> None:
-        side = torch.cuda.Stream(device=self.target.device)
-        side.wait_stream(torch.cuda.current_stream(self.target.device))
+    def _capture(self, graph: _Graph, layers: list[PreallocatedLayer], call: StaticCall) -> None:
+        main = torch.cuda.current_stream(self.device)
+        side = torch.cuda.Stream(device=self.device)
+        side.wait_stream(main)
         with torch.cuda.stream(side):
             for _ in range(2):
-                self._forward(buffers, layers, hidden)
-        torch.cuda.current_stream(self.target.device).wait_stream(side)
-        buffers.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(buffers.graph, pool=self.pool):
-            buffers.logits, buffers.hidden_states = self._forward(buffers, layers, hidden)
+                self._call(graph, layers, call)
+        main.wait_stream(side)
+        graph.graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph.graph, pool=self.pool):
+            graph.outputs = self._call(graph, layers, call)
         self.captures += 1
-
-    def forward(self, tree: TokenTree, cache: Cache, prefix_len: int, tally: ForwardTally, hidden: bool) -> LMOutput:
-        """The target's forward over ``tree`` after ``prefix_len`` cached positions, as ``run_model`` would give it."""
-        layers = self._layers(cache)
-        size, capacity = tree.size, layers[0].capacity
-        if prefix_len + size > capacity:
-            raise DraftcountError(f"static KV cache holds {capacity} positions; this forward needs {prefix_len + size}")
-        key = (size, hidden)
-        buffers = self.buffers.get(key)
-        if buffers is None:
-            buffers = self.buffers[key] = self._new_buffers(size, capacity)
-        buffers.input_ids.copy_(tree.tokens.reshape(1, size))
-        buffers.position_ids.copy_(tree.position_ids(prefix_len))
-        torch.arange(prefix_len, prefix_len + size, out=buffers.slots)
-        write_full_width_bias(buffers.bias, node_visibility_bias(tree.parents, buffers.bias.dtype, buffers.bias.device),
-                              prefix_len)
-        if not self.capture:
-            logits, states = self._forward(buffers, layers, hidden)
-        else:
-            if buffers.graph is None:
-                self._capture(buffers, layers, hidden)
-            buffers.graph.replay()
-            logits = buffers.logits.clone()
-            states = tuple(state.clone() for state in buffers.hidden_states) if hidden else None
-        for layer in layers:
-            layer.set_length(prefix_len + size)
-        flops = count_forward(self.target, tally, size, prefix_len, size)
-        return LMOutput(logits=logits, hidden_states=states, flops=flops)

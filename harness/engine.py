@@ -18,8 +18,9 @@ from harness.forward import LMOutput, positions, run_model
 from harness.kv_cache import keep_tree_path
 from harness.models import LoadedModel
 from harness.sampling import SamplingConfig, next_token
-from harness.target_runtime import TargetRuntime
+from harness.engine_runtime import EngineRuntime
 from harness.timing import Stopwatch
+from harness.transfer import to_device
 from harness.tree import TokenTree, check_batch_size_one, tree_attention_bias
 from harness.verify import Verifier, verify_tree
 
@@ -60,10 +61,11 @@ def _verify_root_apart(target: LoadedModel, adapter: DraftAdapter, ctx: StepCont
                          output_hidden_states=hidden)
     adapter.observe_root(ctx, root_out)
     tree = adapter.propose(ctx, sequence)
+    tree.resolve()  # the drafts' mask is built from the shape on the host: a read that fusion avoids
     if tree.size == 1:
         return tree, root_out
     drafts = list(range(1, tree.size))
-    bias = tree_attention_bias(tree.parents, [0], drafts, prefix_len, target.dtype, target.device)
+    bias = tree_attention_bias(tree.parents, [0], drafts, target.dtype, target.device)
     rest = run_model(target, tree.tokens[1:].unsqueeze(0), cache, tree.position_ids(prefix_len)[:, 1:],
                      ctx.counters.target, attention_bias=bias, output_hidden_states=hidden)
     states = None
@@ -82,7 +84,7 @@ def generate(
     generator: torch.Generator | None = None,
     verify: Verifier = verify_tree,
     prompt_name: str = "",
-    runtime: TargetRuntime | None = None,
+    runtime: EngineRuntime | None = None,
 ) -> Generation:
     """Generate up to ``max_new_tokens`` tokens after ``prompt_ids`` (1, L) with ``adapter`` drafting.
 
@@ -94,10 +96,10 @@ def generate(
         raise DraftcountError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     prompt_len = prompt_ids.shape[-1]
     check_fits_context(target, prompt_len, max_new_tokens, adapter.max_draft_nodes, prompt_name or "(unnamed)")
-    runtime = runtime or TargetRuntime(target)
+    runtime = runtime or EngineRuntime(target)
     target = runtime.target
     counters = GenerationCounters()
-    ctx = StepContext(sampling, generator, counters, target.vocab_size)
+    ctx = StepContext(sampling, generator, counters, target.vocab_size, runtime, prompt_len + max_new_tokens + 1)
     hidden = adapter.wants_target_hidden_states
     separate_root = getattr(adapter, "separate_root_forward", False)
     prompt_ids = prompt_ids.to(target.device)
@@ -129,7 +131,7 @@ def generate(
             produced.extend(step_tokens)
             if eos_token_ids.intersection(step_tokens):
                 break
-            sequence = torch.cat([sequence, torch.tensor([step_tokens], device=sequence.device)], dim=-1)
+            sequence = torch.cat([sequence, to_device(torch.tensor([step_tokens]), sequence.device)], dim=-1)
         counters.wall_seconds = stopwatch.elapsed()
     output, counters.stop_reason = trim_output(produced, eos_token_ids, max_new_tokens)
     counters.new_tokens = len(output)

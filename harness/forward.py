@@ -7,11 +7,14 @@ methods.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 import torch
+from torch.nn import functional
 from transformers import DynamicCache
 
+from harness.cuda_graphs import GraphedForwards
 from harness.models import LoadedModel
 
 
@@ -43,28 +46,75 @@ def run_model(
     attention_bias: torch.Tensor | None = None,
     logits_to_keep: int = 0,
     output_hidden_states: bool = False,
+    graphs: GraphedForwards | None = None,
 ) -> LMOutput:
     """Run ``lm`` on ``input_ids`` (B, q) at ``position_ids`` (B, q), extending ``cache``.
 
-    ``attention_bias`` is the additive float mask (B, 1, q, past + q) of a
-    token tree, or None for causal attention. ``logits_to_keep`` > 0 computes
-    logits only for the last that many positions.
+    ``attention_bias`` is an additive float mask (B, 1, q, W) over the last W
+    of the past + q keys (a token tree's nodes, say); the keys before them (the
+    cached prefix) are visible to every query. None: causal attention.
+    ``logits_to_keep`` > 0 computes logits only for the last that many
+    positions. With ``graphs`` (a static cache) the forward is replayed from a
+    CUDA graph of its shape (``harness.cuda_graphs``).
     """
     past = cache.get_seq_length()
     new_tokens = input_ids.shape[-1]
-    output = lm.model(
-        input_ids=input_ids,
-        past_key_values=cache,
-        position_ids=position_ids,
-        attention_mask=attention_bias,
-        use_cache=True,
-        logits_to_keep=logits_to_keep,
-        output_hidden_states=output_hidden_states,
-    )
+    if graphs is not None:
+        logits, *states = graphs.run(
+            ("lm", logits_to_keep, output_hidden_states), cache, past, new_tokens, attention_bias,
+            {"input_ids": input_ids, "position_ids": position_ids},
+            lambda inputs, mask: _forward_outputs(lm, inputs["input_ids"], cache, inputs["position_ids"], mask,
+                                                  logits_to_keep, output_hidden_states))
+    else:
+        logits, *states = _forward_outputs(lm, input_ids, cache, position_ids,
+                                           prefix_visible(attention_bias, past + new_tokens), logits_to_keep,
+                                           output_hidden_states)
     logits_tokens = min(logits_to_keep, new_tokens) if logits_to_keep > 0 else new_tokens
     flops = count_forward(lm, tally, new_tokens, past, logits_tokens)
-    return LMOutput(logits=output.logits, hidden_states=output.hidden_states if output_hidden_states else None,
-                    flops=flops)
+    return LMOutput(logits=logits, hidden_states=tuple(states) if output_hidden_states else None, flops=flops)
+
+
+def prefix_visible(bias: torch.Tensor | None, keys: int) -> torch.Tensor | None:
+    """A mask over the last W of ``keys`` keys widened to all of them, the earlier keys visible (0)."""
+    if bias is None or bias.shape[-1] == keys:
+        return bias
+    return functional.pad(bias, (keys - bias.shape[-1], 0))
+
+
+def causal_bias(past: int, count: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
+    """Full mask (1, 1, count, past + count) for ``count`` consecutive positions after ``past`` cached ones,
+    built on ``device``; None for a single query (it sees everything)."""
+    if count == 1:
+        return None
+    bias = torch.zeros((count, past + count), dtype=dtype, device=device)
+    bias[:, past:] = torch.full((count, count), torch.finfo(dtype).min, dtype=dtype, device=device).triu(1)
+    return bias[None, None]
+
+
+DrafterCall = Callable[[dict[str, torch.Tensor], torch.Tensor | None], torch.Tensor]
+
+
+def run_drafter(call: DrafterCall, cache: DynamicCache, inputs: dict[str, torch.Tensor], count: int,
+                bias: torch.Tensor | None, dtype: torch.dtype, graphs: GraphedForwards | None = None,
+                key: Hashable = "drafter") -> torch.Tensor:
+    """A drafter module's forward over ``count`` new positions on ``cache``: ``call(inputs, full mask)``.
+
+    ``bias`` follows ``run_model``'s convention (a mask over the last keys, the earlier ones visible; None:
+    causal). Eager, or replayed from a CUDA graph of its shape with ``graphs`` (a static cache)."""
+    past = cache.get_seq_length()
+    if graphs is not None:
+        return graphs.run(key, cache, past, count, bias, inputs, lambda buffers, mask: (call(buffers, mask),))[0]
+    device = next(iter(inputs.values())).device
+    mask = causal_bias(past, count, dtype, device) if bias is None else prefix_visible(bias, past + count)
+    return call(inputs, mask)
+
+
+def _forward_outputs(lm: LoadedModel, input_ids: torch.Tensor, cache: DynamicCache, position_ids: torch.Tensor,
+                     mask: torch.Tensor | None, logits_to_keep: int, hidden: bool) -> tuple[torch.Tensor, ...]:
+    """The model's logits, then (with ``hidden``) its hidden states: embeddings + every layer."""
+    output = lm.model(input_ids=input_ids, past_key_values=cache, position_ids=position_ids, attention_mask=mask,
+                      use_cache=True, logits_to_keep=logits_to_keep, output_hidden_states=hidden)
+    return (output.logits, *(output.hidden_states if hidden else ()))
 
 
 def count_forward(lm: LoadedModel, tally: ForwardTally, new_tokens: int, past: int, logits_tokens: int) -> float:

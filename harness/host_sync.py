@@ -23,7 +23,7 @@ from harness.adapter import DraftAdapter
 from harness.engine import generate
 from harness.models import LoadedModel
 from harness.sampling import SamplingConfig
-from harness.target_runtime import TargetRuntime
+from harness.engine_runtime import EngineRuntime
 from harness.verify import verify_tree
 
 HOST_READS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "__index__", "cpu", "numpy",
@@ -89,10 +89,10 @@ class HostReadAudit:
 
 
 def audit_generation(target: LoadedModel, adapter: DraftAdapter, prompt_ids: torch.Tensor, max_new_tokens: int,
-                     sampling: SamplingConfig, runtime: TargetRuntime | None = None,
+                     sampling: SamplingConfig, runtime: EngineRuntime | None = None,
                      generator: torch.Generator | None = None) -> HostReadAudit:
     """Host reads per decoding step of one generation (prefill excluded), by phase and by operation."""
-    runtime = runtime or TargetRuntime(target)
+    runtime = runtime or EngineRuntime(target)
     counter = HostReadCounter()
     phased_runtime = _PhasedRuntime(runtime, counter)
     adapter_view = _PhasedAdapter(adapter, counter)
@@ -107,10 +107,10 @@ def audit_generation(target: LoadedModel, adapter: DraftAdapter, prompt_ids: tor
     return HostReadAudit(steps, by_phase, by_operation)
 
 
-class _PhasedRuntime(TargetRuntime):
+class _PhasedRuntime(EngineRuntime):
     """A runtime sharing ``runtime``'s state whose verify forward is labelled ``forward``."""
 
-    def __init__(self, runtime: TargetRuntime, counter: HostReadCounter) -> None:
+    def __init__(self, runtime: EngineRuntime, counter: HostReadCounter) -> None:
         self.__dict__.update(runtime.__dict__)
         self._counter = counter
 

@@ -14,6 +14,7 @@ from transformers import DynamicCache, PretrainedConfig
 
 from harness.errors import DraftcountError
 from harness.static_cache import PreallocatedLayer
+from harness.transfer import index_on
 
 
 def new_cache(config: PretrainedConfig) -> DynamicCache:
@@ -55,8 +56,20 @@ def keep_tree_path(cache: DynamicCache, prefix_len: int, path_nodes: list[int]) 
     if list(path_nodes) == list(range(len(path_nodes))):
         crop_cache(cache, kept)
         return
-    for layer in _full_attention_layers(cache):
-        index = torch.as_tensor(path_nodes, device=layer.keys.device) + prefix_len
+    layers = _full_attention_layers(cache)
+    index = index_on([prefix_len + node for node in path_nodes], layers[0].keys.device) if layers else None
+    for layer in layers:
         layer.keys[..., prefix_len:kept, :] = layer.keys.index_select(-2, index)
         layer.values[..., prefix_len:kept, :] = layer.values.index_select(-2, index)
     crop_cache(cache, kept)
+
+
+def append_entries(cache: DynamicCache, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+    """Append saved keys/values (one (B, heads, n, dim) tensor per layer) after every layer's entries; in
+    place in a static cache when they were saved from where they now belong."""
+    for layer, layer_keys, layer_values in zip(_full_attention_layers(cache), keys, values):
+        if isinstance(layer, PreallocatedLayer):
+            layer.append(layer_keys, layer_values)
+        else:
+            layer.keys = torch.cat([layer.keys, layer_keys], dim=-2)
+            layer.values = torch.cat([layer.values, layer_values], dim=-2)

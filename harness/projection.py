@@ -27,6 +27,7 @@ import pandas as pd
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
+from harness.forward import prefix_visible
 from harness.kv_cache import crop_cache, new_cache
 from harness.tree import depths_of, tree_attention_bias
 
@@ -93,7 +94,7 @@ def target_latencies(model: LlamaForCausalLM, prefix: int, sizes: list[int], rep
     latencies = {}
     for size in sizes:
         parents = wide_tree(size)
-        bias = tree_attention_bias(parents, [], list(range(size)), prefix, model.dtype, device)
+        bias = prefix_visible(tree_attention_bias(parents, [], list(range(size)), model.dtype, device), prefix + size)
         position_ids = (prefix + torch.tensor(depths_of(parents))).to(device)[None]
         input_ids = torch.randint(vocab, (1, size), device=device)
 

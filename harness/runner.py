@@ -24,7 +24,7 @@ from harness.options import options_as_dict
 from harness.prompts import Prompt, encode_turn, load_prompts
 from harness.records import SCHEMA_VERSION, atomic_jsonl, environment, write_record
 from harness.sampling import SamplingConfig, make_generator
-from harness.target_runtime import EngineOptions, TargetRuntime
+from harness.engine_runtime import EngineOptions, EngineRuntime
 from harness.timing import timer_name
 
 
@@ -138,7 +138,7 @@ def run(config: RunConfig, progress: bool = True) -> int:
     draft = load_model(config.draft, config.dtype, config.device) if config.draft else None
     contenders = _build_contenders(config, target, draft)
     eos = eos_ids(target)
-    runtime = TargetRuntime(target, config.engine)  # one per run: its static cache and graphs serve every turn
+    runtime = EngineRuntime(target, config.engine)  # one per run: its static cache and graphs serve every turn
 
     def run_turn(contender: _Contender, ids: list[int], seed: int, name: str, max_new: int) -> Generation:
         return generate(

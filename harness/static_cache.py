@@ -39,9 +39,14 @@ class PreallocatedLayer(CacheLayerMixin):
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
         batch, heads, _, key_dim = key_states.shape
-        self.key_buffer = key_states.new_zeros(batch, heads, self.capacity, key_dim)
-        self.value_buffer = value_states.new_zeros(batch, heads, self.capacity, value_states.shape[-1])
-        self.dtype, self.device = key_states.dtype, key_states.device
+        self.allocate(batch, heads, key_dim, value_states.shape[-1], key_states.dtype, key_states.device)
+
+    def allocate(self, batch: int, heads: int, key_dim: int, value_dim: int, dtype: torch.dtype,
+                 device: torch.device) -> None:
+        """Allocate the buffers now (before a CUDA graph is captured, say) instead of at the first forward."""
+        self.key_buffer = torch.zeros(batch, heads, self.capacity, key_dim, dtype=dtype, device=device)
+        self.value_buffer = torch.zeros(batch, heads, self.capacity, value_dim, dtype=dtype, device=device)
+        self.dtype, self.device = dtype, device
         self.is_initialized = True
         self._expose()
 
@@ -74,6 +79,19 @@ class PreallocatedLayer(CacheLayerMixin):
         if self.is_initialized:
             self._expose()
 
+    def append(self, keys: torch.Tensor, values: torch.Tensor) -> None:
+        """Put saved entries back after the current length. Entries that are still where they were saved
+        (a view of this buffer right at the current length) are kept in place: nothing is copied."""
+        start, end = self.length, self.length + keys.shape[-2]
+        if end > self.capacity:
+            raise DraftcountError(f"static KV cache holds {self.capacity} positions; appending needs {end}")
+        in_place = keys.data_ptr() == self.key_buffer[:, :, start:].data_ptr() and \
+            values.data_ptr() == self.value_buffer[:, :, start:].data_ptr()
+        if not in_place:
+            self.key_buffer[:, :, start:end].copy_(keys.clone())
+            self.value_buffer[:, :, start:end].copy_(values.clone())
+        self.set_length(end)
+
     def crop(self, tokens_to_remove: int) -> None:
         self.set_length(self.length + tokens_to_remove if tokens_to_remove < 0 else tokens_to_remove)
 
@@ -100,11 +118,20 @@ def _num_layers(config: PretrainedConfig) -> int:
     return int(text.num_hidden_layers)
 
 
-def new_static_cache(config: PretrainedConfig, capacity: int) -> Cache:
-    """A cache of ``capacity`` positions per layer; buffers are allocated at the first forward."""
+def new_static_cache(config: PretrainedConfig, capacity: int, dtype: torch.dtype | None = None,
+                     device: torch.device | None = None) -> Cache:
+    """A cache of ``capacity`` positions per layer; its buffers are allocated now when ``dtype`` and ``device``
+    are given (from the config's key/value heads and head size), else at the first forward."""
     if capacity < 1:
         raise DraftcountError(f"static KV cache capacity must be >= 1, got {capacity}")
-    return Cache(layers=[PreallocatedLayer(capacity) for _ in range(_num_layers(config))])
+    cache = Cache(layers=[PreallocatedLayer(capacity) for _ in range(_num_layers(config))])
+    if dtype is not None and device is not None:
+        text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+        heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
+        head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
+        for layer in cache.layers:
+            layer.allocate(1, heads, head_dim, head_dim, dtype, device)
+    return cache
 
 
 def static_layers(cache: Cache) -> list[PreallocatedLayer] | None:

@@ -8,12 +8,14 @@ width one; a root-only tree is one autoregressive step.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import lru_cache
 
 import torch
 
 from harness.errors import DraftcountError
+from harness.transfer import to_device
 
 
 @dataclass
@@ -46,11 +48,25 @@ class TokenTree:
 
     @property
     def size(self) -> int:
-        return len(self.parents)
+        return self.tokens.shape[0]
 
     @property
     def num_drafts(self) -> int:
-        return len(self.parents) - 1
+        return self.tokens.shape[0] - 1
+
+    def resolve(self) -> None:
+        """Make the shape available on the host (it already is; see ``DeferredTree``)."""
+
+    def read_with(self, rows: list[torch.Tensor]) -> list[list[int]]:
+        """``rows`` (1-D integer tensors on the tree's device) as host lists, read in one go: the one host
+        synchronisation of a greedy verification. A tree whose shape is still on the device reads it too."""
+        lengths = [row.shape[0] for row in rows]
+        flat = torch.cat([row.long() for row in rows]).tolist() if rows else []
+        out, start = [], 0
+        for length in lengths:
+            out.append(flat[start:start + length])
+            start += length
+        return out
 
     @property
     def depths(self) -> tuple[int, ...]:
@@ -66,17 +82,13 @@ class TokenTree:
 
     def position_ids(self, prefix_len: int) -> torch.Tensor:
         """(1, n) absolute positions: prefix length plus each node's depth."""
-        depths = torch.tensor(self.depths, device=self.tokens.device)
-        return (depths + prefix_len).unsqueeze(0)
+        return to_device(torch.tensor(self.depths) + prefix_len, self.tokens.device).unsqueeze(0)
 
-    def attention_bias(self, prefix_len: int, dtype: torch.dtype) -> torch.Tensor | None:
-        """Additive float mask (1, 1, n, prefix_len + n): 0 where a node may attend, dtype-min elsewhere.
-
-        A node sees the whole cached prefix, its ancestors and itself. For a
-        chain this is the ordinary causal mask, so None is returned and the
-        model builds it itself.
-        """
-        return tree_attention_bias(self.parents, [], list(range(self.size)), prefix_len, dtype, self.tokens.device)
+    def attention_bias(self, dtype: torch.dtype) -> torch.Tensor | None:
+        """Additive float mask (1, 1, n, n) among the tree's nodes: 0 where a node may attend (its ancestors and
+        itself), dtype-min elsewhere; the cached prefix before them is visible to all (``run_model``'s
+        convention). For a chain this is the causal mask, so None is returned and the model builds it."""
+        return tree_attention_bias(self.parents, [], list(range(self.size)), dtype, self.tokens.device)
 
     def path_to(self, node: int) -> list[int]:
         """Node indices from the root down to ``node`` (both included)."""
@@ -98,29 +110,22 @@ def check_batch_size_one(tensor: torch.Tensor, what: str) -> None:
         raise DraftcountError(f"{what}: batch size {tensor.shape[0]} is not supported yet (batch size 1 only)")
 
 
-def tree_attention_bias(parents: tuple[int, ...], cached_nodes: list[int], query_nodes: list[int], prefix_len: int,
+def tree_attention_bias(parents: tuple[int, ...], cached_nodes: list[int], query_nodes: list[int],
                         dtype: torch.dtype, device: torch.device | str) -> torch.Tensor | None:
-    """Additive mask for feeding ``query_nodes`` of a tree to a model whose cache holds a prefix and ``cached_nodes``.
+    """Additive mask for feeding ``query_nodes`` of a tree to a model whose cache holds a prefix and then
+    ``cached_nodes``.
 
-    Shape (1, 1, q, prefix_len + len(cached_nodes) + q): each query sees the
-    prefix, those of its ancestors that are cached or fed with it, and itself.
-    None when that is the causal mask because the keys form one parent-to-child path (chains), which the
-    model builds itself.
+    Shape (1, 1, q, len(cached_nodes) + q), over the tree's keys only: each query sees those of its ancestors
+    that are cached or fed with it, and itself; the prefix before them is visible to every query
+    (``run_model`` pads the mask with it). None when that is the causal mask because the keys form one
+    parent-to-child path (chains), which the model builds itself.
     """
     keys = list(cached_nodes) + list(query_nodes)
     if all(parents[child] == parent for parent, child in zip(keys, keys[1:])):
         return None  # the keys are one parent-to-child path: causal (decided on the host, no tensor is read)
     visible = _ancestor_matrix(parents)[query_nodes][:, keys]
-    bias = torch.zeros((len(query_nodes), prefix_len + len(keys)), dtype=dtype)
-    bias[:, prefix_len:].masked_fill_(~visible, torch.finfo(dtype).min)
-    return bias.to(device)[None, None]
-
-
-def node_visibility_bias(parents: tuple[int, ...], dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
-    """(n, n) additive mask among a tree's own nodes: 0 where node j is node i or its ancestor, dtype-min elsewhere."""
-    bias = torch.zeros((len(parents), len(parents)), dtype=dtype)
-    bias.masked_fill_(~_ancestor_matrix(parents), torch.finfo(dtype).min)
-    return bias.to(device)
+    bias = torch.zeros((len(query_nodes), len(keys)), dtype=dtype).masked_fill_(~visible, torch.finfo(dtype).min)
+    return to_device(bias, device)[None, None]
 
 
 @lru_cache(maxsize=256)
@@ -147,3 +152,63 @@ def _ancestor_matrix(parents: tuple[int, ...]) -> torch.Tensor:
     for index in range(1, size):
         visible[index] |= visible[parents[index]]
     return visible
+
+
+class DeferredTree(TokenTree):
+    """A token tree whose shape still lives on the device, as a drafter that grows trees there leaves it.
+
+    Tokens, parents (root -1) and depths are device tensors; the target's verify forward takes positions and
+    the tree mask from them, on the device. The host learns the parents in the verifier's read
+    (``read_with``), together with the tree's tokens, the target's choices and whatever ``pending`` the
+    drafter wants back (``on_read`` gets those values), so growing and verifying a tree costs one host
+    synchronisation. ``parents`` and what derives from it are available after that read (or ``resolve``).
+    """
+
+    def __init__(self, tokens: torch.Tensor, device_parents: torch.Tensor, device_depths: torch.Tensor,
+                 max_depth: int, pending: torch.Tensor | None = None,
+                 on_read: Callable[[list[int]], None] | None = None) -> None:
+        if tokens.dim() != 1 or tokens.shape != device_parents.shape or tokens.shape != device_depths.shape:
+            raise ValueError("a deferred tree needs 1-D tokens, parents and depths of one length")
+        self.tokens = tokens
+        self.device_parents, self.device_depths, self.max_depth = device_parents, device_depths, max_depth
+        self.pending = pending if pending is not None else device_parents.new_zeros(0)
+        self.on_read = on_read
+        self.draft_probs = [None] * tokens.shape[0]
+        self._parents: tuple[int, ...] | None = None
+
+    @property
+    def parents(self) -> tuple[int, ...]:
+        if self._parents is None:
+            raise DraftcountError("this tree's shape is still on the device: verify it (or call resolve()) first")
+        return self._parents
+
+    def read_with(self, rows: list[torch.Tensor]) -> list[list[int]]:
+        if self._parents is not None:
+            return super().read_with(rows)
+        *values, parents, pending = super().read_with([*rows, self.device_parents, self.pending])
+        self._set_parents(tuple(parents), pending)
+        return values
+
+    def resolve(self) -> None:
+        """Read the shape now (a host synchronisation of its own)."""
+        if self._parents is None:
+            self.read_with([])
+
+    def _set_parents(self, parents: tuple[int, ...], pending: list[int]) -> None:
+        TokenTree(self.tokens, parents)  # the same checks as any tree
+        self._parents = parents
+        if self.on_read is not None:
+            self.on_read(pending)
+
+    def position_ids(self, prefix_len: int) -> torch.Tensor:
+        return (self.device_depths + prefix_len).unsqueeze(0)
+
+    def attention_bias(self, dtype: torch.dtype) -> torch.Tensor:
+        """(1, 1, n, n) over the tree's nodes, built on the device: each node sees its ancestors and itself."""
+        size = self.tokens.shape[0]
+        visible = torch.eye(size, dtype=torch.bool, device=self.tokens.device)
+        step_up = self.device_parents.clamp(min=0)  # the root is its own parent
+        for _ in range(self.max_depth):
+            visible = visible | visible.index_select(0, step_up)
+        bias = torch.zeros((size, size), dtype=dtype, device=self.tokens.device)
+        return bias.masked_fill_(~visible, torch.finfo(dtype).min)[None, None]

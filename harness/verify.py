@@ -71,8 +71,8 @@ def verify_tree(
 
 
 def _verify_greedy(tree: TokenTree, logits: torch.Tensor) -> Verdict:
-    # the step's one host read: the tree's tokens and the target's choices together
-    tokens, target_choice = torch.stack([tree.tokens.to(logits.device), logits.argmax(dim=-1)]).tolist()
+    # the step's one host read: the tree's tokens and the target's choices together (and a deferred tree's shape)
+    tokens, target_choice = tree.read_with([tree.tokens.to(logits.device), logits.argmax(dim=-1)])
     children = tree.children
     node, path, tried = 0, [0], 0
     while True:
@@ -96,7 +96,7 @@ def _verify_sampling(
     generator: torch.Generator | None,
     residual: ResidualFn,
 ) -> Verdict:
-    tokens = tree.tokens.tolist()
+    (tokens,) = tree.read_with([tree.tokens])
     children = tree.children
     node, path, tried = 0, [0], 0
     while True:

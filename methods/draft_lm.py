@@ -40,13 +40,15 @@ class DraftModelTreeDrafter:
         self.max_draft_nodes = len(shape) - 1
         self.details = {"tree_parents": list(shape), "tree_depth": self.depth, "replacement": replacement}
         self.cache = new_cache(draft.config)
+        self.graphs = None
         self.cached_len = 0
         self.fed_offset: dict[int, int] = {}
         self.root_cached_len = 0
         self.work = DrafterWork()
 
     def begin(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> None:
-        self.cache = new_cache(self.draft.config)
+        self.cache = ctx.drafter_cache(self, self.draft.config, len(self.shape), self.draft.dtype, self.draft.device)
+        self.graphs = ctx.drafter_graphs(self, self.draft.device, self.draft.dtype)
         self.cached_len = 0
 
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
@@ -56,7 +58,7 @@ class DraftModelTreeDrafter:
         device = self.draft.device
         unseen = sequence[:, self.cached_len :].to(device)
         out = run_model(self.draft, unseen, self.cache, positions(self.cached_len, unseen.shape[-1], device),
-                        ctx.counters.drafter, logits_to_keep=1)
+                        ctx.counters.drafter, logits_to_keep=1, graphs=self.graphs)
         count_useful_drafter_flops(ctx.counters, out.flops)  # the accepted tokens' KV: kept whatever happens
         prefix_len = sequence.shape[-1]  # the draft cache now holds the sequence, root included
         root = sequence[0, -1]
@@ -79,11 +81,11 @@ class DraftModelTreeDrafter:
             to_feed = [tree_node for shape_node, tree_node in level if self.shape_children[shape_node]]
             if not to_feed:
                 break
-            bias = tree_attention_bias(tuple(parents), fed, to_feed, prefix_len, self.draft.dtype, device)
+            bias = tree_attention_bias(tuple(parents), fed, to_feed, self.draft.dtype, device)
             out = run_model(
                 self.draft, torch.stack([tokens[node] for node in to_feed]).to(device)[None], self.cache,
                 torch.full((1, len(to_feed)), prefix_len - 1 + depth, device=device), ctx.counters.drafter,
-                attention_bias=bias,
+                attention_bias=bias, graphs=self.graphs,
             )
             self.work.charge(to_feed, out.flops)
             node_logits.update({node: out.logits[0, index] for index, node in enumerate(to_feed)})

@@ -24,12 +24,13 @@ import torch
 from transformers import DynamicCache
 
 from harness.adapter import StepContext
-from harness.beam_tree import BeamPool, BeamShape, BeamTree, grow_beam_tree
+from harness.beam_tree import BeamShape, BeamTree, Frontier, frontier_attention_bias, grow_beam_tree
 from harness.counters import DrafterWork, count_useful_drafter_flops
-from harness.forward import LMOutput, positions
+from harness.forward import LMOutput, positions, run_drafter
 from harness.kv_cache import crop_cache
 from harness.models import LoadedModel, ModelCost
-from harness.tree import TokenTree, tree_attention_bias
+from harness.transfer import index_on
+from harness.tree import TokenTree
 from harness.verify import Verdict
 from methods import BuildInputs, MethodSpec, register
 from methods.eagle_head import EagleHead, feature_rows, load_head
@@ -44,15 +45,6 @@ class EagleOptions:
 
     def __post_init__(self) -> None:
         BeamShape(self.top_k, self.depth, self.budget)
-
-
-def causal_chunk_bias(past: int, count: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
-    """Mask for ``count`` consecutive new positions after ``past`` cached ones (None for a single query)."""
-    if count == 1:
-        return None
-    bias = torch.zeros(count, past + count, dtype=dtype)
-    bias[:, past:] = torch.full((count, count), torch.finfo(dtype).min, dtype=dtype).triu(1)
-    return bias.to(device)[None, None]
 
 
 class HeadRunner:
@@ -85,8 +77,11 @@ class EagleDrafter:
         self.work = DrafterWork()
         self._reset()
 
-    def _reset(self) -> None:
-        self.cache = DynamicCache(config=self.head.config)
+    def _reset(self, ctx: StepContext | None = None) -> None:
+        lookahead = (self.shape.depth - 1) * self.shape.top_k + 1  # the tree's fed frontiers
+        self.cache = (ctx.drafter_cache(self, self.head.config, lookahead, self.runner.dtype, self.runner.device)
+                      if ctx is not None else DynamicCache(config=self.head.config))
+        self.graphs = ctx.drafter_graphs(self, self.runner.device, self.runner.dtype) if ctx is not None else None
         self.pending = torch.empty(0)  # true features of positions fed_len.. not yet fed
         self.fed_len = 0
         self.beam: BeamTree | None = None
@@ -98,51 +93,51 @@ class EagleDrafter:
     def _forward(self, ctx: StepContext, features: torch.Tensor, tokens: torch.Tensor, position_ids: torch.Tensor,
                  bias: torch.Tensor | None, logits_rows: int) -> tuple[torch.Tensor, float]:
         past = self.cache.get_seq_length()
-        hidden = self.head(features[None], tokens[None].to(self.runner.device), position_ids, self.cache, bias)[0]
+
+        def call(inputs: dict[str, torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
+            return self.head(inputs["features"][None], inputs["tokens"][None], inputs["position_ids"], self.cache,
+                             mask)[0]
+
+        hidden = run_drafter(call, self.cache, {"features": features, "tokens": tokens, "position_ids": position_ids},
+                             tokens.shape[0], bias, self.runner.dtype, self.graphs, key="head")
         flops = self.runner.cost.forward_flops(tokens.shape[0], past + tokens.shape[0], logits_rows)
         ctx.counters.drafter.add(tokens.shape[0], flops)
         return hidden, flops
 
     def begin(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> None:
-        self._reset()
+        self._reset(ctx)
         self.pending = self._features(prefill.hidden_states, slice(None))
 
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
         count = self.pending.shape[0]
         tokens = sequence[0, self.fed_len + 1 : self.fed_len + 1 + count]
         hidden, flops = self._forward(
-            ctx, self.pending, tokens, positions(self.fed_len, count, self.runner.device),
-            causal_chunk_bias(self.fed_len, count, self.runner.dtype, self.runner.device), logits_rows=1,
+            ctx, self.pending, tokens, positions(self.fed_len, count, self.runner.device), None, logits_rows=1,
         )
         count_useful_drafter_flops(ctx.counters, flops)
         self.fed_len += count
         root_hidden = hidden[-1]
-        produced_by: dict[int, torch.Tensor] = {}  # pool node -> head output that scored its children
-        parents: list[int] = [-1]  # pool parents shifted by one (0 = the root) for tree masks
-        fed: list[int] = []
+        outputs: list[torch.Tensor] = []  # per expanded depth: the head's outputs for that frontier
+        frontiers: list[Frontier] = []
 
-        def expand(depth: int, frontier: list[int], pool: BeamPool) -> torch.Tensor:
-            parents.extend(pool.parents[node] + 1 for node in range(len(parents) - 1, len(pool.tokens)))
-            inputs = torch.stack([produced_by[pool.parents[node]] if pool.parents[node] >= 0 else root_hidden
-                                  for node in frontier])
-            node_tokens = torch.tensor([pool.tokens[node] for node in frontier])
-            bias = tree_attention_bias(tuple(parents), [node + 1 for node in fed], [node + 1 for node in frontier],
-                                       self.fed_len, self.runner.dtype, self.runner.device)
-            position_ids = torch.full((1, len(frontier)), self.fed_len + depth - 1, device=self.runner.device)
-            out, cost = self._forward(ctx, inputs, node_tokens, position_ids, bias, logits_rows=len(frontier))
-            self.work.charge(frontier, cost)
-            produced_by.update({node: out[row] for row, node in enumerate(frontier)})
-            fed.extend(frontier)
+        def expand(frontier: Frontier) -> torch.Tensor:
+            frontiers.append(frontier)
+            k = frontier.tokens.shape[0]
+            inputs = root_hidden.expand(k, -1) if not outputs else outputs[-1].index_select(0, frontier.parent_rows)
+            bias = frontier_attention_bias(frontiers, self.fed_len, self.runner.dtype)
+            position_ids = torch.full((1, k), self.fed_len + frontier.depth - 1, device=self.runner.device)
+            out, cost = self._forward(ctx, inputs, frontier.tokens, position_ids, bias, logits_rows=k)
+            self.work.charge([(frontier.depth, row) for row in range(k)], cost)
+            outputs.append(out)
             return self.runner.logprobs(out)
 
         self.beam = grow_beam_tree(sequence[0, -1], self.runner.logprobs(root_hidden), expand, self.shape)
         return self.beam.tree
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
-        accepted_pool = [self.beam.pool_of_node[node] for node in verdict.path[1:]]
-        self.work.settle(ctx.counters, [self.beam.pool.parents[node] for node in accepted_pool])
+        self.work.settle(ctx.counters, [self.beam.parent_slots[node] for node in verdict.path[1:]])
         crop_cache(self.cache, self.fed_len)  # drop the tree nodes' entries: they were built on predicted features
-        index = torch.tensor(verdict.path, device=target_out.hidden_states[-1].device)
+        index = index_on(verdict.path, target_out.hidden_states[-1].device)
         self.pending = self._features(target_out.hidden_states, index)
 
 

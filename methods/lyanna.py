@@ -30,16 +30,17 @@ import torch
 from transformers import DynamicCache
 
 from harness.adapter import StepContext
-from harness.beam_tree import BeamPool, BeamShape, BeamTree, grow_beam_tree
+from harness.beam_tree import BeamShape, BeamTree, Frontier, grow_beam_tree
 from harness.counters import DrafterWork, count_useful_drafter_flops
-from harness.forward import LMOutput, positions
-from harness.kv_cache import crop_cache
+from harness.errors import DraftcountError
+from harness.forward import LMOutput, positions, run_drafter
+from harness.kv_cache import append_entries, crop_cache
 from harness.models import LoadedModel
 from harness.streams import SideStream
+from harness.transfer import index_on
 from harness.tree import TokenTree
 from harness.verify import Verdict
 from methods import BuildInputs, MethodSpec, register
-from methods.eagle import causal_chunk_bias
 from methods.eagle_head import feature_rows
 from methods.lyanna_model import LyannaDrafter, load_drafter
 from methods.lyanna_training import train_lyanna
@@ -80,6 +81,10 @@ class LyannaAdapter:
     wants_target_hidden_states = True
 
     def __init__(self, drafter: LyannaDrafter, target: LoadedModel, options: LyannaOptions) -> None:
+        kept = int(drafter.vocab_ids.shape[0])
+        if options.top_k > kept:
+            raise DraftcountError(f"lyanna's top_k ({options.top_k}) exceeds the drafter's kept vocabulary ({kept} "
+                                  "tokens): a beam tree could not fill its frontiers with tokens it can produce")
         self.drafter = drafter.to(target.device, target.dtype).eval()
         self.device, self.dtype = target.device, target.dtype
         self.options = options
@@ -96,8 +101,11 @@ class LyannaAdapter:
         self.side = SideStream(self.device)  # overlap=on: the run-ahead steps, beside the target's verification
         self._reset()
 
-    def _reset(self) -> None:
-        self.cache = DynamicCache(config=self.drafter.config)
+    def _reset(self, ctx: StepContext | None = None) -> None:
+        lookahead = self.options.depth + self.options.overlap_steps + 2  # the chain and the states run ahead
+        self.cache = (ctx.drafter_cache(self, self.drafter.config, lookahead, self.dtype, self.device)
+                      if ctx is not None else DynamicCache(config=self.drafter.config))
+        self.graphs = ctx.drafter_graphs(self, self.device, self.dtype) if ctx is not None else None
         self.fed_len = 0
         self.pending = torch.empty(0)
         self.previous: _Chain | None = None
@@ -111,14 +119,18 @@ class LyannaAdapter:
     def _step(self, ctx: StepContext, inputs: torch.Tensor, start: int) -> tuple[torch.Tensor, float]:
         count = inputs.shape[0]
         past = self.cache.get_seq_length()
-        bias = causal_chunk_bias(past, count, self.dtype, self.device)
-        out = self.drafter(inputs[None], positions(start, count, self.device), self.cache, bias)[0]
+
+        def call(buffers: dict[str, torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
+            return self.drafter(buffers["inputs"][None], buffers["position_ids"], self.cache, mask)[0]
+
+        out = run_drafter(call, self.cache, {"inputs": inputs, "position_ids": positions(start, count, self.device)},
+                          count, None, self.dtype, self.graphs, key="backbone")
         flops = self.cost.forward_flops(count, past + count, 0)
         ctx.counters.drafter.add(count, flops)
         return out, flops
 
     def begin(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> None:
-        self._reset()
+        self._reset(ctx)
         self.pending = self._inputs(prefill.hidden_states, slice(None))
 
     def observe_root(self, ctx: StepContext, root_out: LMOutput) -> None:
@@ -137,9 +149,7 @@ class LyannaAdapter:
         states = {first_position: out[-1]}
         self.computed = {first_position}
         if previous is not None and previous.cache_keys is not None:
-            for layer, keys, values in zip(self.cache.layers, previous.cache_keys, previous.cache_values):
-                layer.keys = torch.cat([layer.keys, keys], dim=-2)
-                layer.values = torch.cat([layer.values, values], dim=-2)
+            append_entries(self.cache, previous.cache_keys, previous.cache_values)
         for position in range(first_position + 1, last_position + 1):
             if self.options.reuse == "states" and previous is not None and position in previous.states:
                 states[position] = previous.states[position]
@@ -188,8 +198,8 @@ class LyannaAdapter:
             combined = torch.log_softmax(logits, dim=-1) + extra[row]
             return torch.log_softmax(self.drafter.to_full_vocab(combined), dim=-1)
 
-        def expand(depth: int, frontier: list[int], pool: BeamPool) -> torch.Tensor:
-            return node_logprobs(depth + 1, torch.tensor([pool.tokens[node] for node in frontier]))
+        def expand(frontier: Frontier) -> torch.Tensor:
+            return node_logprobs(frontier.depth + 1, frontier.tokens)
 
         root = sequence[0, -1]
         self.beam = grow_beam_tree(root, node_logprobs(1, root.reshape(1))[0], expand, self.shape)
@@ -229,7 +239,7 @@ class LyannaAdapter:
         crop_cache(self.cache, self.fed_len)
         self.previous = self.chain
         path = verdict.path[1:] if root_fed else verdict.path  # a root fed on its own is in the cache already
-        index = torch.tensor(path, device=target_out.hidden_states[-1].device, dtype=torch.long)
+        index = index_on(path, target_out.hidden_states[-1].device)
         self.pending = self._inputs(target_out.hidden_states, index)
         self.root_logits = None
 

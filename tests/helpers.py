@@ -18,7 +18,7 @@ from harness.drafting import choose_children
 from harness.forward import LMOutput, positions, run_model
 from harness.kv_cache import new_cache
 from harness.sampling import align_vocab, logits_to_probs, make_generator
-from harness.target_runtime import EngineOptions, TargetRuntime
+from harness.engine_runtime import EngineOptions, EngineRuntime
 from harness.tree import TokenTree
 from harness.verify import Verdict, verify_tree
 
@@ -208,7 +208,7 @@ ENGINE_SWITCHES = {"static": EngineOptions(kv_cache="static"),
                    "graph_buffers": EngineOptions(kv_cache="static", cuda_graphs="on")}
 
 
-def engine_runtime(target: LoadedModel, switch: str) -> TargetRuntime:
+def engine_runtime(target: LoadedModel, switch: str) -> EngineRuntime:
     """A runtime with one of the engine's overhead switches on; the CUDA-graph path runs its static buffers
     eagerly (``capture=False``), which is what a machine without a GPU can test."""
-    return TargetRuntime(target, ENGINE_SWITCHES[switch], capture=False)
+    return EngineRuntime(target, ENGINE_SWITCHES[switch], capture=False)

@@ -76,17 +76,22 @@ def test_greedy_lossless(eagle_setup, head):
 
 @pytest.mark.parametrize("switch", list(ENGINE_SWITCHES))
 def test_greedy_lossless_under_engine_switches(eagle_setup, switch):
-    """The static KV cache and the CUDA-graph verify path (its buffers, run eagerly) with hidden states."""
+    """Static KV caches (target and head) and the CUDA-graph path of the verify forward and of the head's
+    catch-up and expansions (its buffers, run eagerly), with hidden states."""
     target, root, _ = eagle_setup
     adapter, _ = build_adapter("eagle", SHAPES[1], BuildInputs(target, None, root / "trained"))
     runtime = engine_runtime(target, switch)
-    accepted_deep = 0
+    accepted_deep = head_forwards = 0
     for prompt in _prompts(10):
         want = generate(target, NoDrafts(), prompt, 32, SamplingConfig()).output_ids
         result = generate(target, adapter, prompt, 32, SamplingConfig(), runtime=runtime)
         assert result.output_ids == want
         accepted_deep += sum(result.counters.accepted_by_depth[1:])
+        head_forwards += result.counters.drafter.forwards
     assert accepted_deep > 0
+    if switch == "graph_buffers":
+        assert runtime.graphs_of(adapter).calls == head_forwards
+
 
 def test_training_beats_random_head(eagle_setup):
     _, _, metrics = eagle_setup
@@ -133,6 +138,7 @@ def test_official_layout_round_trip(eagle_setup, tmp_path):
 
         def recording(ctx, sequence, original=original, proposed=proposed):
             tree = original(ctx, sequence)
+            tree.resolve()
             proposed.append((tree.tokens.tolist(), tree.parents))
             return tree
 

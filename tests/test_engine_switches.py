@@ -10,12 +10,12 @@ import pytest
 import torch
 
 from harness import SamplingConfig, generate
-from harness.cuda_graphs import GraphedVerifier
+from harness.cuda_graphs import GraphedForwards
 from harness.errors import DraftcountError
 from harness.options import parse_options
 from harness.sampling import make_generator
 from harness.static_cache import static_layers
-from harness.target_runtime import CAPACITY_STEP, EngineOptions, TargetRuntime
+from harness.engine_runtime import CAPACITY_STEP, EngineOptions, EngineRuntime
 from methods import BuildInputs, build_adapter
 from tests.helpers import ENGINE_SWITCHES, engine_runtime
 
@@ -57,7 +57,7 @@ def test_compiled_target_is_lossless(random_pair):
     """torch.compile's graph capture (Dynamo, dynamic shapes) of the target under the static cache; the eager
     backend keeps this fast on CPU (inductor's code generation is what bench_overheads.py measures)."""
     target, draft = random_pair
-    runtime = TargetRuntime(target, EngineOptions(kv_cache="static", compile="on", compile_backend="eager"))
+    runtime = EngineRuntime(target, EngineOptions(kv_cache="static", compile="on", compile_backend="eager"))
     assert runtime.target.model is not target.model
     ar, _ = build_adapter("ar", {}, BuildInputs(target, None, None))
     sd, _ = build_adapter("sd", {"gamma": 3}, BuildInputs(target, draft, None))
@@ -66,34 +66,56 @@ def test_compiled_target_is_lossless(random_pair):
         assert generate(target, sd, prompt, 16, SamplingConfig(), runtime=runtime).output_ids == expected
 
 
-def test_static_cache_is_filled_in_place_and_reused(random_pair):
+def test_static_caches_are_filled_in_place_and_reused(random_pair):
+    """kv_cache=static: the target's cache and the draft LM's own are allocated once and kept from one
+    generation to the next (same buffers), and regrown only for a longer generation."""
     target, draft = random_pair
     adapter, _ = build_adapter("tree_sd", {"branching": "2,2,1"}, BuildInputs(target, draft, None))
-    runtime = TargetRuntime(target, EngineOptions(kv_cache="static"))
+    runtime = EngineRuntime(target, EngineOptions(kv_cache="static"))
     generate(target, adapter, PROMPTS[0], 16, SamplingConfig(), runtime=runtime)
-    cache = runtime.static_cache
-    layers = static_layers(cache)
-    addresses = [(layer.key_buffer.data_ptr(), layer.value_buffer.data_ptr()) for layer in layers]
-    assert layers[0].capacity == CAPACITY_STEP
+    caches = {"target": runtime.static_cache, "draft": adapter.cache}
+
+    def buffers() -> dict[str, list[tuple[int, int]]]:
+        return {name: [(layer.key_buffer.data_ptr(), layer.value_buffer.data_ptr()) for layer in static_layers(cache)]
+                for name, cache in caches.items()}
+
+    addresses = buffers()
+    assert static_layers(runtime.static_cache)[0].capacity == CAPACITY_STEP
     for prompt in PROMPTS[1:4]:
         generate(target, adapter, prompt, 40, SamplingConfig(), runtime=runtime)
-    assert runtime.static_cache is cache
-    assert [(layer.key_buffer.data_ptr(), layer.value_buffer.data_ptr()) for layer in layers] == addresses
+    assert runtime.static_cache is caches["target"] and adapter.cache is caches["draft"] and buffers() == addresses
     long_prompt = torch.randint(0, 48, (1, CAPACITY_STEP), generator=torch.Generator().manual_seed(0))
     generate(target, adapter, long_prompt, 8, SamplingConfig(), runtime=runtime)
     assert static_layers(runtime.static_cache)[0].capacity == 2 * CAPACITY_STEP  # regrown for a longer generation
+    generate(target, adapter, PROMPTS[0], 8, SamplingConfig(), runtime=EngineRuntime(target, EngineOptions()))
+    assert static_layers(adapter.cache) is None  # another runtime, its own kind of cache
 
 
 def test_bad_switches_are_clear_errors(random_pair, tmp_path):
     target, _ = random_pair
     with pytest.raises(DraftcountError, match="unknown option 'static'.*valid options: compile, compile_backend, compile_mode"):
         parse_options(EngineOptions, {"static": "on"}, "the engine")
-    with pytest.raises(DraftcountError, match="cuda_graphs=on needs kv_cache=static"):
-        parse_options(EngineOptions, {"cuda_graphs": "on"}, "the engine")
-    with pytest.raises(DraftcountError, match="needs a CUDA device"):
-        GraphedVerifier(target, capture=True)
+    with pytest.raises(DraftcountError, match="cuda_graphs=verify needs kv_cache=static"):
+        parse_options(EngineOptions, {"cuda_graphs": "verify"}, "the engine")
+    with pytest.raises(DraftcountError, match="need a CUDA device"):
+        GraphedForwards(target.device, target.dtype, capture=True)
     result = subprocess.run(
         [sys.executable, "-m", "harness", "run", "--method", "ar", "--target", "unused", "--prompts", "unused",
          "--out", str(tmp_path / "x.jsonl"), "--engine", "kv_cache=static", "--engine", "cuda_graphs=on"],
         capture_output=True, text=True)
     assert result.returncode != 0 and "cuda_graphs=on needs a CUDA device" in result.stderr
+
+
+def test_graph_switches_route_the_forwards_they_name(random_pair):
+    """cuda_graphs=verify graphs only the target's verify forward; on also the draft LM's steps (buffers run
+    eagerly here: capture needs a GPU)."""
+    target, draft = random_pair
+    adapter, _ = build_adapter("sd", {"gamma": 3}, BuildInputs(target, draft, None))
+    calls = {}
+    for setting in ("verify", "on"):
+        runtime = EngineRuntime(target, EngineOptions(kv_cache="static", cuda_graphs=setting), capture=False)
+        result = generate(target, adapter, PROMPTS[1], 24, SamplingConfig(), runtime=runtime)
+        calls[setting] = {name: runner.calls for name, runner in runtime.graph_runners().items()}
+        assert calls[setting]["target"] == result.counters.target.forwards - 1  # the prefill stays eager
+    assert set(calls["verify"]) == {"target"}
+    assert calls["on"]["DraftModelTreeDrafter-0"] == result.counters.drafter.forwards  # every draft-LM forward

@@ -8,7 +8,7 @@ from harness.drafter_training import DrafterTrainRequest
 from harness.host_sync import HostReadCounter, audit_generation
 from harness.lm_data import save_tokens
 from harness.models import load_model
-from harness.target_runtime import EngineOptions, TargetRuntime
+from harness.engine_runtime import EngineOptions, EngineRuntime
 from methods import BuildInputs, build_adapter, get_method
 from tests.helpers import make_llama
 
@@ -37,7 +37,7 @@ def test_greedy_step_reads_only_the_verdict(random_pair, method, options, kv_cac
     read per step is the verifier's (the tree's tokens with the target's choices)."""
     target, draft = random_pair
     adapter, _ = build_adapter(method, options, BuildInputs(target, draft, None))
-    runtime = TargetRuntime(target, EngineOptions(kv_cache=kv_cache))
+    runtime = EngineRuntime(target, EngineOptions(kv_cache=kv_cache))
     audit = audit_generation(target, adapter, PROMPT, 24, SamplingConfig(), runtime)
     assert audit.steps > 1
     assert audit.by_operation == {"verify:tolist": 1.0}
@@ -57,9 +57,9 @@ def fresh_drafters(tmp_path_factory):
 
 @pytest.mark.parametrize("method,options", [("eagle", {"depth": 4}), ("lyanna", {"depth": 4}),
                                             ("lyanna", {"depth": 4, "reuse": "states", "overlap": "on"})])
-def test_beam_tree_step_reads_one_frontier_per_depth(fresh_drafters, method, options):
-    """eagle and lyanna: one read per tree depth (the frontier's top-k scores and tokens) plus the verdict."""
+def test_beam_tree_step_reads_only_the_verdict(fresh_drafters, method, options):
+    """eagle and lyanna: the beam tree grows on the device; its shape reaches the host in the verifier's read."""
     target, root = fresh_drafters
     adapter, _ = build_adapter(method, options, BuildInputs(target, None, root / method))
     audit = audit_generation(target, adapter, PROMPT, 16, SamplingConfig())
-    assert audit.by_operation == {"propose:tolist": 4.0, "verify:tolist": 1.0}
+    assert audit.by_operation == {"verify:tolist": 1.0}

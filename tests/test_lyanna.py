@@ -77,17 +77,23 @@ def test_greedy_lossless_every_switch(lyanna_setup, drafter):
 
 @pytest.mark.parametrize("switch", list(ENGINE_SWITCHES))
 def test_greedy_lossless_under_engine_switches(lyanna_setup, switch):
-    """The static KV cache and the CUDA-graph verify path (its buffers, run eagerly), with state reuse and overlap."""
+    """Static KV caches (target and backbone: kept states go back in place) and the CUDA-graph path of the
+    verify forward and the backbone's steps (its buffers, run eagerly), with state reuse and overlap."""
     target, root, _ = lyanna_setup
     runtime = engine_runtime(target, switch)
     deep = 0
-    for options in ({}, {"reuse": "states", "overlap": "on", "verify_fusion": "off"}):
+    for options in ({}, {"reuse": "states", "overlap": "on"}, {"reuse": "states", "overlap": "on", "verify_fusion": "off"}):
         adapter, _ = build_adapter("lyanna", options, BuildInputs(target, None, root / "token_info"))
+        backbone_forwards = 0
         for prompt in _prompts(8):
             want = generate(target, NoDrafts(), prompt, 12, SamplingConfig()).output_ids
             result = generate(target, adapter, prompt, 12, SamplingConfig(), runtime=runtime)
             assert result.output_ids == want, options
             deep += sum(result.counters.accepted_by_depth[1:])
+            backbone_forwards += result.counters.drafter.forwards
+        if switch == "graph_buffers":
+            assert runtime.graphs_of(adapter).calls == backbone_forwards
+            assert result.counters.extra.get("backbone_states_reused", 0) > 0 or not options
     assert deep > 0
 
 def test_fresh_drafter_lossless_and_training_helps(lyanna_setup):

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from harness.forward import ForwardTally, positions, run_model
+from harness.forward import ForwardTally, positions, prefix_visible, run_model
 from harness.kv_cache import cache_length, keep_tree_path, new_cache
 from harness.tree import TokenTree, root_only
 
@@ -24,13 +24,15 @@ def test_tree_structure():
 
 
 def test_attention_bias_marks_ancestors_only():
-    bias = _tree().attention_bias(prefix_len=3, dtype=torch.float32)[0, 0]
-    visible = bias == 0
+    bias = _tree().attention_bias(dtype=torch.float32)
+    assert bias.shape == (1, 1, 6, 6)  # the tree's own keys; run_model adds the prefix, visible to all
+    widened = prefix_visible(bias, 3 + 6)[0, 0]
+    visible = widened == 0
     assert visible[:, :3].all()
     assert visible[4, 3:].tolist() == [True, True, False, False, True, False]
     assert visible[5, 3:].tolist() == [True, False, True, False, False, True]
-    assert (bias[~visible] == torch.finfo(torch.float32).min).all()
-    assert TokenTree(torch.tensor([1, 2]), (-1, 0)).attention_bias(3, torch.float32) is None
+    assert (widened[~visible] == torch.finfo(torch.float32).min).all()
+    assert TokenTree(torch.tensor([1, 2]), (-1, 0)).attention_bias(torch.float32) is None
 
 
 @pytest.mark.parametrize("bad_parents", [(0, 0), (-1, 1), (-1, 0, 3)])
@@ -47,7 +49,7 @@ def test_tree_forward_equals_sequential_forwards(random_pair):
     with torch.no_grad():
         run_model(target, prompt, cache, positions(0, 7, target.device), ForwardTally())
         out = run_model(target, tree.tokens[None], cache, tree.position_ids(7), ForwardTally(),
-                        attention_bias=tree.attention_bias(7, target.dtype))
+                        attention_bias=tree.attention_bias(target.dtype))
         for node in range(tree.size):
             path_tokens = tree.tokens[tree.path_to(node)]
             reference = target.model(torch.cat([prompt[0], path_tokens])[None]).logits[0, -1]
@@ -63,7 +65,7 @@ def test_keep_tree_path_leaves_the_cache_of_that_path(random_pair, path):
     with torch.no_grad():
         run_model(target, prompt, cache, positions(0, 5, target.device), ForwardTally())
         run_model(target, tree.tokens[None], cache, tree.position_ids(5), ForwardTally(),
-                  attention_bias=tree.attention_bias(5, target.dtype))
+                  attention_bias=tree.attention_bias(target.dtype))
         keep_tree_path(cache, 5, path)
         assert cache_length(cache) == 5 + len(path)
         nxt = torch.tensor([[8]])

@@ -28,7 +28,7 @@ from harness import SamplingConfig, load_model  # noqa: E402
 from harness.drafter_training import DrafterTrainRequest  # noqa: E402
 from harness.host_sync import PHASES, audit_generation  # noqa: E402
 from harness.lm_data import save_tokens  # noqa: E402
-from harness.target_runtime import EngineOptions, TargetRuntime  # noqa: E402
+from harness.engine_runtime import EngineOptions, EngineRuntime  # noqa: E402
 from methods import BuildInputs, build_adapter, get_method  # noqa: E402
 
 VARIANTS = {"ar": ("ar", {}), "sd": ("sd", {"gamma": 4}), "tree_sd": ("tree_sd", {}), "eagle": ("eagle", {}),
@@ -74,7 +74,7 @@ def main() -> None:
         target = load_model(paths[0], args.dtype, args.device, with_tokenizer=False)
         draft = load_model(paths[1], args.dtype, args.device, with_tokenizer=False) if paths[1] else None
         drafters = {"eagle": paths[2], "lyanna": paths[3]}
-        runtime = TargetRuntime(target, EngineOptions(kv_cache=args.kv_cache))
+        runtime = EngineRuntime(target, EngineOptions(kv_cache=args.kv_cache))
         prompt = torch.randint(0, target.vocab_size, (1, 24), generator=torch.Generator().manual_seed(1))
         rows = []
         for variant, (method, options) in VARIANTS.items():

@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from harness import SamplingConfig, generate, load_model, wrap_model  # noqa: E402
 from harness.options import parse_key_values, parse_options  # noqa: E402
-from harness.target_runtime import EngineOptions, TargetRuntime  # noqa: E402
+from harness.engine_runtime import EngineOptions, EngineRuntime  # noqa: E402
 from harness.timing import synchronize  # noqa: E402
 from methods import BuildInputs, build_adapter  # noqa: E402
 
@@ -64,7 +64,7 @@ def main() -> None:
     lm.model.generation_config.pad_token_id = 0
     params = lm.num_parameters
     adapter, _ = build_adapter("ar", {}, BuildInputs(lm, None, None))
-    runtime = TargetRuntime(lm, engine)
+    runtime = EngineRuntime(lm, engine)
     generator = torch.Generator().manual_seed(1)
     prompts = [torch.randint(0, lm.vocab_size, (1, args.prompt_tokens), generator=generator).to(lm.device)
                for _ in range(args.trials + 1)]

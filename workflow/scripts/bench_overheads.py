@@ -2,16 +2,18 @@
 
 Settings (``--settings``, comma-separated):
   eager            transformers' DynamicCache, eager forwards (the baseline of every ratio)
-  static_cache     preallocated KV cache, accepted paths gathered in place
-  cuda_graphs      static cache + the target's verify forward replayed from CUDA graphs (CUDA only)
+  static_cache     preallocated KV caches (target and drafters), accepted paths gathered in place
+  graphs_verify    static caches + the target's verify forward replayed from CUDA graphs (CUDA only)
+  cuda_graphs      static caches + the verify forward and the drafters' steps replayed from CUDA graphs (CUDA only)
   compile          torch.compile'd target (dynamic shapes), DynamicCache
-  graphs_compile   static cache + CUDA graphs of the compiled target (CUDA only)
+  graphs_compile   static caches + CUDA graphs of the compiled target and of the drafters (CUDA only)
 and, for `lyanna`, the side-stream overlap as a method pair: ``lyanna_states`` (reuse=states, overlap off)
 against ``lyanna_overlap`` (overlap on), both under every setting.
 
 Prompt by prompt, every (method, setting) generates the same prompt greedily, the order rotating from prompt to
 prompt so drift hits all alike; one untimed warm-up generation per pair first (compilation, graph capture).
-Prints tokens/s per method and setting, the ratio to ``eager`` of the same method, and how many outputs differ
+Prints tokens/s per method and setting, the ratio to ``eager`` of the same method, the speedup over ``ar``
+under the same setting (what the method gains once that overhead is gone), and how many outputs differ
 from that method's eager output (float32: none expected; bf16 may differ where kernels round differently).
 
     python workflow/scripts/bench_overheads.py --target work/models/target --draft work/models/draft \\
@@ -35,17 +37,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from harness import SamplingConfig, generate, load_model  # noqa: E402
 from harness.prompts import encode_turn, load_prompts  # noqa: E402
 from harness.runner import eos_ids  # noqa: E402
-from harness.target_runtime import EngineOptions, TargetRuntime  # noqa: E402
+from harness.engine_runtime import EngineOptions, EngineRuntime  # noqa: E402
 from methods import BuildInputs, build_adapter  # noqa: E402
 
 SETTINGS = {
     "eager": EngineOptions(),
     "static_cache": EngineOptions(kv_cache="static"),
+    "graphs_verify": EngineOptions(kv_cache="static", cuda_graphs="verify"),
     "cuda_graphs": EngineOptions(kv_cache="static", cuda_graphs="on"),
     "compile": EngineOptions(compile="on"),
     "graphs_compile": EngineOptions(kv_cache="static", cuda_graphs="on", compile="on"),
 }
-CUDA_ONLY = {"cuda_graphs", "graphs_compile"}
+CUDA_ONLY = {"graphs_verify", "cuda_graphs", "graphs_compile"}
+DEFAULT_SETTINGS = {"cpu": ["eager", "static_cache"], "cuda": ["eager", "static_cache", "graphs_verify", "cuda_graphs"]}
 METHODS = {"ar": ("ar", {}), "sd": ("sd", {}), "tree_sd": ("tree_sd", {}), "eagle": ("eagle", {}),
            "lyanna": ("lyanna", {}), "lyanna_states": ("lyanna", {"reuse": "states"}),
            "lyanna_overlap": ("lyanna", {"reuse": "states", "overlap": "on"})}
@@ -74,7 +78,8 @@ def main() -> None:
     parser.add_argument("--max-new-tokens", type=int, default=128)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    parser.add_argument("--settings", help="comma-separated (default: eager,static_cache and, on CUDA, cuda_graphs)")
+    parser.add_argument("--settings", help="comma-separated (default: eager,static_cache and, on CUDA, "
+                                           "graphs_verify,cuda_graphs)")
     parser.add_argument("--methods", help="comma-separated (default: every method whose models are given)")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
@@ -83,7 +88,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
     cuda = args.device.startswith("cuda")
-    settings = args.settings.split(",") if args.settings else ["eager", "static_cache"] + (["cuda_graphs"] if cuda else [])
+    settings = args.settings.split(",") if args.settings else list(DEFAULT_SETTINGS["cuda" if cuda else "cpu"])
     for name in settings:
         if name not in SETTINGS:
             parser.error(f"unknown setting {name!r}; choose from {', '.join(SETTINGS)}")
@@ -106,7 +111,7 @@ def main() -> None:
         method, options = METHODS[name]
         directory = Path(drafters[method]) if method in drafters else None
         adapters[name], _ = build_adapter(method, options, BuildInputs(target, draft, directory))
-    runtimes = {name: TargetRuntime(target, SETTINGS[name]) for name in settings}
+    runtimes = {name: EngineRuntime(target, SETTINGS[name]) for name in settings}
     prompts = [encode_turn(target.tokenizer, [], p.turns[0]) for p in load_prompts(args.prompts, limit=args.limit)]
     eos, greedy = eos_ids(target), SamplingConfig()
     pairs = [(method, setting) for method in methods for setting in settings]
@@ -133,11 +138,12 @@ def main() -> None:
     for method, setting in pairs:
         tally, base = tallies[(method, setting)], tallies[(method, "eager")]
         differing = sum(a != b for a, b in zip(tally.outputs, base.outputs))
-        graphs = runtimes[setting].graphs
         rows.append({"method": method, "setting": setting, "tokens_per_s": round(tally.tokens_per_second, 2),
                      "ratio_to_eager": round(tally.tokens_per_second / base.tokens_per_second, 3),
+                     "speedup_over_ar": (round(tally.tokens_per_second / tallies[("ar", setting)].tokens_per_second, 3)
+                                         if ("ar", setting) in tallies else ""),
                      "outputs_differing_from_eager": f"{differing}/{len(prompts)}",
-                     "graphs_captured": graphs.captures if graphs is not None else 0})
+                     "graphs_captured": runtimes[setting].captures})
     print(f"overhead switches on {target.device} ({args.dtype}), {len(prompts)} prompts x {args.max_new_tokens} "
           "tokens, greedy, interleaved")
     header = list(rows[0])

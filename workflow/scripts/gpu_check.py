@@ -14,10 +14,12 @@ a killed check resumes. It prints the seconds each step took, and writes everyth
 work/ (corpus, models, drafters) and results/ (raw records, tables, figures, report.md).
 
 After the report it measures what the GPU issue asks for, into results/tables/: divergence.csv (how often the
-bf16 greedy outputs leave ar, and where), lossless_float32.csv (every method in float32, fails the check if
-any output differs from ar), ar_vs_generate_*.txt (our ar against model.generate(), eager and with the
-switches), overheads.csv (each overhead switch against its absence, interleaved) and host_sync.csv (host
-reads per decoding step). --extra-prompts 0 skips them.
+bf16 greedy outputs leave ar, and where), lossless_float32_eager.csv and lossless_float32_graphs.csv (every
+method in float32, eager and with static caches + CUDA graphs; a step fails if any output differs from ar),
+ar_vs_generate_*.txt (our ar against model.generate(): eager, static cache, CUDA graphs), overheads.csv (each
+overhead switch against its absence, every method, interleaved), overheads_compile.csv (torch.compile against
+eager) and host_sync.csv (host synchronisations per decoding step). These steps are soft: one that fails is
+reported (failed_steps.json, exit status 1) and the others still run. --extra-prompts 0 skips them.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ import json
 import runpy
 import sys
 import time
+import traceback
 from pathlib import Path
 from dataclasses import dataclass
 from types import SimpleNamespace
@@ -76,6 +79,8 @@ class Check:
         self.config, self.threads = config, threads
         self.work, self.results = out / "work", out / "results"
         self.seconds: dict[str, float] = {}
+        self.failed: dict[str, str] = {}  # soft steps that raised: name -> error
+        self.soft = False  # while True, a failing step is recorded and the check goes on
 
     def w(self, path: str) -> str:
         return str(self.work / path)
@@ -88,8 +93,17 @@ class Check:
             Path(path).parent.mkdir(parents=True, exist_ok=True)
         print(f"[run ] {name}", flush=True)
         started = time.perf_counter()
-        action()
-        self.seconds[name] = time.perf_counter() - started
+        try:
+            action()
+        except (Exception, SystemExit) as error:  # noqa: BLE001 - a soft step's failure must not stop the others
+            if not self.soft:
+                raise
+            traceback.print_exc()
+            self.failed[name] = f"{type(error).__name__}: {error}"
+            print(f"[FAIL] {name}: {self.failed[name]}", flush=True)
+            return
+        finally:
+            self.seconds[name] = time.perf_counter() - started
         missing = [path for path in outputs if not Path(path).exists()]
         if missing:
             raise SystemExit(f"step {name} did not write {missing[0]}")
@@ -129,7 +143,7 @@ class Check:
         self.step(name, outputs, run)
 
 
-def run_check(config: dict, out: Path, threads: int, extras: Extras) -> dict[str, float]:
+def run_check(config: dict, out: Path, threads: int, extras: Extras) -> Check:
     check = Check(config, out, threads)
     w, device = check.w, str(config["bench"].get("device", "cpu"))
     dtype = config["bench"].get("dtype", "float32")
@@ -210,7 +224,7 @@ def run_check(config: dict, out: Path, threads: int, extras: Extras) -> dict[str
                              *metrics, "--main", main, "--out", report], [report])
     if extras.prompts:
         run_extras(check, config, extras, greedy_records, drafters)
-    return check.seconds
+    return check
 
 
 @dataclass(frozen=True)
@@ -220,36 +234,51 @@ class Extras:
     prompts: int = 6
     new_tokens: int = 128
     overhead_settings: str = ""  # empty: bench_overheads.py's default for the device
+    compile: bool = True  # on CUDA, also torch.compile against eager (a step of its own)
 
 
-def run_extras(check: Check, config: dict, extras: Extras, greedy_records: list[str], drafters: list[str]) -> None:
-    """bf16 divergence from ar, float32 lossless, ar vs generate(), the overhead switches, the host-sync audit."""
+GRAPHED = ["--engine", "kv_cache=static", "--engine", "cuda_graphs=on"]
+
+
+def float32_lossless(check: Check, config: dict, extras: Extras, label: str, engine: list[str]) -> None:
+    """Every main method in float32 at temperature 0, paired with ar; fails the step if any output differs."""
     w, tables = check.w, check.results / "tables"
-    device, dtype = str(config["bench"].get("device", "cpu")), config["bench"].get("dtype", "float32")
-    check.command("divergence", ["divergence", *greedy_records, "--out", str(tables / "divergence.csv")],
-                  [str(tables / "divergence.csv")])
     exact = merge(json.loads(json.dumps(config)), {"bench": {"dtype": "float32", "limit": extras.prompts,
                                                              "max_new_tokens": extras.new_tokens}})
-    exact_records = []
+    records = []
     for variant in plan.main_variants(config):
         method = plan.variant_method(config, variant)
         if method == "ar":
             continue
         dataset = plan.variant_datasets(config, variant)[0]
-        out_file = str(check.results / "raw-float32" / f"{variant}.jsonl")
+        out_file = str(check.results / f"raw-float32-{label}" / f"{variant}.jsonl")
         arguments = plan.run_arguments(
             exact, variant, dataset, "0", check.work, w("models/target"),
             w("models/draft") if method in NEEDS_DRAFT_LM else None,
             w(f"drafters/{plan.variant_drafter(config, variant)}") if method in NEEDS_DRAFTER else None)
-        check.command(f"float32 {variant}", ["run", *arguments, "--threads", str(check.threads), "--no-progress",
-                                             "--out", out_file], [out_file])
-        exact_records.append(out_file)
-    lossless = str(tables / "lossless_float32.csv")
-    check.command("float32 lossless", ["divergence", *exact_records, "--expect-identical", "--out", lossless],
+        check.command(f"float32 {label} {variant}", ["run", *arguments, *engine, "--threads", str(check.threads),
+                                                     "--no-progress", "--out", out_file], [out_file])
+        records.append(out_file)
+    present = [path for path in records if Path(path).exists()]
+    lossless = str(tables / f"lossless_float32_{label}.csv")
+    check.command(f"float32 lossless ({label})", ["divergence", *present, "--expect-identical", "--out", lossless],
                   [lossless])
+
+
+def run_extras(check: Check, config: dict, extras: Extras, greedy_records: list[str], drafters: list[str]) -> None:
+    """bf16 divergence from ar, float32 lossless (eager and, on CUDA, graphed), ar vs generate(), the overhead
+    switches, the host-sync audit. Each is a soft step: a failure is reported at the end, the rest still run."""
+    w, tables = check.w, check.results / "tables"
+    device, dtype = str(config["bench"].get("device", "cpu")), config["bench"].get("dtype", "float32")
+    cuda = device.startswith("cuda")
+    check.soft = True
+    check.command("divergence", ["divergence", *greedy_records, "--out", str(tables / "divergence.csv")],
+                  [str(tables / "divergence.csv")])
+    float32_lossless(check, config, extras, "eager", [])
+    float32_lossless(check, config, extras, "graphs" if cuda else "static",
+                     GRAPHED if cuda else ["--engine", "kv_cache=static"])
     model = ["--device", device, "--dtype", dtype]
-    engines = [("eager", [])] + ([("graphs", ["--engine", "kv_cache=static", "--engine", "cuda_graphs=on"])]
-                                 if device.startswith("cuda") else [("static", ["--engine", "kv_cache=static"])])
+    engines = [("eager", []), ("static", ["--engine", "kv_cache=static"])] + ([("graphs", GRAPHED)] if cuda else [])
     for label, engine in engines:
         log = str(tables / f"ar_vs_generate_{label}.txt")
         check.tool(f"ar vs generate() ({label})", "bench_ar_vs_generate.py",
@@ -257,15 +286,18 @@ def run_extras(check: Check, config: dict, extras: Extras, greedy_records: list[
                     "--new-tokens", str(extras.new_tokens), *engine], [log], log)
     models = ["--target", w("models/target"), "--draft", w("models/draft")]
     models += [item for name in ("eagle", "lyanna") if name in drafters for item in (f"--{name}", w(f"drafters/{name}"))]
-    settings = ["--settings", extras.overhead_settings] if extras.overhead_settings else []
-    check.tool("overhead switches", "bench_overheads.py",
-               [*models, *model, "--prompts", w("prompts/stdlib_code.jsonl"), "--limit", str(extras.prompts),
-                "--max-new-tokens", str(extras.new_tokens), "--no-progress", *settings,
-                "--out", str(tables / "overheads.csv")], [str(tables / "overheads.csv")],
-               str(tables / "overheads.txt"))
+    runs = [("overheads", ["--settings", extras.overhead_settings] if extras.overhead_settings else [])]
+    if cuda and extras.compile:
+        runs.append(("overheads_compile", ["--settings", "eager,compile"]))
+    for name, settings in runs:
+        check.tool(name.replace("_", " "), "bench_overheads.py",
+                   [*models, *model, "--prompts", w("prompts/stdlib_code.jsonl"), "--limit", str(extras.prompts),
+                    "--max-new-tokens", str(extras.new_tokens), "--no-progress", *settings,
+                    "--out", str(tables / f"{name}.csv")], [str(tables / f"{name}.csv")], str(tables / f"{name}.txt"))
     check.tool("host-sync audit", "audit_host_sync.py",
                [*models, *model, "--kv-cache", "static", "--max-new-tokens", str(min(extras.new_tokens, 64)),
                 "--out", str(tables / "host_sync.csv")], [str(tables / "host_sync.csv")])
+    check.soft = False
 
 
 def main() -> None:
@@ -282,7 +314,9 @@ def main() -> None:
                              "overhead switches, host-sync audit (0: skip them)")
     parser.add_argument("--extra-tokens", type=int, default=Extras.new_tokens, help="new tokens in those checks")
     parser.add_argument("--overhead-settings", default="",
-                        help="bench_overheads.py --settings (default: eager,static_cache and on CUDA cuda_graphs)")
+                        help="bench_overheads.py --settings (default: eager,static_cache and on CUDA "
+                             "graphs_verify,cuda_graphs)")
+    parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile measurement (CUDA)")
     args = parser.parse_args()
     config: dict = {}
     for path in args.config:
@@ -293,12 +327,15 @@ def main() -> None:
         if value:
             config["bench"][key] = value
     started = time.perf_counter()
-    seconds = run_check(config, args.out, args.threads,
-                        Extras(args.extra_prompts, args.extra_tokens, args.overhead_settings))
+    check = run_check(config, args.out, args.threads,
+                      Extras(args.extra_prompts, args.extra_tokens, args.overhead_settings, not args.no_compile))
     total = time.perf_counter() - started
-    print(json.dumps({name: round(value, 1) for name, value in seconds.items()}, indent=1))
+    print(json.dumps({name: round(value, 1) for name, value in check.seconds.items()}, indent=1))
     print(f"gpu_check: {total:.0f} s in all; report: {args.out / 'results' / 'report.md'}")
-    (args.out / "step_seconds.json").write_text(json.dumps({**seconds, "total": total}, indent=1) + "\n")
+    (args.out / "step_seconds.json").write_text(json.dumps({**check.seconds, "total": total}, indent=1) + "\n")
+    if check.failed:
+        (args.out / "failed_steps.json").write_text(json.dumps(check.failed, indent=1) + "\n")
+        raise SystemExit("gpu_check: these steps failed (the others ran): " + "; ".join(check.failed))
 
 
 if __name__ == "__main__":

@@ -1,0 +1,141 @@
+"""How the engine runs the models: the overhead switches, one runtime object per run.
+
+``EngineOptions`` (typed, unknown keys are errors; ``--engine KEY=VALUE`` on
+the command line, ``bench.engine`` in the workflow config):
+
+kv_cache: ``dynamic`` (transformers' DynamicCache: every forward concatenates,
+    a rejected path is cropped) or ``static`` (``harness.static_cache``:
+    buffers preallocated once per run for the target and for every drafter's
+    own cache, accepted paths gathered in place).
+cuda_graphs: ``verify`` replays the target's verify forward from a CUDA graph
+    per tree size; ``on`` also the drafters' fixed-shape steps
+    (``harness.cuda_graphs``). Both need ``kv_cache=static`` and a CUDA device.
+    Prefill stays eager.
+compile: ``on`` wraps the target in ``torch.compile`` (``compile_mode``,
+    ``compile_backend``; dynamic shapes). With CUDA graphs the compiled module
+    is what gets captured, so use a mode without its own CUDA graphs
+    (``default``, ``max-autotune-no-cudagraphs``).
+
+An ``EngineRuntime`` holds what lives across generations: the static caches
+(regrown, and their graphs dropped, only when a generation needs more room)
+and the captured graphs. Adapters get theirs through ``StepContext.runtime``
+(``drafter_cache``, ``drafter_graphs``), keyed by the adapter object.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import weakref
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from transformers import PretrainedConfig
+from transformers.cache_utils import Cache
+
+from harness.cuda_graphs import GraphedForwards
+from harness.forward import ForwardTally, LMOutput, run_model
+from harness.kv_cache import new_cache
+from harness.models import LoadedModel
+from harness.static_cache import new_static_cache, reset_static_cache, static_capacity
+from harness.tree import TokenTree
+
+CAPACITY_STEP = 256  # static caches are sized in multiples of this many positions
+
+
+@dataclass(frozen=True)
+class EngineOptions:
+    kv_cache: Literal["dynamic", "static"] = "dynamic"
+    cuda_graphs: Literal["off", "verify", "on"] = "off"
+    compile: Literal["off", "on"] = "off"
+    compile_mode: Literal["default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune"] = "default"
+    compile_backend: Literal["inductor", "aot_eager", "eager"] = "inductor"  # the latter two: for debugging
+
+    def __post_init__(self) -> None:
+        if self.cuda_graphs != "off" and self.kv_cache != "static":
+            raise ValueError(f"cuda_graphs={self.cuda_graphs} needs kv_cache=static "
+                             "(captured forwards need fixed cache addresses)")
+        if self.cuda_graphs != "off" and self.compile == "on" and self.compile_mode in ("reduce-overhead",
+                                                                                        "max-autotune"):
+            raise ValueError(f"compile_mode={self.compile_mode} captures CUDA graphs itself; with cuda_graphs "
+                             "use default or max-autotune-no-cudagraphs")
+
+
+def static_capacity_for(needed: int) -> int:
+    """Positions a static cache allocates for a generation that needs ``needed``."""
+    return -(-needed // CAPACITY_STEP) * CAPACITY_STEP
+
+
+def reusable_cache(previous: Cache | None, config: PretrainedConfig, needed: int, kind: str,
+                   dtype: torch.dtype | None = None, device: torch.device | None = None) -> Cache:
+    """An empty cache with room for ``needed`` positions: a new DynamicCache, or ``previous`` static cache
+    rewound when it is big enough (else a new one)."""
+    if kind == "dynamic":
+        return new_cache(config)
+    if previous is None or static_capacity(previous) is None or static_capacity(previous) < needed:
+        previous = new_static_cache(config, static_capacity_for(needed), dtype, device)
+    reset_static_cache(previous)
+    return previous
+
+
+class EngineRuntime:
+    """The target and the drafters' caches and graphs as the engine runs them under ``options``."""
+
+    def __init__(self, target: LoadedModel, options: EngineOptions = EngineOptions(), capture: bool = True) -> None:
+        self.options = options
+        self.capture = capture
+        if options.compile == "on":
+            mode = options.compile_mode if options.compile_backend == "inductor" else None  # modes are inductor's
+            compiled = torch.compile(target.model, backend=options.compile_backend, mode=mode, dynamic=True)
+            target = dataclasses.replace(target, model=compiled)
+        self.target = target
+        self.graphs = (GraphedForwards(target.device, target.dtype, capture)
+                       if options.cuda_graphs != "off" else None)
+        self.static_cache: Cache | None = None
+        self._drafter_caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._drafter_graphs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+    def graph_runners(self) -> dict[str, GraphedForwards]:
+        """Every live graph runner: "target" and one per drafter (its adapter's class name, numbered)."""
+        runners = {"target": self.graphs} if self.graphs is not None else {}
+        for index, (owner, graphs) in enumerate(self._drafter_graphs.items()):
+            runners[f"{type(owner).__name__}-{index}"] = graphs
+        return runners
+
+    def graphs_of(self, owner: object) -> GraphedForwards | None:
+        """The graph runner of ``owner``'s drafter, if it has one."""
+        return self._drafter_graphs.get(owner)
+
+    @property
+    def captures(self) -> int:
+        """CUDA graphs captured so far, target and drafters."""
+        return sum(graphs.captures for graphs in self.graph_runners().values())
+
+    def cache_for(self, needed: int) -> Cache:
+        """The target's empty cache with room for ``needed`` positions."""
+        self.static_cache = reusable_cache(self.static_cache, self.target.config, needed, self.options.kv_cache,
+                                           self.target.dtype, self.target.device)
+        return self.static_cache
+
+    def drafter_cache(self, owner: object, config: PretrainedConfig, needed: int, dtype: torch.dtype,
+                      device: torch.device) -> Cache:
+        """An empty KV cache for ``owner``'s drafter (a DynamicCache, or its static cache rewound)."""
+        cache = reusable_cache(self._drafter_caches.get(owner), config, needed, self.options.kv_cache, dtype,
+                               device)
+        if self.options.kv_cache == "static":
+            self._drafter_caches[owner] = cache
+        return cache
+
+    def drafter_graphs(self, owner: object, device: torch.device, dtype: torch.dtype) -> GraphedForwards | None:
+        """``owner``'s graph runner when the drafters' steps are graphed (``cuda_graphs=on``), else None."""
+        if self.options.cuda_graphs != "on":
+            return None
+        if owner not in self._drafter_graphs:
+            self._drafter_graphs[owner] = GraphedForwards(device, dtype, self.capture)
+        return self._drafter_graphs[owner]
+
+    def verify(self, tree: TokenTree, cache: Cache, prefix_len: int, tally: ForwardTally, hidden: bool) -> LMOutput:
+        """The target's forward over the whole ``tree`` rooted after ``prefix_len`` cached positions."""
+        return run_model(self.target, tree.tokens.unsqueeze(0), cache, tree.position_ids(prefix_len), tally,
+                         attention_bias=tree.attention_bias(self.target.dtype), output_hidden_states=hidden,
+                         graphs=self.graphs)
