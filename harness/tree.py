@@ -57,6 +57,10 @@ class TokenTree:
     def resolve(self) -> None:
         """Make the shape available on the host (it already is; see ``DeferredTree``)."""
 
+    def parents_on(self, device: torch.device | str) -> torch.Tensor:
+        """(n,) parents (root -1) as a long tensor on ``device``."""
+        return to_device(torch.tensor(self.parents, dtype=torch.long), device)
+
     def read_with(self, rows: list[torch.Tensor]) -> list[list[int]]:
         """``rows`` (1-D integer tensors on the tree's device) as host lists, read in one go: the one host
         synchronisation of a greedy verification. A tree whose shape is still on the device reads it too."""
@@ -199,6 +203,9 @@ class DeferredTree(TokenTree):
         self._parents = parents
         if self.on_read is not None:
             self.on_read(pending)
+
+    def parents_on(self, device: torch.device | str) -> torch.Tensor:
+        return self.device_parents.to(device)
 
     def position_ids(self, prefix_len: int) -> torch.Tensor:
         return (self.device_depths + prefix_len).unsqueeze(0)

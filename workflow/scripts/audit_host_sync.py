@@ -1,12 +1,21 @@
-"""Audit: host reads of tensor values per decoding step, for every method, by phase of the step.
+"""Audit: host synchronisations per decoding step, for every method, by phase of the step.
 
-Each read (``.item()``, ``.tolist()``, ``bool(t)``, ...) of a tensor on the GPU
-waits for all queued work: a host synchronisation. The verifier's read of the
-target's choices is the one a step needs; everything else is overhead. On a
-CPU run every tensor is a host tensor, so the counts are an upper bound of
-what a GPU run would synchronise on.
+A read of a device tensor's value on the host (``.item()``, ``.tolist()``,
+``bool(t)``, ...) and a blocking copy of a host-made tensor to the device
+(``torch.tensor(data, device=...)``, ``host_t.to(device)``, indexing a device
+tensor with a host tensor) both wait for all queued GPU work: a host
+synchronisation. The verifier's read of the target's choices is the one a step
+needs; everything else is overhead. ``harness.host_sync`` emulates which
+tensors live on the host and which on the device, so the counts of a CPU run
+are a prediction of a GPU run's (see its docstring for the rules).
+
+Columns: syncs_per_step (all), reads_per_step (reads of device values),
+h2d_per_step (host-to-device copies), then all syncs by phase; each row ends
+with the counts by operation. ``--where`` also prints, per operation, the
+source lines that made them.
 
     python workflow/scripts/audit_host_sync.py                      # random target, fresh drafters, CPU
+    python workflow/scripts/audit_host_sync.py --where              # ... with the source line of each count
     python workflow/scripts/audit_host_sync.py --target DIR --draft DIR --eagle DIR --lyanna DIR \\
         --device cuda --dtype bfloat16 --out audit.csv
 """
@@ -54,6 +63,14 @@ def random_models(root: Path, vocab: int = 512) -> tuple[str, str, str, str]:
     return str(root / "target"), str(root / "draft"), str(root / "eagle"), str(root / "lyanna")
 
 
+def print_sites(sites: dict[str, dict[str, float]]) -> None:
+    """Per operation, the call sites that made it and how often per step (``--where``)."""
+    for operation, by_site in sites.items():
+        print(f"    {operation}")
+        for site, per_step in by_site.items():
+            print(f"      {per_step:5.2f}  {site}")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--target", help="target model directory (default: random models built here)")
@@ -65,6 +82,7 @@ def main() -> None:
     parser.add_argument("--kv-cache", default="dynamic", choices=["dynamic", "static"])
     parser.add_argument("--max-new-tokens", type=int, default=48)
     parser.add_argument("--out", type=Path, help="also write the table as CSV")
+    parser.add_argument("--where", action="store_true", help="print the source lines that make each count")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as scratch:
         if args.target:
@@ -87,20 +105,25 @@ def main() -> None:
             for temperature in (0.0, 1.0):
                 audit = audit_generation(target, adapter, prompt.to(target.device), args.max_new_tokens,
                                          SamplingConfig(temperature), runtime,
-                                         torch.Generator(device=target.device).manual_seed(0))
+                                         torch.Generator(device=target.device).manual_seed(0), where=args.where)
                 rows.append({"variant": variant, "temperature": temperature, "steps": audit.steps,
-                             "reads_per_step": round(audit.per_step, 2),
+                             "syncs_per_step": round(audit.per_step, 2),
+                             "reads_per_step": round(audit.reads_per_step, 2),
+                             "h2d_per_step": round(audit.h2d_per_step, 2),
                              **{phase: round(audit.by_phase[phase], 2) for phase in PHASES},
-                             "operations": " ".join(f"{k}={v:.2f}" for k, v in audit.by_operation.items())})
-    header = ["variant", "temperature", "steps", "reads_per_step", *PHASES]
-    print(f"host reads per decoding step on {target.device} ({args.dtype}, {args.kv_cache} KV cache)")
+                             "operations": " ".join(f"{k}={v:.2f}" for k, v in audit.by_operation.items()),
+                             "sites": audit.sites})
+    header = ["variant", "temperature", "steps", "syncs_per_step", "reads_per_step", "h2d_per_step", *PHASES]
+    print(f"host synchronisations per decoding step predicted for {target.device} ({args.dtype}, {args.kv_cache} KV "
+          "cache)")
     print("  ".join(f"{name:>14}" for name in header))
     for row in rows:
         print("  ".join(f"{row[name]!s:>14}" for name in header), " ", row["operations"])
+        print_sites(row["sites"])
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with args.out.open("w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=[*header, "operations"])
+            writer = csv.DictWriter(handle, fieldnames=[*header, "operations"], extrasaction="ignore")
             writer.writeheader()
             writer.writerows(rows)
 
