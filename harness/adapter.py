@@ -46,9 +46,11 @@ class StepContext:
             return new_cache(config)
         return self.runtime.drafter_cache(owner, config, self.max_sequence + lookahead, dtype, device)
 
-    def drafter_graphs(self, owner: object, device: torch.device, dtype: torch.dtype) -> GraphedForwards | None:
-        """``owner``'s CUDA-graph runner for its fixed-shape steps (``cuda_graphs=on``), else None."""
-        return self.runtime.drafter_graphs(owner, device, dtype) if self.runtime is not None else None
+    def drafter_graphs(self, owner: object, config: PretrainedConfig, device: torch.device,
+                       dtype: torch.dtype) -> GraphedForwards | None:
+        """``owner``'s CUDA-graph runner for the fixed-shape steps of its drafter (a model of ``config``) under
+        ``cuda_graphs=on``, else None."""
+        return self.runtime.drafter_graphs(owner, config, device, dtype) if self.runtime is not None else None
 
 
 class DraftAdapter(Protocol):

@@ -34,8 +34,7 @@ def choose_children(logits: torch.Tensor, count: int, ctx: StepContext, replacem
         token = sample_from_probs(probs, ctx.generator)
         chosen.append((token, probs * alive))
         if not replacement:
-            left = probs.clone()
-            left[token] = 0.0
+            left = probs.index_fill(0, token.reshape(1), 0.0)
             total = left.sum()
             alive = alive * (total > 0)
             fallback = torch.nn.functional.one_hot(token, probs.shape[-1]).to(probs.dtype)  # any valid draw source

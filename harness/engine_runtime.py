@@ -33,7 +33,7 @@ import torch
 from transformers import PretrainedConfig
 from transformers.cache_utils import Cache
 
-from harness.cuda_graphs import GraphedForwards
+from harness.cuda_graphs import GraphedForwards, check_capturable
 from harness.forward import ForwardTally, LMOutput, run_model
 from harness.kv_cache import new_cache
 from harness.models import LoadedModel
@@ -89,6 +89,8 @@ class EngineRuntime:
             compiled = torch.compile(target.model, backend=options.compile_backend, mode=mode, dynamic=True)
             target = dataclasses.replace(target, model=compiled)
         self.target = target
+        if options.cuda_graphs != "off":
+            check_capturable(target.config, "the target")
         self.graphs = (GraphedForwards(target.device, target.dtype, capture)
                        if options.cuda_graphs != "off" else None)
         self.static_cache: Cache | None = None
@@ -126,11 +128,13 @@ class EngineRuntime:
             self._drafter_caches[owner] = cache
         return cache
 
-    def drafter_graphs(self, owner: object, device: torch.device, dtype: torch.dtype) -> GraphedForwards | None:
+    def drafter_graphs(self, owner: object, config: PretrainedConfig, device: torch.device,
+                       dtype: torch.dtype) -> GraphedForwards | None:
         """``owner``'s graph runner when the drafters' steps are graphed (``cuda_graphs=on``), else None."""
         if self.options.cuda_graphs != "on":
             return None
         if owner not in self._drafter_graphs:
+            check_capturable(config, f"{type(owner).__name__}'s drafter")
             self._drafter_graphs[owner] = GraphedForwards(device, dtype, self.capture)
         return self._drafter_graphs[owner]
 

@@ -55,20 +55,23 @@ def run_model(
     cached prefix) are visible to every query. None: causal attention.
     ``logits_to_keep`` > 0 computes logits only for the last that many
     positions. With ``graphs`` (a static cache) the forward is replayed from a
-    CUDA graph of its shape (``harness.cuda_graphs``).
+    CUDA graph of its shape (``harness.cuda_graphs``; prefills run eagerly).
     """
     past = cache.get_seq_length()
     new_tokens = input_ids.shape[-1]
+
+    def eager() -> tuple[torch.Tensor, ...]:
+        return _forward_outputs(lm, input_ids, cache, position_ids, prefix_visible(attention_bias, past + new_tokens),
+                                logits_to_keep, output_hidden_states)
+
     if graphs is not None:
         logits, *states = graphs.run(
             ("lm", logits_to_keep, output_hidden_states), cache, past, new_tokens, attention_bias,
             {"input_ids": input_ids, "position_ids": position_ids},
             lambda inputs, mask: _forward_outputs(lm, inputs["input_ids"], cache, inputs["position_ids"], mask,
-                                                  logits_to_keep, output_hidden_states))
+                                                  logits_to_keep, output_hidden_states), eager)
     else:
-        logits, *states = _forward_outputs(lm, input_ids, cache, position_ids,
-                                           prefix_visible(attention_bias, past + new_tokens), logits_to_keep,
-                                           output_hidden_states)
+        logits, *states = eager()
     logits_tokens = min(logits_to_keep, new_tokens) if logits_to_keep > 0 else new_tokens
     flops = count_forward(lm, tally, new_tokens, past, logits_tokens)
     return LMOutput(logits=logits, hidden_states=tuple(states) if output_hidden_states else None, flops=flops)
@@ -102,11 +105,16 @@ def run_drafter(call: DrafterCall, cache: DynamicCache, inputs: dict[str, torch.
     ``bias`` follows ``run_model``'s convention (a mask over the last keys, the earlier ones visible; None:
     causal). Eager, or replayed from a CUDA graph of its shape with ``graphs`` (a static cache)."""
     past = cache.get_seq_length()
+
+    def eager() -> tuple[torch.Tensor]:
+        device = next(iter(inputs.values())).device
+        mask = causal_bias(past, count, dtype, device) if bias is None else prefix_visible(bias, past + count)
+        return (call(inputs, mask),)
+
     if graphs is not None:
-        return graphs.run(key, cache, past, count, bias, inputs, lambda buffers, mask: (call(buffers, mask),))[0]
-    device = next(iter(inputs.values())).device
-    mask = causal_bias(past, count, dtype, device) if bias is None else prefix_visible(bias, past + count)
-    return call(inputs, mask)
+        return graphs.run(key, cache, past, count, bias, inputs, lambda buffers, mask: (call(buffers, mask),),
+                          eager)[0]
+    return eager()[0]
 
 
 def _forward_outputs(lm: LoadedModel, input_ids: torch.Tensor, cache: DynamicCache, position_ids: torch.Tensor,

@@ -34,6 +34,13 @@ returns a clone, so source and copy keep their own homes. Not seen: ops whose
 output size depends on device values (``device_t[device_mask]``,
 ``masked_select``), which also synchronise.
 
+Also not seen: synchronisations inside PyTorch's own kernels' host code
+(``torch.multinomial`` checks its input on the host, for one). On a CUDA
+device ``audit_generation`` therefore also takes PyTorch's own report
+(``torch.cuda.set_sync_debug_mode("warn")`` warns at every synchronising CUDA
+call) and counts it per step by phase: ``cuda_reported``, the measured
+figure next to the prediction.
+
 ``audit_generation`` runs one generation under a counter and returns counts
 per step by phase and by operation; with ``where=True`` also the call sites
 (the source lines of this repository) that made them.
@@ -41,10 +48,12 @@ per step by phase and by operation; with ``where=True`` also the call sites
 
 from __future__ import annotations
 
+import contextlib
 import linecache
 import sys
+import warnings
 from collections import Counter, defaultdict
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from functools import lru_cache
 from pathlib import Path
@@ -250,6 +259,12 @@ class HostReadAudit:
     by_phase: dict[str, float]  # synchronisations per step
     by_operation: dict[str, float]  # "phase:op" -> synchronisations per step
     sites: dict[str, dict[str, float]] = field(default_factory=dict)  # where=True: "phase:op" -> call site -> per step
+    cuda_reported: dict[str, float] | None = None  # on CUDA: PyTorch's own sync reports per step, by phase
+
+    @property
+    def cuda_reported_per_step(self) -> float | None:
+        """Synchronising CUDA calls per step as PyTorch reports them (None off CUDA)."""
+        return None if self.cuda_reported is None else sum(self.cuda_reported.values())
 
     @property
     def per_step(self) -> float:
@@ -281,7 +296,7 @@ def audit_generation(target: LoadedModel, adapter: DraftAdapter, prompt_ids: tor
     phased_runtime = _PhasedRuntime(runtime, counter)
     adapter_view = _PhasedAdapter(adapter, counter)
     tree_module._ancestor_matrix.cache_clear()  # cached host tensors made before the audit would pass for device ones
-    with counter:
+    with counter, cuda_sync_reports(counter, prompt_ids.device) as reported:
         result = generate(target, adapter_view, prompt_ids, max_new_tokens, sampling, generator=generator,
                           verify=_Phased(counter, "verify", verify_tree), runtime=phased_runtime)
     steps = max(len(result.counters.step_tokens) - 1, 1)  # the first entry is the prefill's token
@@ -290,7 +305,36 @@ def audit_generation(target: LoadedModel, adapter: DraftAdapter, prompt_ids: tor
     by_operation = {f"{p}:{op}": v / steps for (p, op), v in sorted(counts.items())}
     sites = {f"{p}:{op}": {site: n / steps for site, n in counter.sites[(p, op)].most_common()}
              for (p, op) in sorted(counts) if where}
-    return HostReadAudit(steps, by_phase, by_operation, sites)
+    cuda_reported = None if reported is None else {
+        phase: sum(n for p, n in reported.items() if p == phase) / steps for phase in PHASES}
+    return HostReadAudit(steps, by_phase, by_operation, sites, cuda_reported)
+
+
+@contextlib.contextmanager
+def cuda_sync_reports(counter: HostReadCounter, device: torch.device) -> Iterator[Counter | None]:
+    """On a CUDA ``device``: count, by the counter's phase at the time, PyTorch's warnings of synchronising CUDA
+    calls (``set_sync_debug_mode("warn")``); other warnings pass through. Elsewhere: None."""
+    if device.type != "cuda":
+        yield None
+        return
+    reported: Counter = Counter()
+    previous = torch.cuda.get_sync_debug_mode()
+    with warnings.catch_warnings():  # restores warnings.showwarning afterwards
+        warnings.simplefilter("always")
+        show = warnings.showwarning
+
+        def record(message, category, filename, lineno, file=None, line=None) -> None:
+            if "synchronizing CUDA operation" in str(message):
+                reported[counter.phase] += 1
+            else:
+                show(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = record
+        torch.cuda.set_sync_debug_mode("warn")
+        try:
+            yield reported
+        finally:
+            torch.cuda.set_sync_debug_mode(previous)
 
 
 class _PhasedRuntime(EngineRuntime):

@@ -59,9 +59,13 @@ def logits_to_probs(logits: torch.Tensor, sampling: SamplingConfig) -> torch.Ten
 
 
 def sample_from_probs(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One token per row of ``probs`` (shape (..., V) -> (...))."""
-    flat = probs.reshape(-1, probs.shape[-1])
-    return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+    """One token per row of ``probs`` (shape (..., V) -> (...)), drawn on the device without a host read.
+
+    The exponential race: argmax_i p_i / E_i with E_i ~ Exp(1) independent is token i with probability
+    proportional to p_i (``torch.multinomial`` draws one sample the same way, but checks its input on the host
+    first, which synchronises a GPU). Rows need not sum to 1; a row of zeros gives token 0."""
+    races = torch.empty_like(probs).exponential_(generator=generator)
+    return (probs / races).argmax(dim=-1)
 
 
 def next_token(logits: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator | None) -> torch.Tensor:

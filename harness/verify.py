@@ -135,6 +135,7 @@ def residual_tests(tree: TokenTree, probs: torch.Tensor,
                    residual: ResidualFn) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """Per node c: p'(x_c) and q(x_c) of its acceptance test (see ``_verify_sampling``), and per node v the
     distribution its bonus is drawn from; the residual applied sibling rank by sibling rank, all nodes at once."""
+    tree.resolve()  # a tree grown on the device (its own read: only custom residuals take this path for those)
     size, vocab = probs.shape
     tokens = tree.tokens.to(probs.device)
     one_hot = torch.nn.functional.one_hot(tokens, vocab).to(probs.dtype)

@@ -48,7 +48,7 @@ class DraftModelTreeDrafter:
 
     def begin(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> None:
         self.cache = ctx.drafter_cache(self, self.draft.config, len(self.shape), self.draft.dtype, self.draft.device)
-        self.graphs = ctx.drafter_graphs(self, self.draft.device, self.draft.dtype)
+        self.graphs = ctx.drafter_graphs(self, self.draft.config, self.draft.device, self.draft.dtype)
         self.cached_len = 0
 
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:

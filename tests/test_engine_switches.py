@@ -3,11 +3,13 @@ the static cache is filled in place (no reallocation in a generation) and reused
 switch settings are clear errors. (CUDA-graph capture itself needs a GPU: here the graph path's static buffers
 run eagerly, ``capture=False``; eagle and lyanna are covered in their own test files.)"""
 
+import dataclasses
 import subprocess
 import sys
 
 import pytest
 import torch
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from harness import SamplingConfig, generate
 from harness.cuda_graphs import GraphedForwards
@@ -99,6 +101,12 @@ def test_bad_switches_are_clear_errors(random_pair, tmp_path):
         parse_options(EngineOptions, {"cuda_graphs": "verify"}, "the engine")
     with pytest.raises(DraftcountError, match="need a CUDA device"):
         GraphedForwards(target.device, target.dtype, capture=True)
+    dynamic_rope = dataclasses.replace(target, model=LlamaForCausalLM(LlamaConfig(
+        vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=4,
+        rope_scaling={"rope_type": "dynamic", "factor": 2.0})))
+    with pytest.raises(DraftcountError, match="the target uses dynamic RoPE scaling.*cuda_graphs=off"):
+        EngineRuntime(dynamic_rope, EngineOptions(kv_cache="static", cuda_graphs="verify"), capture=False)
+    EngineRuntime(dynamic_rope, EngineOptions(kv_cache="static"))  # fine without graphs
     result = subprocess.run(
         [sys.executable, "-m", "harness", "run", "--method", "ar", "--target", "unused", "--prompts", "unused",
          "--out", str(tmp_path / "x.jsonl"), "--engine", "kv_cache=static", "--engine", "cuda_graphs=on"],
@@ -119,3 +127,20 @@ def test_graph_switches_route_the_forwards_they_name(random_pair):
         assert calls[setting]["target"] == result.counters.target.forwards - 1  # the prefill stays eager
     assert set(calls["verify"]) == {"target"}
     assert calls["on"]["DraftModelTreeDrafter-0"] == result.counters.drafter.forwards  # every draft-LM forward
+
+
+def test_only_recurring_shapes_are_graphed(random_pair):
+    """A drafter's first catch-up over the whole prompt (an empty cache) runs eagerly on its static cache, so
+    prompts of new lengths add no graph; so does a forward over more than max_tokens positions."""
+    target, draft = random_pair
+    adapter, _ = build_adapter("sd", {"gamma": 3}, BuildInputs(target, draft, None))
+    runtime = EngineRuntime(target, EngineOptions(kv_cache="static", cuda_graphs="on"), capture=False)
+    ar, _ = build_adapter("ar", {}, BuildInputs(target, None, None))
+    for prompt in PROMPTS:  # lengths 3..11
+        expected = generate(target, ar, prompt, 16, SamplingConfig()).output_ids
+        assert generate(target, adapter, prompt, 16, SamplingConfig(), runtime=runtime).output_ids == expected
+    drafter = runtime.graphs_of(adapter)
+    assert drafter.eager_calls == len(PROMPTS)  # one first catch-up per generation
+    assert {count for (_, count, _) in drafter.graphs} <= {1, 2, 3, 4}  # chain steps and catch-ups only
+    capped = GraphedForwards(target.device, target.dtype, capture=False, max_tokens=2)
+    assert not capped.graphs_forward(0, 1) and capped.graphs_forward(5, 2) and not capped.graphs_forward(5, 3)

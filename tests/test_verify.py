@@ -8,8 +8,8 @@ from harness.adapter import StepContext
 from harness.counters import GenerationCounters
 from harness.drafting import choose_children
 from harness.sampling import SamplingConfig, residual_distribution
-from harness.tree import TokenTree
-from harness.verify import one_hot_tests, residual_tests
+from harness.tree import DeferredTree, TokenTree
+from harness.verify import one_hot_tests, residual_tests, verify_tree
 
 
 def _random_tree(size: int, vocab: int, seed: int) -> TokenTree:
@@ -47,3 +47,22 @@ def test_a_draft_from_an_exhausted_q_changes_nothing():
     assert draft_mass[3] == 0 and draft_mass[4] == 0
     after_two = residual_distribution(residual_distribution(probs[0], chosen[0][1]), chosen[1][1])
     torch.testing.assert_close(bonus[0], after_two)  # the void siblings' rejections left p as it was
+
+
+def test_a_custom_residual_reads_a_device_grown_tree_first():
+    """A tree whose shape is still on the device (as beam drafters leave it) verified with a residual other than
+    the default takes the sibling-by-sibling path, which reads the shape first, with the same verdict."""
+    tree = _random_tree(10, 7, 3)
+    logits = torch.randn(10, 7, generator=torch.Generator().manual_seed(4))
+    sampling = SamplingConfig(1.0)
+
+    def custom(target: torch.Tensor, draft: torch.Tensor) -> torch.Tensor:
+        return residual_distribution(target, draft)
+
+    depths = torch.tensor(tree.depths)
+    deferred = DeferredTree(tree.tokens, tree.parents_on("cpu"), depths, int(depths.max()))
+    for seed in range(5):
+        plain = verify_tree(tree, logits, sampling, torch.Generator().manual_seed(seed), residual=custom)
+        grown = verify_tree(deferred, logits, sampling, torch.Generator().manual_seed(seed), residual=custom)
+        assert grown == plain
+    assert deferred.parents == tree.parents

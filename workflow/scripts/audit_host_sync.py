@@ -10,8 +10,10 @@ tensors live on the host and which on the device, so the counts of a CPU run
 are a prediction of a GPU run's (see its docstring for the rules).
 
 Columns: syncs_per_step (all), reads_per_step (reads of device values),
-h2d_per_step (host-to-device copies), then all syncs by phase; each row ends
-with the counts by operation. ``--where`` also prints, per operation, the
+h2d_per_step (host-to-device copies), cuda_reported_per_step (on a CUDA device:
+synchronising CUDA calls as PyTorch itself reports them, which also sees
+syncs inside its kernels' host code; blank elsewhere), then all predicted
+syncs by phase; each row ends with the counts by operation. ``--where`` also prints, per operation, the
 source lines that made them.
 
     python workflow/scripts/audit_host_sync.py                      # random target, fresh drafters, CPU
@@ -110,10 +112,13 @@ def main() -> None:
                              "syncs_per_step": round(audit.per_step, 2),
                              "reads_per_step": round(audit.reads_per_step, 2),
                              "h2d_per_step": round(audit.h2d_per_step, 2),
+                             "cuda_reported_per_step": ("" if audit.cuda_reported_per_step is None
+                                                        else round(audit.cuda_reported_per_step, 2)),
                              **{phase: round(audit.by_phase[phase], 2) for phase in PHASES},
                              "operations": " ".join(f"{k}={v:.2f}" for k, v in audit.by_operation.items()),
                              "sites": audit.sites})
-    header = ["variant", "temperature", "steps", "syncs_per_step", "reads_per_step", "h2d_per_step", *PHASES]
+    header = ["variant", "temperature", "steps", "syncs_per_step", "reads_per_step", "h2d_per_step",
+              "cuda_reported_per_step", *PHASES]
     print(f"host synchronisations per decoding step predicted for {target.device} ({args.dtype}, {args.kv_cache} KV "
           "cache)")
     print("  ".join(f"{name:>14}" for name in header))
