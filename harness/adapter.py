@@ -44,7 +44,7 @@ class StepContext:
         positions: static (and reused across generations) under ``kv_cache=static``, else a DynamicCache."""
         if self.runtime is None:
             return new_cache(config)
-        return self.runtime.drafter_cache(owner, config, self.max_sequence + lookahead, dtype, device)
+        return self.runtime.drafter_cache(owner, config, self.max_sequence, lookahead, dtype, device)
 
     def drafter_graphs(self, owner: object, config: PretrainedConfig, device: torch.device,
                        dtype: torch.dtype) -> GraphedForwards | None:

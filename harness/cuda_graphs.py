@@ -115,7 +115,9 @@ class GraphedForwards:
             raise DraftcountError("a graphed forward needs a static KV cache whose buffers are allocated")
         if cache is not self.cache:  # graphs point at one cache's buffers: capture anew in a fresh pool
             self.graphs.clear()
-            self.pool = torch.cuda.graph_pool_handle() if self.capture else None
+            if self.capture:
+                with torch.cuda.device(self.device):  # the pool and the captures live on the model's GPU
+                    self.pool = torch.cuda.graph_pool_handle()
             self.cache = cache
         return layers
 
@@ -172,6 +174,6 @@ class GraphedForwards:
                 self._call(graph, layers, call)
         main.wait_stream(side)
         graph.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph.graph, pool=self.pool):
+        with torch.cuda.device(self.device), torch.cuda.graph(graph.graph, pool=self.pool):
             graph.outputs = self._call(graph, layers, call)
         self.captures += 1

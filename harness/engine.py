@@ -52,13 +52,15 @@ def trim_output(tokens: list[int], eos_token_ids: frozenset[int], max_new_tokens
     return tokens[:max_new_tokens], "max_new_tokens"
 
 
-def _verify_root_apart(target: LoadedModel, adapter: DraftAdapter, ctx: StepContext, sequence: torch.Tensor,
+def _verify_root_apart(runtime: EngineRuntime, adapter: DraftAdapter, ctx: StepContext, sequence: torch.Tensor,
                        cache, hidden: bool) -> tuple[TokenTree, LMOutput]:
     """Unfused verification: the root (the token the last step resampled) gets a target forward of its own,
-    whose output the adapter sees before it drafts; then the drafts get a second forward."""
+    whose output the adapter sees before it drafts; then the drafts get a second forward (both graphed like the
+    fused verify forward under ``cuda_graphs``)."""
+    target = runtime.target
     prefix_len = sequence.shape[-1] - 1
     root_out = run_model(target, sequence[:, -1:], cache, positions(prefix_len, 1, target.device), ctx.counters.target,
-                         output_hidden_states=hidden)
+                         output_hidden_states=hidden, graphs=runtime.graphs)
     adapter.observe_root(ctx, root_out)
     tree = adapter.propose(ctx, sequence)
     tree.resolve()  # the drafts' mask is built from the shape on the host: a read that fusion avoids
@@ -67,7 +69,7 @@ def _verify_root_apart(target: LoadedModel, adapter: DraftAdapter, ctx: StepCont
     drafts = list(range(1, tree.size))
     bias = tree_attention_bias(tree.parents, [0], drafts, target.dtype, target.device)
     rest = run_model(target, tree.tokens[1:].unsqueeze(0), cache, tree.position_ids(prefix_len)[:, 1:],
-                     ctx.counters.target, attention_bias=bias, output_hidden_states=hidden)
+                     ctx.counters.target, attention_bias=bias, output_hidden_states=hidden, graphs=runtime.graphs)
     states = None
     if hidden:
         states = tuple(torch.cat([a, b], dim=1) for a, b in zip(root_out.hidden_states, rest.hidden_states))
@@ -105,7 +107,7 @@ def generate(
     prompt_ids = prompt_ids.to(target.device)
     with torch.inference_mode():
         stopwatch = Stopwatch(target.device)
-        cache = runtime.cache_for(prompt_len + max_new_tokens + adapter.max_draft_nodes + 1)
+        cache = runtime.cache_for(ctx.max_sequence, adapter.max_draft_nodes)
         prefill = run_model(
             target, prompt_ids, cache, positions(0, prompt_len, target.device), counters.target,
             logits_to_keep=0 if hidden else 1, output_hidden_states=hidden,
@@ -119,7 +121,7 @@ def generate(
         while len(produced) < max_new_tokens and not eos_token_ids.intersection(produced[-1:]):
             prefix_len = sequence.shape[-1] - 1
             if separate_root:
-                tree, target_out = _verify_root_apart(target, adapter, ctx, sequence, cache, hidden)
+                tree, target_out = _verify_root_apart(runtime, adapter, ctx, sequence, cache, hidden)
             else:
                 tree = adapter.propose(ctx, sequence)
                 target_out = runtime.verify(tree, cache, prefix_len, counters.target, hidden)

@@ -94,6 +94,7 @@ class EngineRuntime:
         self.graphs = (GraphedForwards(target.device, target.dtype, capture)
                        if options.cuda_graphs != "off" else None)
         self.static_cache: Cache | None = None
+        self.reserved = 0  # every cache is sized for sequences of at least this many positions (``reserve``)
         self._drafter_caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._drafter_graphs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
@@ -113,17 +114,25 @@ class EngineRuntime:
         """CUDA graphs captured so far, target and drafters."""
         return sum(graphs.captures for graphs in self.graph_runners().values())
 
-    def cache_for(self, needed: int) -> Cache:
-        """The target's empty cache with room for ``needed`` positions."""
-        self.static_cache = reusable_cache(self.static_cache, self.target.config, needed, self.options.kv_cache,
-                                           self.target.dtype, self.target.device)
+    def reserve(self, sequence: int) -> None:
+        """Size the caches made from now on for sequences up to ``sequence`` positions. Called with the run's
+        longest before its warm-up, no timed generation regrows a static cache (which drops its CUDA graphs and
+        captures them again inside the timed window)."""
+        self.reserved = max(self.reserved, sequence)
+
+    def cache_for(self, sequence: int, lookahead: int) -> Cache:
+        """The target's empty cache with room for a ``sequence``-position generation plus ``lookahead`` draft
+        tokens."""
+        self.static_cache = reusable_cache(self.static_cache, self.target.config, max(sequence, self.reserved) +
+                                           lookahead, self.options.kv_cache, self.target.dtype, self.target.device)
         return self.static_cache
 
-    def drafter_cache(self, owner: object, config: PretrainedConfig, needed: int, dtype: torch.dtype,
-                      device: torch.device) -> Cache:
-        """An empty KV cache for ``owner``'s drafter (a DynamicCache, or its static cache rewound)."""
-        cache = reusable_cache(self._drafter_caches.get(owner), config, needed, self.options.kv_cache, dtype,
-                               device)
+    def drafter_cache(self, owner: object, config: PretrainedConfig, sequence: int, lookahead: int,
+                      dtype: torch.dtype, device: torch.device) -> Cache:
+        """An empty KV cache for ``owner``'s drafter (a DynamicCache, or its static cache rewound) with room for
+        a ``sequence``-position generation plus ``lookahead``."""
+        cache = reusable_cache(self._drafter_caches.get(owner), config, max(sequence, self.reserved) + lookahead,
+                               self.options.kv_cache, dtype, device)
         if self.options.kv_cache == "static":
             self._drafter_caches[owner] = cache
         return cache

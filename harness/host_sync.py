@@ -320,7 +320,7 @@ def cuda_sync_reports(counter: HostReadCounter, device: torch.device) -> Iterato
     reported: Counter = Counter()
     previous = torch.cuda.get_sync_debug_mode()
     with warnings.catch_warnings():  # restores warnings.showwarning afterwards
-        warnings.simplefilter("always")
+        warnings.filterwarnings("always", message=".*synchronizing CUDA operation")  # every one, not the first
         show = warnings.showwarning
 
         def record(message, category, filename, lineno, file=None, line=None) -> None:

@@ -146,3 +146,18 @@ def encode_turn(
         return tokenizer(text, add_special_tokens=False)["input_ids"]
     text = "".join(f"{asked}\n\n{answered}\n\n" for asked, answered in history) + question
     return tokenizer(text)["input_ids"]
+
+
+ANSWER_SLACK = 8  # tokens an answer may gain when decoded and encoded again as part of the history
+
+
+def longest_sequence(tokenizer: PreTrainedTokenizerBase, prompts: list[Prompt], max_new_tokens: int) -> int:
+    """An upper estimate of the most positions a generation of a run over ``prompts`` reaches: the last turn
+    of the longest conversation, every earlier answer taken at ``max_new_tokens`` (+ a little slack), plus its
+    own answer and the token after it."""
+    longest = 0
+    for prompt in prompts:
+        *earlier, last = prompt.turns
+        ids = encode_turn(tokenizer, [(question, "") for question in earlier], last)
+        longest = max(longest, len(ids) + len(earlier) * (max_new_tokens + ANSWER_SLACK) + max_new_tokens + 1)
+    return longest

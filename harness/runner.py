@@ -21,7 +21,7 @@ from harness.engine import Generation, generate
 from harness.errors import DraftcountError
 from harness.models import LoadedModel, load_model
 from harness.options import options_as_dict
-from harness.prompts import Prompt, encode_turn, load_prompts
+from harness.prompts import Prompt, encode_turn, load_prompts, longest_sequence
 from harness.records import SCHEMA_VERSION, atomic_jsonl, environment, write_record
 from harness.sampling import SamplingConfig, make_generator
 from harness.engine_runtime import EngineOptions, EngineRuntime
@@ -89,7 +89,9 @@ def _build_contenders(config: RunConfig, target: LoadedModel, draft: LoadedModel
 
 
 def _record(config: RunConfig, target: LoadedModel, draft: LoadedModel | None, contender: _Contender,
-            prompt: Prompt, turn: int, prompt_ids: list[int], seed: int, result: Generation) -> dict[str, Any]:
+            prompt: Prompt, turn: int, prompt_ids: list[int], seed: int, result: Generation,
+            graphs_captured: int) -> dict[str, Any]:
+    """One generation's record; ``graphs_captured``: CUDA graphs captured during it (inside its timing)."""
     counters = result.counters.as_dict()
     return {
         "schema_version": SCHEMA_VERSION,
@@ -121,6 +123,7 @@ def _record(config: RunConfig, target: LoadedModel, draft: LoadedModel | None, c
         "dtype": config.dtype,
         "device": str(target.device),
         "timer": timer_name(target.device),
+        "graphs_captured": graphs_captured,
         "counters": counters,
         "output_ids": result.output_ids,
         "output_text": target.tokenizer.decode(result.output_ids, skip_special_tokens=True) if target.tokenizer else "",
@@ -139,6 +142,7 @@ def run(config: RunConfig, progress: bool = True) -> int:
     contenders = _build_contenders(config, target, draft)
     eos = eos_ids(target)
     runtime = EngineRuntime(target, config.engine)  # one per run: its static cache and graphs serve every turn
+    runtime.reserve(longest_sequence(target.tokenizer, prompts, config.max_new_tokens))  # sized before warm-up
 
     def run_turn(contender: _Contender, ids: list[int], seed: int, name: str, max_new: int) -> Generation:
         return generate(
@@ -164,8 +168,10 @@ def run(config: RunConfig, progress: bool = True) -> int:
                 for contender in order:
                     history = contender.history.setdefault(prompt.id, [])
                     ids = encode_turn(target.tokenizer, history, question)
+                    captured = runtime.captures
                     result = run_turn(contender, ids, seed, f"{prompt.id} turn {turn}", config.max_new_tokens)
-                    write_record(handle, _record(config, target, draft, contender, prompt, turn, ids, seed, result))
+                    write_record(handle, _record(config, target, draft, contender, prompt, turn, ids, seed, result,
+                                                 runtime.captures - captured))
                     history.append((question, target.tokenizer.decode(result.output_ids, skip_special_tokens=True)))
                     written += 1
                     bar.update(1)

@@ -29,13 +29,13 @@ class Stopwatch:
         synchronize(device)
         if device.type == "cuda":
             self.start_event = torch.cuda.Event(enable_timing=True)
-            self.start_event.record()
+            self.start_event.record(torch.cuda.current_stream(device))  # the model's GPU, current or not
         self.started = time.perf_counter()
 
     def elapsed(self) -> float:
         if self.device.type == "cuda":
             end = torch.cuda.Event(enable_timing=True)
-            end.record()
+            end.record(torch.cuda.current_stream(self.device))
             end.synchronize()
             return self.start_event.elapsed_time(end) / 1e3
         synchronize(self.device)

@@ -144,3 +144,21 @@ def test_only_recurring_shapes_are_graphed(random_pair):
     assert {count for (_, count, _) in drafter.graphs} <= {1, 2, 3, 4}  # chain steps and catch-ups only
     capped = GraphedForwards(target.device, target.dtype, capture=False, max_tokens=2)
     assert not capped.graphs_forward(0, 1) and capped.graphs_forward(5, 2) and not capped.graphs_forward(5, 3)
+
+
+def test_a_reserved_runtime_never_regrows_its_caches(random_pair):
+    """reserve() before the warm-up sizes the target's and the drafter's static caches for the run's longest
+    sequence: a later, longer generation keeps the same buffers (its CUDA graphs stay valid)."""
+    target, draft = random_pair
+    adapter, _ = build_adapter("sd", {"gamma": 3}, BuildInputs(target, draft, None))
+    runtime = EngineRuntime(target, EngineOptions(kv_cache="static", cuda_graphs="on"), capture=False)
+    long_prompt = torch.randint(0, 48, (1, CAPACITY_STEP + 10), generator=torch.Generator().manual_seed(0))
+    runtime.reserve(long_prompt.shape[-1] + 16 + 1)
+    generate(target, adapter, PROMPTS[0], 4, SamplingConfig(), runtime=runtime)  # the warm-up: a short prompt
+    caches = [runtime.static_cache, adapter.cache]
+    graphs = {name: dict(runner.graphs) for name, runner in runtime.graph_runners().items()}
+    assert all(static_layers(cache)[0].capacity == 2 * CAPACITY_STEP for cache in caches)
+    generate(target, adapter, long_prompt, 16, SamplingConfig(), runtime=runtime)
+    assert [runtime.static_cache, adapter.cache] == caches
+    for name, runner in runtime.graph_runners().items():  # nothing dropped: the same graph objects, and more
+        assert all(runner.graphs.get(key) is graph for key, graph in graphs[name].items())

@@ -84,15 +84,18 @@ def test_greedy_lossless_under_engine_switches(lyanna_setup, switch):
     deep = 0
     for options in ({}, {"reuse": "states", "overlap": "on"}, {"reuse": "states", "overlap": "on", "verify_fusion": "off"}):
         adapter, _ = build_adapter("lyanna", options, BuildInputs(target, None, root / "token_info"))
-        backbone_forwards = 0
+        backbone_forwards, target_forwards = 0, 0
+        target_calls = runtime.graphs.calls if runtime.graphs is not None else 0
         for prompt in _prompts(8):
             want = generate(target, NoDrafts(), prompt, 12, SamplingConfig()).output_ids
             result = generate(target, adapter, prompt, 12, SamplingConfig(), runtime=runtime)
             assert result.output_ids == want, options
             deep += sum(result.counters.accepted_by_depth[1:])
             backbone_forwards += result.counters.drafter.forwards
+            target_forwards += result.counters.target.forwards - 1  # the prefill is not graphed
         if switch == "graph_buffers":
             assert runtime.graphs_of(adapter).calls == backbone_forwards
+            assert runtime.graphs.calls - target_calls == target_forwards  # unfused: both forwards of a step
             assert result.counters.extra.get("backbone_states_reused", 0) > 0 or not options
     assert deep > 0
 

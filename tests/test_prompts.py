@@ -3,7 +3,7 @@
 import pytest
 
 from harness.errors import DraftcountError
-from harness.prompts import encode_turn, load_prompts
+from harness.prompts import Prompt, encode_turn, load_prompts, longest_sequence
 
 
 def test_spec_bench(shared_data):
@@ -61,3 +61,17 @@ def test_encode_turn_with_and_without_chat_template(tokenizer):
     templated.chat_template = "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"
     ids = encode_turn(templated, [("q1", "a1")], "q2")
     assert templated.decode(ids) == "[user]q1[assistant]a1[user]q2[assistant]"
+
+
+def test_longest_sequence_bounds_every_turn_of_a_run(tokenizer):
+    """The positions a run reserves before its warm-up cover every turn, earlier answers at max_new_tokens."""
+    prompts = [Prompt(id="a", category="c", turns=("a short question",)),
+               Prompt(id="b", category="c", turns=("first question here", "and a second, longer question?"))]
+    max_new = 12
+    bound = longest_sequence(tokenizer, prompts, max_new)
+    vocabulary = [token for token in tokenizer.get_vocab() if token.isalpha()][:50]
+    for words in range(1, 40):  # an answer that decodes to text re-encoding to about max_new tokens or more
+        answer = tokenizer.decode(tokenizer(" ".join(vocabulary[:words]), add_special_tokens=False)["input_ids"][:max_new])
+        history = [(prompts[1].turns[0], answer)]
+        assert len(encode_turn(tokenizer, history, prompts[1].turns[1])) + max_new + 1 <= bound
+    assert bound >= len(encode_turn(tokenizer, [], prompts[0].turns[0])) + max_new + 1
