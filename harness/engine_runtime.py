@@ -89,9 +89,7 @@ class EngineRuntime:
             compiled = torch.compile(target.model, backend=options.compile_backend, mode=mode, dynamic=True)
             target = dataclasses.replace(target, model=compiled)
         self.target = target
-        if options.cuda_graphs != "off":
-            check_capturable(target.config, "the target")
-        self.graphs = (GraphedForwards(target.device, target.dtype, capture)
+        self.graphs = (self._graph_runner(target.config, "the target", target.device, target.dtype)
                        if options.cuda_graphs != "off" else None)
         self.static_cache: Cache | None = None
         self.reserved = 0  # every cache is sized for sequences of at least this many positions (``reserve``)
@@ -120,18 +118,22 @@ class EngineRuntime:
         captures them again inside the timed window)."""
         self.reserved = max(self.reserved, sequence)
 
+    def _room(self, sequence: int, lookahead: int) -> int:
+        """Positions a cache needs: the longer of ``sequence`` and the reserved length, plus ``lookahead``."""
+        return max(sequence, self.reserved) + lookahead
+
     def cache_for(self, sequence: int, lookahead: int) -> Cache:
         """The target's empty cache with room for a ``sequence``-position generation plus ``lookahead`` draft
         tokens."""
-        self.static_cache = reusable_cache(self.static_cache, self.target.config, max(sequence, self.reserved) +
-                                           lookahead, self.options.kv_cache, self.target.dtype, self.target.device)
+        self.static_cache = reusable_cache(self.static_cache, self.target.config, self._room(sequence, lookahead),
+                                           self.options.kv_cache, self.target.dtype, self.target.device)
         return self.static_cache
 
     def drafter_cache(self, owner: object, config: PretrainedConfig, sequence: int, lookahead: int,
                       dtype: torch.dtype, device: torch.device) -> Cache:
         """An empty KV cache for ``owner``'s drafter (a DynamicCache, or its static cache rewound) with room for
         a ``sequence``-position generation plus ``lookahead``."""
-        cache = reusable_cache(self._drafter_caches.get(owner), config, max(sequence, self.reserved) + lookahead,
+        cache = reusable_cache(self._drafter_caches.get(owner), config, self._room(sequence, lookahead),
                                self.options.kv_cache, dtype, device)
         if self.options.kv_cache == "static":
             self._drafter_caches[owner] = cache
@@ -143,9 +145,15 @@ class EngineRuntime:
         if self.options.cuda_graphs != "on":
             return None
         if owner not in self._drafter_graphs:
-            check_capturable(config, f"{type(owner).__name__}'s drafter")
-            self._drafter_graphs[owner] = GraphedForwards(device, dtype, self.capture)
+            self._drafter_graphs[owner] = self._graph_runner(config, f"{type(owner).__name__}'s drafter", device,
+                                                             dtype)
         return self._drafter_graphs[owner]
+
+    def _graph_runner(self, config: PretrainedConfig, what: str, device: torch.device,
+                      dtype: torch.dtype) -> GraphedForwards:
+        """A graph runner for ``what`` (a model of ``config``), once its RoPE is known to be capturable."""
+        check_capturable(config, what)
+        return GraphedForwards(device, dtype, self.capture)
 
     def verify(self, tree: TokenTree, cache: Cache, prefix_len: int, tally: ForwardTally, hidden: bool) -> LMOutput:
         """The target's forward over the whole ``tree`` rooted after ``prefix_len`` cached positions."""

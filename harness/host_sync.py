@@ -75,6 +75,7 @@ HOST_READS = frozenset({"item", "tolist", "__bool__", "__int__", "__float__", "_
 COPIES = frozenset({"to", "cuda", "copy_", "tensor", "as_tensor", "asarray", "new_tensor"})
 RETURN_SOURCE = frozenset({"to", "cuda", "as_tensor", "asarray", "cpu"})  # on the CPU these may return their input
 PHASES = ("propose", "forward", "verify", "commit", "engine")
+CUDA_SYNC_WARNING = "synchronizing CUDA operation"  # in PyTorch's warning under set_sync_debug_mode("warn")
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -305,8 +306,7 @@ def audit_generation(target: LoadedModel, adapter: DraftAdapter, prompt_ids: tor
     by_operation = {f"{p}:{op}": v / steps for (p, op), v in sorted(counts.items())}
     sites = {f"{p}:{op}": {site: n / steps for site, n in counter.sites[(p, op)].most_common()}
              for (p, op) in sorted(counts) if where}
-    cuda_reported = None if reported is None else {
-        phase: sum(n for p, n in reported.items() if p == phase) / steps for phase in PHASES}
+    cuda_reported = None if reported is None else {phase: reported[phase] / steps for phase in PHASES}
     return HostReadAudit(steps, by_phase, by_operation, sites, cuda_reported)
 
 
@@ -320,11 +320,11 @@ def cuda_sync_reports(counter: HostReadCounter, device: torch.device) -> Iterato
     reported: Counter = Counter()
     previous = torch.cuda.get_sync_debug_mode()
     with warnings.catch_warnings():  # restores warnings.showwarning afterwards
-        warnings.filterwarnings("always", message=".*synchronizing CUDA operation")  # every one, not the first
+        warnings.filterwarnings("always", message=f".*{CUDA_SYNC_WARNING}")  # every one, not just the first
         show = warnings.showwarning
 
         def record(message, category, filename, lineno, file=None, line=None) -> None:
-            if "synchronizing CUDA operation" in str(message):
+            if CUDA_SYNC_WARNING in str(message):
                 reported[counter.phase] += 1
             else:
                 show(message, category, filename, lineno, file, line)

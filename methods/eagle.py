@@ -81,7 +81,8 @@ class EagleDrafter:
         lookahead = (self.shape.depth - 1) * self.shape.top_k + 1  # the tree's fed frontiers
         self.cache = (ctx.drafter_cache(self, self.head.config, lookahead, self.runner.dtype, self.runner.device)
                       if ctx is not None else DynamicCache(config=self.head.config))
-        self.graphs = ctx.drafter_graphs(self, self.head.config, self.runner.device, self.runner.dtype) if ctx is not None else None
+        self.graphs = (ctx.drafter_graphs(self, self.head.config, self.runner.device, self.runner.dtype)
+                       if ctx is not None else None)
         self.pending = torch.empty(0)  # true features of positions fed_len.. not yet fed
         self.fed_len = 0
         self.beam: BeamTree | None = None

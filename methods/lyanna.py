@@ -105,7 +105,8 @@ class LyannaAdapter:
         lookahead = self.options.depth + self.options.overlap_steps + 2  # the chain and the states run ahead
         self.cache = (ctx.drafter_cache(self, self.drafter.config, lookahead, self.dtype, self.device)
                       if ctx is not None else DynamicCache(config=self.drafter.config))
-        self.graphs = ctx.drafter_graphs(self, self.drafter.config, self.device, self.dtype) if ctx is not None else None
+        self.graphs = (ctx.drafter_graphs(self, self.drafter.config, self.device, self.dtype)
+                       if ctx is not None else None)
         self.fed_len = 0
         self.pending = torch.empty(0)
         self.previous: _Chain | None = None
