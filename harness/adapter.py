@@ -57,7 +57,10 @@ class DraftAdapter(Protocol):
     """What a method implements.
 
     wants_target_hidden_states: the engine returns the target's hidden states
-        (embeddings + every layer) with each target forward.
+        (embeddings + every layer) with each target forward. An adapter that
+        reads only some may say which in ``target_hidden_layers`` (a tuple of
+        indices into them, negative from the end): the others are then None,
+        and a graphed verify forward copies out only those.
     max_draft_nodes: the most draft nodes (root excluded) one tree may hold;
         used to check that generation fits the target's context.
     An adapter may also carry ``details``: a JSON-friendly dict recorded with

@@ -34,7 +34,9 @@ def _run_parser(subparsers: argparse._SubParsersAction) -> None:
                      help="engine switch, repeatable: kv_cache=dynamic|static, cuda_graphs=off|verify|on, compile=off|on, "
                           "compile_mode=...")
     run.add_argument("--pair-with-ar", action="store_true", help="interleave the ar baseline prompt by prompt")
-    run.add_argument("--warmup", type=int, default=1, help="untimed warm-up generations per method")
+    run.add_argument("--warmup", type=int, default=1,
+                     help="untimed warm-up generations per method (under CUDA graphs, up to 4 more while one "
+                          "still captures a graph)")
     run.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--out", required=True, type=Path, help="output JSONL path")

@@ -53,14 +53,14 @@ def trim_output(tokens: list[int], eos_token_ids: frozenset[int], max_new_tokens
 
 
 def _verify_root_apart(runtime: EngineRuntime, adapter: DraftAdapter, ctx: StepContext, sequence: torch.Tensor,
-                       cache, hidden: bool) -> tuple[TokenTree, LMOutput]:
+                       cache, hidden: bool, layers: tuple[int, ...] | None) -> tuple[TokenTree, LMOutput]:
     """Unfused verification: the root (the token the last step resampled) gets a target forward of its own,
     whose output the adapter sees before it drafts; then the drafts get a second forward (both graphed like the
     fused verify forward under ``cuda_graphs``)."""
     target = runtime.target
     prefix_len = sequence.shape[-1] - 1
     root_out = run_model(target, sequence[:, -1:], cache, positions(prefix_len, 1, target.device), ctx.counters.target,
-                         output_hidden_states=hidden, graphs=runtime.graphs)
+                         output_hidden_states=hidden, graphs=runtime.graphs, hidden_layers=layers)
     adapter.observe_root(ctx, root_out)
     tree = adapter.propose(ctx, sequence)
     tree.resolve()  # the drafts' mask is built from the shape on the host: a read that fusion avoids
@@ -69,10 +69,12 @@ def _verify_root_apart(runtime: EngineRuntime, adapter: DraftAdapter, ctx: StepC
     drafts = list(range(1, tree.size))
     bias = tree_attention_bias(tree.parents, [0], drafts, target.dtype, target.device)
     rest = run_model(target, tree.tokens[1:].unsqueeze(0), cache, tree.position_ids(prefix_len)[:, 1:],
-                     ctx.counters.target, attention_bias=bias, output_hidden_states=hidden, graphs=runtime.graphs)
+                     ctx.counters.target, attention_bias=bias, output_hidden_states=hidden, graphs=runtime.graphs,
+                     hidden_layers=layers)
     states = None
     if hidden:
-        states = tuple(torch.cat([a, b], dim=1) for a, b in zip(root_out.hidden_states, rest.hidden_states))
+        states = tuple(None if a is None else torch.cat([a, b], dim=1)
+                       for a, b in zip(root_out.hidden_states, rest.hidden_states))
     return tree, LMOutput(torch.cat([root_out.logits, rest.logits], dim=1), states, root_out.flops + rest.flops)
 
 
@@ -103,6 +105,7 @@ def generate(
     counters = GenerationCounters()
     ctx = StepContext(sampling, generator, counters, target.vocab_size, runtime, prompt_len + max_new_tokens + 1)
     hidden = adapter.wants_target_hidden_states
+    layers = getattr(adapter, "target_hidden_layers", None)  # the hidden states it reads (None: all)
     separate_root = getattr(adapter, "separate_root_forward", False)
     prompt_ids = prompt_ids.to(target.device)
     with torch.inference_mode():
@@ -110,7 +113,7 @@ def generate(
         cache = runtime.cache_for(ctx.max_sequence, adapter.max_draft_nodes)
         prefill = run_model(
             target, prompt_ids, cache, positions(0, prompt_len, target.device), counters.target,
-            logits_to_keep=0 if hidden else 1, output_hidden_states=hidden,
+            logits_to_keep=0 if hidden else 1, output_hidden_states=hidden, hidden_layers=layers,
         )
         first = next_token(prefill.logits[:, -1], sampling, generator)
         produced = [int(first.item())]
@@ -121,10 +124,10 @@ def generate(
         while len(produced) < max_new_tokens and not eos_token_ids.intersection(produced[-1:]):
             prefix_len = sequence.shape[-1] - 1
             if separate_root:
-                tree, target_out = _verify_root_apart(runtime, adapter, ctx, sequence, cache, hidden)
+                tree, target_out = _verify_root_apart(runtime, adapter, ctx, sequence, cache, hidden, layers)
             else:
                 tree = adapter.propose(ctx, sequence)
-                target_out = runtime.verify(tree, cache, prefix_len, counters.target, hidden)
+                target_out = runtime.verify(tree, cache, prefix_len, counters.target, hidden, layers)
             verdict = verify(tree, target_out.logits[0], sampling, generator)
             keep_tree_path(cache, prefix_len, list(verdict.path))
             counters.record_step(tree, verdict)

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import dataclasses
 import weakref
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -41,6 +42,7 @@ from harness.static_cache import new_static_cache, reset_static_cache, static_ca
 from harness.tree import TokenTree
 
 CAPACITY_STEP = 256  # static caches are sized in multiples of this many positions
+SETTLING_WARMUPS = 4  # the most extra warm-up generations run while warm-ups still capture CUDA graphs
 
 
 @dataclass(frozen=True)
@@ -155,8 +157,28 @@ class EngineRuntime:
         check_capturable(config, what)
         return GraphedForwards(device, dtype, self.capture)
 
-    def verify(self, tree: TokenTree, cache: Cache, prefix_len: int, tally: ForwardTally, hidden: bool) -> LMOutput:
-        """The target's forward over the whole ``tree`` rooted after ``prefix_len`` cached positions."""
+    def verify(self, tree: TokenTree, cache: Cache, prefix_len: int, tally: ForwardTally, hidden: bool,
+               hidden_layers: tuple[int, ...] | None = None) -> LMOutput:
+        """The target's forward over the whole ``tree`` rooted after ``prefix_len`` cached positions (with
+        ``hidden``: the hidden states at ``hidden_layers``, as in ``run_model``)."""
         return run_model(self.target, tree.tokens.unsqueeze(0), cache, tree.position_ids(prefix_len), tally,
                          attention_bias=tree.attention_bias(self.target.dtype), output_hidden_states=hidden,
-                         graphs=self.graphs)
+                         graphs=self.graphs, hidden_layers=hidden_layers)
+
+
+def warm_up(generate_once: Callable[[int], object], captures: Callable[[], int], warmups: int,
+            settling: int = SETTLING_WARMUPS) -> int:
+    """Run ``warmups`` untimed generations (``generate_once(i)``, i = 0, 1, ...), then up to ``settling`` more
+    for as long as the last one captured a CUDA graph (``captures()`` counts them): a generation captures each
+    catch-up or tree shape it meets for the first time, so warming until one meets none keeps captures out of
+    the timed generations. Returns how many ran (none when ``warmups`` is 0)."""
+    if warmups < 1:
+        return 0
+    ran = 0
+    while ran < warmups + settling:
+        before = captures()
+        generate_once(ran)
+        ran += 1
+        if ran >= warmups and captures() == before:
+            break
+    return ran

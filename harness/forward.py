@@ -15,6 +15,7 @@ from torch.nn import functional
 from transformers import DynamicCache
 
 from harness.cuda_graphs import GraphedForwards
+from harness.errors import DraftcountError
 from harness.models import LoadedModel
 
 
@@ -33,7 +34,8 @@ class ForwardTally:
 @dataclass
 class LMOutput:
     logits: torch.Tensor  # (B, q, V) or (B, logits_to_keep, V)
-    hidden_states: tuple[torch.Tensor, ...] | None  # embeddings + every layer, when asked for
+    hidden_states: tuple[torch.Tensor | None, ...] | None  # embeddings + every layer, when asked for (None
+    # at the layers not kept: see ``run_model``'s ``hidden_layers``)
     flops: float = 0.0  # this forward's FLOP estimate (already added to the tally)
 
 
@@ -47,6 +49,7 @@ def run_model(
     logits_to_keep: int = 0,
     output_hidden_states: bool = False,
     graphs: GraphedForwards | None = None,
+    hidden_layers: tuple[int, ...] | None = None,
 ) -> LMOutput:
     """Run ``lm`` on ``input_ids`` (B, q) at ``position_ids`` (B, q), extending ``cache``.
 
@@ -54,27 +57,57 @@ def run_model(
     of the past + q keys (a token tree's nodes, say); the keys before them (the
     cached prefix) are visible to every query. None: causal attention.
     ``logits_to_keep`` > 0 computes logits only for the last that many
-    positions. With ``graphs`` (a static cache) the forward is replayed from a
-    CUDA graph of its shape (``harness.cuda_graphs``; prefills run eagerly).
+    positions. With ``output_hidden_states``, ``hidden_layers`` names the
+    hidden states kept (indices into embeddings + every layer, negative from
+    the end; None: all): the others are None in the output, and a graphed
+    forward copies out only the kept ones. With ``graphs`` (a static cache)
+    the forward is replayed from a CUDA graph of its shape
+    (``harness.cuda_graphs``; prefills run eagerly).
     """
     past = cache.get_seq_length()
     new_tokens = input_ids.shape[-1]
+    total = hidden_state_count(lm) if output_hidden_states else 0
+    kept = kept_layers(hidden_layers, total) if output_hidden_states else ()
 
     def eager() -> tuple[torch.Tensor, ...]:
         return _forward_outputs(lm, input_ids, cache, position_ids, prefix_visible(attention_bias, past + new_tokens),
-                                logits_to_keep, output_hidden_states)
+                                logits_to_keep, kept, total)
 
     if graphs is not None:
         logits, *states = graphs.run(
-            ("lm", logits_to_keep, output_hidden_states), cache, past, new_tokens, attention_bias,
+            ("lm", logits_to_keep, kept), cache, past, new_tokens, attention_bias,
             {"input_ids": input_ids, "position_ids": position_ids},
             lambda inputs, mask: _forward_outputs(lm, inputs["input_ids"], cache, inputs["position_ids"], mask,
-                                                  logits_to_keep, output_hidden_states), eager)
+                                                  logits_to_keep, kept, total), eager)
     else:
         logits, *states = eager()
     logits_tokens = min(logits_to_keep, new_tokens) if logits_to_keep > 0 else new_tokens
     flops = count_forward(lm, tally, new_tokens, past, logits_tokens)
-    return LMOutput(logits=logits, hidden_states=tuple(states) if output_hidden_states else None, flops=flops)
+    hidden = spread_layers(states, kept, total) if output_hidden_states else None
+    return LMOutput(logits=logits, hidden_states=hidden, flops=flops)
+
+
+def hidden_state_count(lm: LoadedModel) -> int:
+    """How many hidden states a forward returns: the embeddings and every decoder layer's output."""
+    config = lm.config.get_text_config(decoder=True) if hasattr(lm.config, "get_text_config") else lm.config
+    return int(config.num_hidden_layers) + 1
+
+
+def kept_layers(layers: tuple[int, ...] | None, total: int) -> tuple[int, ...]:
+    """``layers`` (negative: from the end; None: all) as sorted indices into ``total`` hidden states."""
+    if layers is None:
+        return tuple(range(total))
+    outside = [index for index in layers if not -total <= index < total]
+    if outside:
+        raise DraftcountError(f"hidden-state layers {outside} do not exist: the model has {total} hidden states "
+                              "(embeddings + every layer)")
+    return tuple(sorted({index % total for index in layers}))
+
+
+def spread_layers(states: list[torch.Tensor], kept: tuple[int, ...], total: int) -> tuple[torch.Tensor | None, ...]:
+    """The kept hidden states back at their indices among ``total``, None elsewhere."""
+    by_index = dict(zip(kept, states, strict=True))
+    return tuple(by_index.get(index) for index in range(total))
 
 
 def prefix_visible(bias: torch.Tensor | None, keys: int) -> torch.Tensor | None:
@@ -118,11 +151,17 @@ def run_drafter(call: DrafterCall, cache: DynamicCache, inputs: dict[str, torch.
 
 
 def _forward_outputs(lm: LoadedModel, input_ids: torch.Tensor, cache: DynamicCache, position_ids: torch.Tensor,
-                     mask: torch.Tensor | None, logits_to_keep: int, hidden: bool) -> tuple[torch.Tensor, ...]:
-    """The model's logits, then (with ``hidden``) its hidden states: embeddings + every layer."""
+                     mask: torch.Tensor | None, logits_to_keep: int, kept: tuple[int, ...],
+                     total: int) -> tuple[torch.Tensor, ...]:
+    """The model's logits, then the hidden states at the ``kept`` indices (of embeddings + every layer)."""
     output = lm.model(input_ids=input_ids, past_key_values=cache, position_ids=position_ids, attention_mask=mask,
-                      use_cache=True, logits_to_keep=logits_to_keep, output_hidden_states=hidden)
-    return (output.logits, *(output.hidden_states if hidden else ()))
+                      use_cache=True, logits_to_keep=logits_to_keep, output_hidden_states=bool(kept))
+    if not kept:
+        return (output.logits,)
+    if len(output.hidden_states) != total:
+        raise DraftcountError(f"the model returned {len(output.hidden_states)} hidden states; its configuration "
+                              f"says {total} (embeddings + every layer)")
+    return (output.logits, *(output.hidden_states[index] for index in kept))
 
 
 def count_forward(lm: LoadedModel, tally: ForwardTally, new_tokens: int, past: int, logits_tokens: int) -> float:

@@ -24,7 +24,7 @@ from harness.options import options_as_dict
 from harness.prompts import Prompt, encode_turn, load_prompts, longest_sequence
 from harness.records import SCHEMA_VERSION, atomic_jsonl, environment, write_record
 from harness.sampling import SamplingConfig, make_generator
-from harness.engine_runtime import EngineOptions, EngineRuntime
+from harness.engine_runtime import EngineOptions, EngineRuntime, warm_up
 from harness.timing import timer_name
 
 
@@ -150,10 +150,13 @@ def run(config: RunConfig, progress: bool = True) -> int:
             make_generator(seed, target.device), prompt_name=name, runtime=runtime,
         )
 
-    warm_ids = encode_turn(target.tokenizer, [], prompts[0].turns[0])
-    for contender in contenders:
-        for _ in range(config.warmup):
-            run_turn(contender, warm_ids, config.seed, f"{prompts[0].id} (warm-up)", min(16, config.max_new_tokens))
+    def warm_turn(contender: _Contender, index: int) -> Generation:
+        prompt = prompts[index % len(prompts)]
+        return run_turn(contender, encode_turn(target.tokenizer, [], prompt.turns[0]), config.seed,
+                        f"{prompt.id} (warm-up)", min(16, config.max_new_tokens))
+
+    for contender in contenders:  # until a warm-up captures no new CUDA graph (at most SETTLING_WARMUPS more)
+        warm_up(lambda index: warm_turn(contender, index), lambda: runtime.captures, config.warmup)
 
     written = 0
     total_turns = sum(len(prompt.turns) for prompt in prompts)

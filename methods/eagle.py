@@ -33,7 +33,7 @@ from harness.transfer import index_on
 from harness.tree import TokenTree
 from harness.verify import Verdict
 from methods import BuildInputs, MethodSpec, register
-from methods.eagle_head import EagleHead, feature_rows, load_head
+from methods.eagle_head import EagleHead, feature_indices, feature_rows, load_head
 from methods.eagle_training import train_eagle
 
 
@@ -69,6 +69,7 @@ class EagleDrafter:
     def __init__(self, head: EagleHead, target: LoadedModel, shape: BeamShape) -> None:
         self.runner = HeadRunner(head, target, head.cost(target.model.get_output_embeddings().weight.numel()))
         self.head = self.runner.module
+        self.target_hidden_layers = feature_indices(head.features)
         self.shape = shape
         self.max_draft_nodes = shape.max_nodes
         self.details = {"top_k": shape.top_k, "depth": shape.depth, "budget": shape.budget,
@@ -87,7 +88,7 @@ class EagleDrafter:
         self.fed_len = 0
         self.beam: BeamTree | None = None
 
-    def _features(self, hidden_states: tuple[torch.Tensor, ...], index: torch.Tensor | slice) -> torch.Tensor:
+    def _features(self, hidden_states: tuple[torch.Tensor | None, ...], index: torch.Tensor | slice) -> torch.Tensor:
         rows = [state[0, index] for state in feature_rows(hidden_states, self.head.features)]
         return self.head.input_features(rows)
 
@@ -138,7 +139,7 @@ class EagleDrafter:
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
         self.work.settle(ctx.counters, [self.beam.parent_slots[node] for node in verdict.path[1:]])
         crop_cache(self.cache, self.fed_len)  # drop the tree nodes' entries: they were built on predicted features
-        index = index_on(verdict.path, target_out.hidden_states[-1].device)
+        index = index_on(verdict.path, target_out.logits.device)
         self.pending = self._features(target_out.hidden_states, index)
 
 

@@ -61,9 +61,14 @@ def choose_features(fusion: str, layers: tuple[str, ...], num_layers: int) -> Fe
     return FeatureSpec(fusion, chosen)
 
 
-def feature_rows(hidden_states: tuple[torch.Tensor, ...], spec: FeatureSpec) -> list[torch.Tensor]:
+def feature_indices(spec: FeatureSpec) -> tuple[int, ...]:
+    """Where the chosen layers sit in a forward's hidden states (embeddings + every layer; -1: the last)."""
+    return tuple(-1 if layer == "last" else int(layer) for layer in spec.layers)
+
+
+def feature_rows(hidden_states: tuple[torch.Tensor | None, ...], spec: FeatureSpec) -> list[torch.Tensor]:
     """The chosen layers' states from a forward's hidden states (embeddings + every layer)."""
-    return [hidden_states[-1] if layer == "last" else hidden_states[int(layer)] for layer in spec.layers]
+    return [hidden_states[index] for index in feature_indices(spec)]
 
 
 def head_config(target_config, vocab_size: int) -> LlamaConfig:

@@ -41,7 +41,7 @@ from harness.transfer import index_on
 from harness.tree import TokenTree
 from harness.verify import Verdict
 from methods import BuildInputs, MethodSpec, register
-from methods.eagle_head import feature_rows
+from methods.eagle_head import feature_indices, feature_rows
 from methods.lyanna_model import LyannaDrafter, load_drafter
 from methods.lyanna_training import train_lyanna
 
@@ -88,6 +88,7 @@ class LyannaAdapter:
         self.drafter = drafter.to(target.device, target.dtype).eval()
         self.device, self.dtype = target.device, target.dtype
         self.options = options
+        self.target_hidden_layers = feature_indices(drafter.arch.features)
         self.separate_root_forward = options.verify_fusion == "off"
         self.shape = BeamShape(options.top_k, options.depth, options.budget)
         self.max_draft_nodes = self.shape.max_nodes
@@ -114,8 +115,9 @@ class LyannaAdapter:
         self.depth_positions: list[int] = []
         self.root_logits: torch.Tensor | None = None  # unfused verification: the target's logits at the root
 
-    def _inputs(self, hidden_states: tuple[torch.Tensor, ...], index) -> torch.Tensor:
-        return self.drafter.true_inputs([state[0, index] for state in feature_rows(hidden_states, self.drafter.arch.features)])
+    def _inputs(self, hidden_states: tuple[torch.Tensor | None, ...], index) -> torch.Tensor:
+        rows = feature_rows(hidden_states, self.drafter.arch.features)
+        return self.drafter.true_inputs([state[0, index] for state in rows])
 
     def _step(self, ctx: StepContext, inputs: torch.Tensor, start: int) -> tuple[torch.Tensor, float]:
         count = inputs.shape[0]
@@ -240,7 +242,7 @@ class LyannaAdapter:
         crop_cache(self.cache, self.fed_len)
         self.previous = self.chain
         path = verdict.path[1:] if root_fed else verdict.path  # a root fed on its own is in the cache already
-        index = index_on(path, target_out.hidden_states[-1].device)
+        index = index_on(path, target_out.logits.device)
         self.pending = self._inputs(target_out.hidden_states, index)
         self.root_logits = None
 

@@ -14,10 +14,12 @@ from transformers import LlamaConfig, LlamaForCausalLM
 from harness import SamplingConfig, generate
 from harness.cuda_graphs import GraphedForwards
 from harness.errors import DraftcountError
+from harness.forward import ForwardTally, positions, run_model
+from harness.kv_cache import new_cache
 from harness.options import parse_options
 from harness.sampling import make_generator
 from harness.static_cache import static_layers
-from harness.engine_runtime import CAPACITY_STEP, EngineOptions, EngineRuntime
+from harness.engine_runtime import CAPACITY_STEP, SETTLING_WARMUPS, EngineOptions, EngineRuntime, warm_up
 from methods import BuildInputs, build_adapter
 from tests.helpers import ENGINE_SWITCHES, engine_runtime
 
@@ -162,3 +164,43 @@ def test_a_reserved_runtime_never_regrows_its_caches(random_pair):
     assert [runtime.static_cache, adapter.cache] == caches
     for name, runner in runtime.graph_runners().items():  # nothing dropped: the same graph objects, and more
         assert all(runner.graphs.get(key) is graph for key, graph in graphs[name].items())
+
+
+def test_only_the_hidden_states_asked_for_are_kept(random_pair):
+    """hidden_layers keeps the named hidden states (equal to a full forward's) and leaves None elsewhere, eager and
+    through a graph runner, whose forward then returns only those (what a replay copies out)."""
+    target, _ = random_pair
+    prompt = PROMPTS[4]  # 7 tokens: 4 prefilled, 3 more in a second (graphable) forward
+    full = run_model(target, prompt, new_cache(target.config), positions(0, 7, target.device), ForwardTally(),
+                     output_hidden_states=True).hidden_states
+    assert len(full) == target.config.num_hidden_layers + 1 and all(state is not None for state in full)
+    for switch in ("off", "verify"):
+        runtime = EngineRuntime(target, EngineOptions(kv_cache="static", cuda_graphs=switch), capture=False)
+        cache = runtime.cache_for(16, 0)
+        run_model(target, prompt[:, :4], cache, positions(0, 4, target.device), ForwardTally())
+        kept = run_model(target, prompt[:, 4:], cache, positions(4, 3, target.device), ForwardTally(),
+                         output_hidden_states=True, hidden_layers=(1, -1), graphs=runtime.graphs).hidden_states
+        assert [state is None for state in kept] == [True, False, False]
+        for index in (1, 2):
+            torch.testing.assert_close(kept[index], full[index][:, 4:])
+    assert runtime.graphs.calls == 1 and runtime.graphs.eager_calls == 0
+    with pytest.raises(DraftcountError, match=r"hidden-state layers \[3\] do not exist"):
+        run_model(target, prompt, new_cache(target.config), positions(0, 7, target.device), ForwardTally(),
+                  output_hidden_states=True, hidden_layers=(3,))
+
+
+@pytest.mark.parametrize("warmups,captured,expected", [
+    (1, [3, 1, 0, 2], 3),  # goes on until a warm-up captures nothing
+    (2, [0, 0, 5], 2),  # the asked-for warm-ups always run
+    (1, [0, 7], 1),
+    (1, [1] * 20, 1 + SETTLING_WARMUPS),  # bounded
+    (0, [4], 0),  # no warm-up asked for: none
+])
+def test_warm_up_goes_on_while_it_captures_graphs(warmups, captured, expected):
+    ran: list[int] = []
+
+    def generate_once(index: int) -> None:
+        ran.append(index)
+
+    assert warm_up(generate_once, lambda: sum(captured[:len(ran)]), warmups) == expected
+    assert ran == list(range(expected))
