@@ -31,6 +31,7 @@ import torch
 from transformers.cache_utils import Cache
 
 from harness.errors import DraftcountError
+from harness.models import text_config
 from harness.static_cache import PreallocatedLayer, static_layers
 
 # (input buffers by name, full-width mask (1, 1, q, capacity)) -> output tensors
@@ -63,7 +64,7 @@ SEQUENCE_DEPENDENT_ROPE = frozenset({"dynamic", "longrope"})  # frequencies chos
 
 def rope_types(config) -> set[str]:
     """The RoPE variants a model configuration uses ("default" when it names none)."""
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     params = getattr(text, "rope_parameters", None) or getattr(text, "rope_scaling", None) or {}
     groups = list(params.values()) if params and all(isinstance(v, dict) for v in params.values()) else [params]
     return {str(group.get("rope_type", group.get("type", "default"))) for group in groups}

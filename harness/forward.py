@@ -66,7 +66,7 @@ def run_model(
     """
     past = cache.get_seq_length()
     new_tokens = input_ids.shape[-1]
-    total = hidden_state_count(lm) if output_hidden_states else 0
+    total = lm.hidden_state_count if output_hidden_states else 0
     kept = kept_layers(hidden_layers, total) if output_hidden_states else ()
 
     def eager() -> tuple[torch.Tensor, ...]:
@@ -85,12 +85,6 @@ def run_model(
     flops = count_forward(lm, tally, new_tokens, past, logits_tokens)
     hidden = spread_layers(states, kept, total) if output_hidden_states else None
     return LMOutput(logits=logits, hidden_states=hidden, flops=flops)
-
-
-def hidden_state_count(lm: LoadedModel) -> int:
-    """How many hidden states a forward returns: the embeddings and every decoder layer's output."""
-    config = lm.config.get_text_config(decoder=True) if hasattr(lm.config, "get_text_config") else lm.config
-    return int(config.num_hidden_layers) + 1
 
 
 def kept_layers(layers: tuple[int, ...] | None, total: int) -> tuple[int, ...]:

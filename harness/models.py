@@ -8,6 +8,7 @@ DraftcountError.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 
 import torch
@@ -16,6 +17,11 @@ from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, P
 from harness.errors import DraftcountError
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+
+
+def text_config(config):
+    """The decoder's text configuration: the config itself for a text-only model."""
+    return config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
 
 
 @dataclass(frozen=True)
@@ -63,6 +69,11 @@ class LoadedModel:
             if isinstance(value, int) and value > 0:
                 return value
         return None
+
+    @cached_property
+    def hidden_state_count(self) -> int:
+        """How many hidden states a forward returns: the embeddings and every decoder layer's output."""
+        return int(text_config(self.config).num_hidden_layers) + 1
 
     @property
     def num_parameters(self) -> int:

@@ -21,6 +21,7 @@ from transformers import PretrainedConfig
 from transformers.cache_utils import Cache, CacheLayerMixin
 
 from harness.errors import DraftcountError
+from harness.models import text_config
 
 
 class PreallocatedLayer(CacheLayerMixin):
@@ -109,7 +110,7 @@ class PreallocatedLayer(CacheLayerMixin):
 
 
 def _num_layers(config: PretrainedConfig) -> int:
-    text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+    text = text_config(config)
     layer_types = getattr(text, "layer_types", None)
     if layer_types and any(kind != "full_attention" for kind in layer_types):
         raise DraftcountError(
@@ -126,7 +127,7 @@ def new_static_cache(config: PretrainedConfig, capacity: int, dtype: torch.dtype
         raise DraftcountError(f"static KV cache capacity must be >= 1, got {capacity}")
     cache = Cache(layers=[PreallocatedLayer(capacity) for _ in range(_num_layers(config))])
     if dtype is not None and device is not None:
-        text = config.get_text_config(decoder=True) if hasattr(config, "get_text_config") else config
+        text = text_config(config)
         heads = getattr(text, "num_key_value_heads", None) or text.num_attention_heads
         head_dim = getattr(text, "head_dim", None) or text.hidden_size // text.num_attention_heads
         for layer in cache.layers:
