@@ -13,6 +13,15 @@ if os.environ.get("PYTEST_XDIST_WORKER"):  # `pytest -n N`: one torch thread per
     torch.set_num_threads(1)
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """`pytest -n N` hands out whole test files (``--dist loadfile``: a module's fixtures are built once), unless
+    told otherwise. Set here rather than in addopts, so that a machine without pytest-xdist (the GPU box's
+    `pytest -m cuda`) runs plain ``pytest``."""
+    given = any(argument.startswith("--dist") for argument in config.invocation_params.args)
+    if getattr(config.option, "dist", "no") == "load" and not given:
+        config.option.dist = "loadfile"
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

@@ -17,8 +17,8 @@ After the report it measures what the GPU issue asks for, into results/tables/: 
 bf16 greedy outputs leave ar, and where), lossless_float32_eager.csv and lossless_float32_graphs.csv (every
 method in float32, eager and with static caches + CUDA graphs; a step fails if any output differs from ar),
 ar_vs_generate_*.txt (our ar against model.generate(): eager, static cache, CUDA graphs), overheads.csv (each
-overhead switch against its absence, every method, interleaved), overheads_compile.csv (torch.compile against
-eager) and host_sync.csv (host synchronisations per decoding step). These steps are soft: one that fails is
+overhead switch against its absence, every method, interleaved), host_sync.csv (host synchronisations per
+decoding step) and, last, overheads_compile.csv (torch.compile against eager). These steps are soft: one that fails is
 reported (failed_steps.json, exit status 1) and the others still run. --extra-prompts 0 skips them.
 """
 
@@ -286,17 +286,19 @@ def run_extras(check: Check, config: dict, extras: Extras, greedy_records: list[
                     "--new-tokens", str(extras.new_tokens), *engine], [log], log)
     models = ["--target", w("models/target"), "--draft", w("models/draft")]
     models += [item for name in ("eagle", "lyanna") if name in drafters for item in (f"--{name}", w(f"drafters/{name}"))]
-    runs = [("overheads", ["--settings", extras.overhead_settings] if extras.overhead_settings else [])]
-    if cuda and extras.compile:
-        runs.append(("overheads_compile", ["--settings", "eager,compile"]))
-    for name, settings in runs:
+
+    def overheads(name: str, settings: list[str]) -> None:
         check.tool(name.replace("_", " "), "bench_overheads.py",
                    [*models, *model, "--prompts", w("prompts/stdlib_code.jsonl"), "--limit", str(extras.prompts),
                     "--max-new-tokens", str(extras.new_tokens), "--no-progress", *settings,
                     "--out", str(tables / f"{name}.csv")], [str(tables / f"{name}.csv")], str(tables / f"{name}.txt"))
+
+    overheads("overheads", ["--settings", extras.overhead_settings] if extras.overhead_settings else [])
     check.tool("host-sync audit", "audit_host_sync.py",
                [*models, *model, "--kv-cache", "static", "--max-new-tokens", str(min(extras.new_tokens, 64)),
                 "--out", str(tables / "host_sync.csv")], [str(tables / "host_sync.csv")])
+    if cuda and extras.compile:  # last: compiling takes the longest, so a check cut off by time loses only this
+        overheads("overheads_compile", ["--settings", "eager,compile"])
     check.soft = False
 
 
