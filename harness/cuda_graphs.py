@@ -100,6 +100,7 @@ class GraphedForwards:
         self.device, self.dtype, self.capture, self.max_tokens = device, dtype, capture, max_tokens
         self.graphs: dict[Hashable, _Graph] = {}
         self.pool = None
+        self.warmup_stream: torch.cuda.Stream | None = None  # where a graph's first call warms up before capture
         self.cache: Cache | None = None
         self.captures = 0
         self.calls = 0  # forwards run through here (replayed, or on the buffers eagerly with capture=False)
@@ -167,14 +168,18 @@ class GraphedForwards:
                 layer.graph_slots = None
 
     def _capture(self, graph: _Graph, layers: list[PreallocatedLayer], call: StaticCall) -> None:
+        """Warm up on a side stream (one per runner, reused), capture, and only then store the graph: a capture
+        that raises leaves no half-made graph behind to be replayed by the next call of this shape."""
         main = torch.cuda.current_stream(self.device)
-        side = torch.cuda.Stream(device=self.device)
-        side.wait_stream(main)
-        with torch.cuda.stream(side):
+        if self.warmup_stream is None:
+            self.warmup_stream = torch.cuda.Stream(device=self.device)
+        self.warmup_stream.wait_stream(main)
+        with torch.cuda.stream(self.warmup_stream):
             for _ in range(2):
                 self._call(graph, layers, call)
-        main.wait_stream(side)
-        graph.graph = torch.cuda.CUDAGraph()
-        with torch.cuda.device(self.device), torch.cuda.graph(graph.graph, pool=self.pool):
-            graph.outputs = self._call(graph, layers, call)
+        main.wait_stream(self.warmup_stream)
+        captured = torch.cuda.CUDAGraph()
+        with torch.cuda.device(self.device), torch.cuda.graph(captured, pool=self.pool):
+            outputs = self._call(graph, layers, call)
+        graph.graph, graph.outputs = captured, outputs
         self.captures += 1

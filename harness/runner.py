@@ -24,7 +24,7 @@ from harness.options import options_as_dict
 from harness.prompts import Prompt, encode_turn, load_prompts, longest_sequence
 from harness.records import SCHEMA_VERSION, atomic_jsonl, environment, write_record
 from harness.sampling import SamplingConfig, make_generator
-from harness.engine_runtime import EngineOptions, EngineRuntime, warm_up
+from harness.engine_runtime import EngineOptions, EngineRuntime, warm_up, without_captures
 from harness.timing import timer_name
 
 
@@ -90,8 +90,9 @@ def _build_contenders(config: RunConfig, target: LoadedModel, draft: LoadedModel
 
 def _record(config: RunConfig, target: LoadedModel, draft: LoadedModel | None, contender: _Contender,
             prompt: Prompt, turn: int, prompt_ids: list[int], seed: int, result: Generation,
-            graphs_captured: int) -> dict[str, Any]:
-    """One generation's record; ``graphs_captured``: CUDA graphs captured during it (inside its timing)."""
+            graphs_captured: int, timing_reruns: int) -> dict[str, Any]:
+    """One generation's record; ``graphs_captured``: CUDA graphs captured during it (inside its timing);
+    ``timing_reruns``: earlier runs of it discarded because they captured one (``without_captures``)."""
     counters = result.counters.as_dict()
     return {
         "schema_version": SCHEMA_VERSION,
@@ -124,6 +125,7 @@ def _record(config: RunConfig, target: LoadedModel, draft: LoadedModel | None, c
         "device": str(target.device),
         "timer": timer_name(target.device),
         "graphs_captured": graphs_captured,
+        "timing_reruns": timing_reruns,
         "counters": counters,
         "output_ids": result.output_ids,
         "output_text": target.tokenizer.decode(result.output_ids, skip_special_tokens=True) if target.tokenizer else "",
@@ -171,10 +173,11 @@ def run(config: RunConfig, progress: bool = True) -> int:
                 for contender in order:
                     history = contender.history.setdefault(prompt.id, [])
                     ids = encode_turn(target.tokenizer, history, question)
-                    captured = runtime.captures
-                    result = run_turn(contender, ids, seed, f"{prompt.id} turn {turn}", config.max_new_tokens)
+                    result, captured, reruns = without_captures(
+                        lambda: run_turn(contender, ids, seed, f"{prompt.id} turn {turn}", config.max_new_tokens),
+                        lambda: runtime.captures)
                     write_record(handle, _record(config, target, draft, contender, prompt, turn, ids, seed, result,
-                                                 runtime.captures - captured))
+                                                 captured, reruns))
                     history.append((question, target.tokenizer.decode(result.output_ids, skip_special_tokens=True)))
                     written += 1
                     bar.update(1)

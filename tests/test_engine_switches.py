@@ -4,6 +4,7 @@ switch settings are clear errors. (CUDA-graph capture itself needs a GPU: here t
 run eagerly, ``capture=False``; eagle and lyanna are covered in their own test files.)"""
 
 import dataclasses
+import logging
 import subprocess
 import sys
 
@@ -19,7 +20,9 @@ from harness.kv_cache import new_cache
 from harness.options import parse_options
 from harness.sampling import make_generator
 from harness.static_cache import static_layers
-from harness.engine_runtime import CAPACITY_STEP, SETTLING_WARMUPS, EngineOptions, EngineRuntime, warm_up
+from harness.engine_runtime import (
+    CAPACITY_STEP, RECOMPILE_LIMIT, RETIMES, SETTLING_WARMUPS, EngineOptions, EngineRuntime, warm_up, without_captures,
+)
 from methods import BuildInputs, build_adapter
 from tests.helpers import ENGINE_SWITCHES, engine_runtime
 
@@ -68,6 +71,34 @@ def test_compiled_target_is_lossless(random_pair):
     for prompt in PROMPTS[:3]:
         expected = generate(target, ar, prompt, 16, SamplingConfig()).output_ids
         assert generate(target, sd, prompt, 16, SamplingConfig(), runtime=runtime).output_ids == expected
+
+
+def test_compile_keeps_compiling_past_dynamos_default_limit(random_pair):
+    """One compiled target meets more guard sets than dynamo's default limit of 8 (prefill and verify, a mask or
+    none, dynamic and static caches, three methods). Past the limit dynamo logs "hit config.recompile_limit" and
+    runs the rest eagerly, so `compile` would be timing eager code; compile=on raises the limit."""
+    target, draft = random_pair
+    torch._dynamo.reset()
+    hits: list[str] = []
+
+    class LimitHits(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if "recompile_limit" in record.getMessage():
+                hits.append(record.getMessage())
+
+    handler = LimitHits()
+    logging.getLogger("torch._dynamo").addHandler(handler)
+    try:
+        for kv_cache in ("dynamic", "static"):
+            runtime = EngineRuntime(target, EngineOptions(kv_cache=kv_cache, compile="on", compile_backend="eager"))
+            for method, options in (("ar", {}), ("sd", {"gamma": 3}), ("tree_sd", {"branching": "2,2,1"})):
+                adapter, _ = build_adapter(method, options, BuildInputs(target, draft, None))
+                for prompt in PROMPTS[:4]:
+                    generate(target, adapter, prompt, 12, SamplingConfig(), runtime=runtime)
+    finally:
+        logging.getLogger("torch._dynamo").removeHandler(handler)
+    assert not hits, hits[0]
+    assert torch._dynamo.config.recompile_limit >= RECOMPILE_LIMIT
 
 
 def test_static_caches_are_filled_in_place_and_reused(random_pair):
@@ -204,3 +235,21 @@ def test_warm_up_goes_on_while_it_captures_graphs(warmups, captured, expected):
 
     assert warm_up(generate_once, lambda: sum(captured[:len(ran)]), warmups) == expected
     assert ran == list(range(expected))
+
+
+@pytest.mark.parametrize("captured,kept,left,discarded", [
+    ([0], 0, 0, 0),  # captured nothing: timed once
+    ([2, 0], 1, 0, 1),  # the first run captured: its rerun is kept
+    ([1, 3, 0], 2, 0, 2),
+    ([1] * 9, RETIMES, 1, RETIMES),  # bounded: the last run is kept with its capture
+])
+def test_a_timed_generation_that_captured_a_graph_runs_again(captured, kept, left, discarded):
+    runs: list[int] = []
+
+    def generate_once() -> int:
+        runs.append(len(runs))
+        return runs[-1]
+
+    result, captured_in_kept, reruns = without_captures(generate_once, lambda: sum(captured[:len(runs)]))
+    assert (result, captured_in_kept, reruns) == (kept, left, discarded)
+    assert len(runs) == discarded + 1
