@@ -337,12 +337,15 @@ def cuda_sync_reports(counter: HostReadCounter, device: torch.device) -> Iterato
             torch.cuda.set_sync_debug_mode(previous)
 
 
-class _PhasedRuntime(EngineRuntime):
-    """A runtime sharing ``runtime``'s state whose verify forward is labelled ``forward``."""
+class _PhasedRuntime:
+    """``runtime`` itself for everything (a cache it grows or a graph it captures stays its own), with its verify
+    forward labelled ``forward``."""
 
     def __init__(self, runtime: EngineRuntime, counter: HostReadCounter) -> None:
-        self.__dict__.update(runtime.__dict__)
-        self._counter = counter
+        self._runtime, self._counter = runtime, counter
+
+    def __getattr__(self, name: str):
+        return getattr(self._runtime, name)
 
     def verify(self, *args, **kwargs):
-        return _Phased(self._counter, "forward", super().verify)(*args, **kwargs)
+        return _Phased(self._counter, "forward", self._runtime.verify)(*args, **kwargs)

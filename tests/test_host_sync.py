@@ -5,7 +5,7 @@ below."""
 import pytest
 import torch
 
-from harness import SamplingConfig
+from harness import SamplingConfig, generate
 from harness.drafter_training import DrafterTrainRequest
 from harness.host_sync import HostReadCounter, audit_generation
 from harness.lm_data import save_tokens
@@ -127,6 +127,19 @@ def test_greedy_step_synchronises_once(random_pair, method, options, kv_cache):
     audit = audit_generation(target, adapter, PROMPT, 24, SamplingConfig(), runtime)
     assert audit.steps > 1
     assert audit.by_operation == {"verify:tolist": 1.0}
+
+
+def test_audit_runs_on_the_runtime_itself(random_pair):
+    """A cache the audited generation makes stays the runtime's (a later generation reuses it, and the graphs
+    on it), not a copy's."""
+    target, draft = random_pair
+    adapter, _ = build_adapter("sd", {"gamma": 3}, BuildInputs(target, draft, None))
+    runtime = EngineRuntime(target, EngineOptions(kv_cache="static"))
+    audit_generation(target, adapter, PROMPT, 8, SamplingConfig(), runtime)
+    made = runtime.static_cache
+    assert made is not None
+    generate(target, adapter, PROMPT, 8, SamplingConfig(), runtime=runtime)
+    assert runtime.static_cache is made
 
 
 @pytest.fixture(scope="module")
