@@ -45,7 +45,7 @@ Result = TypeVar("Result")
 CAPACITY_STEP = 256  # static caches are sized in multiples of this many positions
 SETTLING_WARMUPS = 4  # the most extra warm-up generations run while warm-ups still capture CUDA graphs
 RECOMPILE_LIMIT = 64  # compiled versions of the target's forward dynamo may keep (compile=on)
-RETIMES = 2  # the most times a timed generation that captured a CUDA graph is run again
+TIMING_RERUNS = 2  # the most times a timed generation that captured a CUDA graph is run again
 
 
 @dataclass(frozen=True)
@@ -198,9 +198,9 @@ def warm_up(generate_once: Callable[[int], object], captures: Callable[[], int],
 
 
 def without_captures(generate_once: Callable[[], Result], captures: Callable[[], int],
-                     retimes: int = RETIMES) -> tuple[Result, int, int]:
+                     reruns: int = TIMING_RERUNS) -> tuple[Result, int, int]:
     """Run ``generate_once()``, a timed generation; while a run captured a CUDA graph (``captures()`` counts
-    them), run it again, at most ``retimes`` more times. A capture inside the timed window costs two eager
+    them), run it again, at most ``reruns`` more times. A capture inside the timed window costs two eager
     forwards, a device synchronisation and the graph's instantiation; the rerun (same prompt and seed, so the
     same shapes) replays instead. Warm-ups cannot meet every shape a long generation meets (a drafter's
     catch-up over 1..depth+1 accepted tokens, say), so this is what keeps captures out of the timings.
@@ -209,7 +209,7 @@ def without_captures(generate_once: Callable[[], Result], captures: Callable[[],
     before = captures()
     result = generate_once()
     discarded = 0
-    while captures() > before and discarded < retimes:
+    while captures() > before and discarded < reruns:
         discarded += 1
         before = captures()
         result = generate_once()

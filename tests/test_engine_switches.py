@@ -21,7 +21,8 @@ from harness.options import parse_options
 from harness.sampling import make_generator
 from harness.static_cache import static_layers
 from harness.engine_runtime import (
-    CAPACITY_STEP, RECOMPILE_LIMIT, RETIMES, SETTLING_WARMUPS, EngineOptions, EngineRuntime, warm_up, without_captures,
+    CAPACITY_STEP, RECOMPILE_LIMIT, SETTLING_WARMUPS, TIMING_RERUNS, EngineOptions, EngineRuntime, warm_up,
+    without_captures,
 )
 from methods import BuildInputs, build_adapter
 from tests.helpers import ENGINE_SWITCHES, engine_runtime
@@ -241,7 +242,7 @@ def test_warm_up_goes_on_while_it_captures_graphs(warmups, captured, expected):
     ([0], 0, 0, 0),  # captured nothing: timed once
     ([2, 0], 1, 0, 1),  # the first run captured: its rerun is kept
     ([1, 3, 0], 2, 0, 2),
-    ([1] * 9, RETIMES, 1, RETIMES),  # bounded: the last run is kept with its capture
+    ([1] * 9, TIMING_RERUNS, 1, TIMING_RERUNS),  # bounded: the last run is kept with its capture
 ])
 def test_a_timed_generation_that_captured_a_graph_runs_again(captured, kept, left, discarded):
     runs: list[int] = []
