@@ -19,6 +19,7 @@ import torch
 
 from harness import SamplingConfig
 from harness.adapter import NoDrafts
+from harness.divergence import first_divergence
 from harness.drafter_training import DrafterTrainRequest
 from harness.engine import generate
 from harness.engine_runtime import EngineOptions, EngineRuntime, warm_up
@@ -75,7 +76,7 @@ def _adapter(zoo: dict, variant: str):
 
 def _mismatch(zoo: dict, prompt: torch.Tensor, want: list[int], got: list[int]) -> str:
     """Where ``got`` leaves ``want``, with the target's top-2 margin there (a tiny one: a near-tie flip)."""
-    position = next(index for index, (a, b) in enumerate(zip(want + [None], got + [None])) if a != b)
+    position = first_divergence(want, got)
     ids = torch.tensor([prompt[0].tolist() + want[:position]], device=zoo["target"].device)
     with torch.no_grad():
         top = zoo["target"].model(ids).logits[0, -1].float().topk(2).values
