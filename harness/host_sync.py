@@ -236,19 +236,23 @@ class _Phased:
             self.counter.phase = self.then
 
 
-class _PhasedAdapter:
-    """The adapter, with its propose/commit (and observe_root) calls labelled."""
+class _PhasedView:
+    """``wrapped`` itself for everything (a cache the runtime grows or a graph it captures stays its own), with the
+    calls named in ``phases`` labelled: method name -> phase (a name ``wrapped`` lacks is left out)."""
 
-    def __init__(self, adapter: DraftAdapter, counter: HostReadCounter) -> None:
-        self._adapter = adapter
-        self.begin = _Phased(counter, "prefill", adapter.begin)  # the decoding loop starts after begin
-        self.propose = _Phased(counter, "propose", adapter.propose)
-        self.commit = _Phased(counter, "commit", adapter.commit)
-        if hasattr(adapter, "observe_root"):
-            self.observe_root = _Phased(counter, "propose", adapter.observe_root)
+    def __init__(self, wrapped: object, counter: HostReadCounter, phases: dict[str, str]) -> None:
+        self._wrapped = wrapped
+        for name, phase in phases.items():
+            if hasattr(wrapped, name):
+                setattr(self, name, _Phased(counter, phase, getattr(wrapped, name)))
 
     def __getattr__(self, name: str):
-        return getattr(self._adapter, name)
+        return getattr(self._wrapped, name)
+
+
+# the decoding loop starts after begin; observe_root is optional
+_ADAPTER_PHASES = {"begin": "prefill", "propose": "propose", "commit": "commit", "observe_root": "propose"}
+_RUNTIME_PHASES = {"verify": "forward"}  # the target's verify forward
 
 
 @dataclass(frozen=True)
@@ -294,8 +298,8 @@ def audit_generation(target: LoadedModel, adapter: DraftAdapter, prompt_ids: tor
     with ``where``, also by call site."""
     runtime = runtime or EngineRuntime(target)
     counter = HostReadCounter(phase="prefill", where=where)
-    phased_runtime = _PhasedRuntime(runtime, counter)
-    adapter_view = _PhasedAdapter(adapter, counter)
+    phased_runtime = _PhasedView(runtime, counter, _RUNTIME_PHASES)
+    adapter_view = _PhasedView(adapter, counter, _ADAPTER_PHASES)
     tree_module._ancestor_matrix.cache_clear()  # cached host tensors made before the audit would pass for device ones
     with counter, cuda_sync_reports(counter, prompt_ids.device) as reported:
         result = generate(target, adapter_view, prompt_ids, max_new_tokens, sampling, generator=generator,
@@ -335,17 +339,3 @@ def cuda_sync_reports(counter: HostReadCounter, device: torch.device) -> Iterato
             yield reported
         finally:
             torch.cuda.set_sync_debug_mode(previous)
-
-
-class _PhasedRuntime:
-    """``runtime`` itself for everything (a cache it grows or a graph it captures stays its own), with its verify
-    forward labelled ``forward``."""
-
-    def __init__(self, runtime: EngineRuntime, counter: HostReadCounter) -> None:
-        self._runtime, self._counter = runtime, counter
-
-    def __getattr__(self, name: str):
-        return getattr(self._runtime, name)
-
-    def verify(self, *args, **kwargs):
-        return _Phased(self._counter, "forward", self._runtime.verify)(*args, **kwargs)

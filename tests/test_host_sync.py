@@ -142,6 +142,26 @@ def test_audit_runs_on_the_runtime_itself(random_pair):
     assert runtime.static_cache is made
 
 
+def test_audit_labels_the_runtime_verify_forward_and_the_adapter_calls(random_pair):
+    """A host read inside the runtime's verify forward counts as ``forward``, one inside propose or commit under
+    its own name (per decoding step, prefill excluded). The value read was made before the audit: a device one."""
+    target, draft = random_pair
+    device_value = torch.ones(1)
+    adapter, _ = build_adapter("sd", {"gamma": 3}, BuildInputs(target, draft, None))
+    runtime = EngineRuntime(target, EngineOptions())
+    for owner, name in ((runtime, "verify"), (adapter, "propose"), (adapter, "commit")):
+        call = getattr(owner, name)
+
+        def reading(*args, _call=call, **kwargs):
+            device_value.item()
+            return _call(*args, **kwargs)
+
+        setattr(owner, name, reading)
+    audit = audit_generation(target, adapter, PROMPT, 8, SamplingConfig(), runtime)
+    assert {key: audit.by_operation[key] for key in ("forward:item", "propose:item", "commit:item")} == \
+        {"forward:item": 1.0, "propose:item": 1.0, "commit:item": 1.0}
+
+
 @pytest.fixture(scope="module")
 def fresh_drafters(tmp_path_factory):
     root = tmp_path_factory.mktemp("sync")
