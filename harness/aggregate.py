@@ -13,8 +13,7 @@ import numpy as np
 import pandas as pd
 
 from harness.atomic import atomic_path
-from harness.counters import USEFUL_DRAFTER_FLOPS
-from harness.records import read_records
+from harness.records import USEFUL_DRAFTER_FLOPS, read_records
 
 
 def records_frame(paths: list[Path]) -> pd.DataFrame:

@@ -8,7 +8,6 @@ from pathlib import Path
 
 from harness.errors import DraftcountError
 from harness.options import parse_key_values, parse_options
-from harness.sampling import SamplingConfig
 
 
 def _run_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -43,8 +42,9 @@ def _run_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from harness.runner import RunConfig, run
     from harness.engine_runtime import EngineOptions
+    from harness.runner import RunConfig, run
+    from harness.sampling import SamplingConfig
     from methods import get_method
 
     if args.threads:

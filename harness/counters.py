@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from harness.forward import ForwardTally
+from harness.records import USEFUL_DRAFTER_FLOPS
 from harness.tree import TokenTree
 from harness.verify import Verdict
 
@@ -71,8 +72,6 @@ def _bump(values: list[int], index: int) -> None:
         values.append(0)
     values[index] += 1
 
-
-USEFUL_DRAFTER_FLOPS = "drafter_useful_flops"
 
 
 class DrafterWork:

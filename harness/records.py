@@ -16,11 +16,10 @@ from functools import lru_cache
 from pathlib import Path
 from typing import IO, Any
 
-import torch
-
 from harness.atomic import atomic_path
 
 SCHEMA_VERSION = 1
+USEFUL_DRAFTER_FLOPS = "drafter_useful_flops"  # the counters' extra that drafter-FLOP waste is computed from
 PROJECT_ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -61,6 +60,8 @@ def _cpu_name() -> str:
 @lru_cache(maxsize=1)
 def environment() -> dict[str, Any]:
     """Versions, git revision and hardware, recorded in every result record."""
+    import torch  # here, so that reading records (summaries, reports) does not load torch
+
     gpus = [torch.cuda.get_device_name(index) for index in range(torch.cuda.device_count())] if torch.cuda.is_available() else []
     return {
         "versions": {

@@ -54,3 +54,20 @@ def test_atomic_jsonl_leaves_nothing_on_failure(tmp_path):
     with atomic_jsonl(out) as handle:
         write_record(handle, {"schema_version": SCHEMA_VERSION, "a": 1})
     assert read_records(out) == [{"schema_version": SCHEMA_VERSION, "a": 1}]
+
+
+def test_planning_and_reporting_start_without_torch():
+    """Every Snakemake call imports the planner, and the summary, figure, report and export jobs read records only:
+    none of them may load torch or transformers (a few seconds per process, the bulk of a small job)."""
+    code = ("import sys, contextlib, io\n"
+            "from harness import workflow_plan, aggregate, figures, report, specbench, divergence, DraftcountError\n"
+            "from harness.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+            "    main(['summarize', '--help'])\n"
+            "print(sorted(name for name in ('torch', 'transformers') if name in sys.modules))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+    first_use = "import sys, harness; harness.SamplingConfig; print('torch' in sys.modules)"
+    touched = subprocess.run([sys.executable, "-c", first_use], capture_output=True, text=True, timeout=120)
+    assert touched.stdout.strip() == "True", touched.stderr  # the package's names still import on first use
