@@ -73,7 +73,6 @@ def _bump(values: list[int], index: int) -> None:
     values[index] += 1
 
 
-
 class DrafterWork:
     """Drafter FLOPs of one round, per unit of work (a fed tree node, a backbone state).
 
