@@ -16,6 +16,7 @@ from transformers import DynamicCache
 
 from harness.cuda_graphs import GraphedForwards
 from harness.errors import DraftcountError
+from harness.kv_cache import cache_argument
 from harness.models import LoadedModel
 
 
@@ -148,8 +149,8 @@ def _forward_outputs(lm: LoadedModel, input_ids: torch.Tensor, cache: DynamicCac
                      mask: torch.Tensor | None, logits_to_keep: int, kept: tuple[int, ...],
                      total: int) -> tuple[torch.Tensor, ...]:
     """The model's logits, then the hidden states at the ``kept`` indices (of embeddings + every layer)."""
-    output = lm.model(input_ids=input_ids, past_key_values=cache, position_ids=position_ids, attention_mask=mask,
-                      use_cache=True, logits_to_keep=logits_to_keep, output_hidden_states=bool(kept))
+    output = lm.model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, use_cache=True,
+                      logits_to_keep=logits_to_keep, output_hidden_states=bool(kept), **cache_argument(lm.model, cache))
     if not kept:
         return (output.logits,)
     if len(output.hidden_states) != total:

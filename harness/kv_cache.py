@@ -9,6 +9,9 @@ sliding-window or linear-attention layers cannot drop speculative entries.
 
 from __future__ import annotations
 
+import functools
+import inspect
+
 import torch
 from transformers import DynamicCache, PretrainedConfig
 
@@ -19,6 +22,18 @@ from harness.transfer import index_on
 
 def new_cache(config: PretrainedConfig) -> DynamicCache:
     return DynamicCache(config=config)
+
+
+@functools.cache
+def _cache_keyword(module_type: type) -> str:
+    parameters = inspect.signature(module_type.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def cache_argument(module: torch.nn.Module, cache: DynamicCache | None) -> dict[str, DynamicCache | None]:
+    """``{keyword: cache}`` for calling ``module``: the keyword is ``cache`` where its forward takes one
+    (transformers 5.24 renamed it, and drops ``past_key_values`` in 5.40), else ``past_key_values``."""
+    return {_cache_keyword(type(module)): cache}
 
 
 def cache_length(cache: DynamicCache) -> int:

@@ -28,7 +28,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from harness.forward import prefix_visible
-from harness.kv_cache import crop_cache, new_cache
+from harness.kv_cache import cache_argument, crop_cache, new_cache
 from harness.tree import depths_of, tree_attention_bias
 
 SHAPES: dict[str, dict[str, int]] = {
@@ -90,7 +90,8 @@ def target_latencies(model: LlamaForCausalLM, prefix: int, sizes: list[int], rep
     device = next(model.parameters()).device
     vocab = model.config.vocab_size
     cache = new_cache(model.config)
-    model(input_ids=torch.randint(vocab, (1, prefix), device=device), past_key_values=cache, use_cache=True)
+    model(input_ids=torch.randint(vocab, (1, prefix), device=device), use_cache=True,
+          **cache_argument(model, cache))
     latencies = {}
     for size in sizes:
         parents = wide_tree(size)
@@ -99,8 +100,8 @@ def target_latencies(model: LlamaForCausalLM, prefix: int, sizes: list[int], rep
         input_ids = torch.randint(vocab, (1, size), device=device)
 
         def forward() -> None:
-            model(input_ids=input_ids, attention_mask=bias, position_ids=position_ids, past_key_values=cache,
-                  use_cache=True)
+            model(input_ids=input_ids, attention_mask=bias, position_ids=position_ids, use_cache=True,
+                  **cache_argument(model, cache))
             crop_cache(cache, prefix)
 
         latencies[size] = median_seconds(forward, device, repeats)

@@ -25,6 +25,7 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRot
 from harness.atomic import atomic_path
 from harness.drafter_training import parse_feature_layers
 from harness.errors import DraftcountError
+from harness.kv_cache import cache_argument
 from harness.models import ModelCost
 
 META_FILE = "draftcount_drafter.json"
@@ -118,7 +119,8 @@ class EagleHead(nn.Module):
         hidden = self.fc(torch.cat([embedded, features], dim=-1))
         rotary = self.rotary_emb(hidden, position_ids)
         out = self.layers[0](hidden, attention_mask=attention_bias, position_ids=position_ids,
-                             past_key_values=cache, use_cache=cache is not None, position_embeddings=rotary)
+                             use_cache=cache is not None, position_embeddings=rotary,
+                             **cache_argument(self.layers[0], cache))
         return out[0] if isinstance(out, tuple) else out
 
     def trainable_parameters(self) -> int:

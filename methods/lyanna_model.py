@@ -34,6 +34,7 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRot
 
 from harness.atomic import atomic_path
 from harness.errors import DraftcountError
+from harness.kv_cache import cache_argument
 from harness.models import ModelCost
 from methods.eagle_head import META_FILE, FeatureSpec, head_config, init_linear_layers
 
@@ -99,7 +100,8 @@ class LyannaDrafter(nn.Module):
         """(B, q, H) next-position states from projected inputs (B, q, H) at ``position_ids``."""
         rotary = self.rotary_emb(inputs, position_ids)
         out = self.layers[0](inputs, attention_mask=attention_bias, position_ids=position_ids,
-                             past_key_values=cache, use_cache=cache is not None, position_embeddings=rotary)
+                             use_cache=cache is not None, position_embeddings=rotary,
+                             **cache_argument(self.layers[0], cache))
         return out[0] if isinstance(out, tuple) else out
 
     def state_logits(self, states: torch.Tensor) -> torch.Tensor:

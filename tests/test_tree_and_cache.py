@@ -1,10 +1,13 @@
 """Token trees, tree attention and KV-cache path keeping against plain sequential forwards."""
 
+import inspect
+
 import pytest
 import torch
+from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
 from harness.forward import ForwardTally, positions, prefix_visible, run_model
-from harness.kv_cache import cache_length, keep_tree_path, new_cache
+from harness.kv_cache import cache_argument, cache_length, keep_tree_path, new_cache
 from harness.tree import TokenTree, root_only
 
 
@@ -85,3 +88,21 @@ def test_forward_tally_counts_tokens_and_flops(random_pair):
     assert tally.forwards == 2 and tally.tokens == 4
     assert tally.flops == pytest.approx(cost.forward_flops(3, 3, 1) + cost.forward_flops(1, 4))
     assert cost.head_params == target.vocab_size * target.config.hidden_size
+
+
+def test_the_cache_goes_under_the_keyword_this_transformers_takes(random_pair):
+    """transformers 5.24 renamed the forwards' ``past_key_values`` to ``cache`` (the old name warns, and goes in
+    5.40); earlier 5.x (the GPU box has 5.17) knows only the old one. The keyword chosen is the one each module's
+    forward declares, and a cached forward fed through it extends the cache."""
+    target, _ = random_pair
+    layer = target.model.model.layers[0]
+    for module in (target.model, target.model.model, layer):
+        parameters = inspect.signature(type(module).forward).parameters
+        (keyword,) = cache_argument(module, None)
+        assert keyword in parameters
+        assert keyword == ("cache" if "cache" in parameters else "past_key_values")
+    assert isinstance(layer, LlamaDecoderLayer)
+    cache = new_cache(target.config)
+    with torch.no_grad():
+        target.model(input_ids=torch.tensor([[1, 2, 3]]), use_cache=True, **cache_argument(target.model, cache))
+    assert cache_length(cache) == 3
