@@ -90,8 +90,8 @@ def target_latencies(model: LlamaForCausalLM, prefix: int, sizes: list[int], rep
     device = next(model.parameters()).device
     vocab = model.config.vocab_size
     cache = new_cache(model.config)
-    model(input_ids=torch.randint(vocab, (1, prefix), device=device), use_cache=True,
-          **cache_argument(model, cache))
+    cached = cache_argument(model, cache)
+    model(input_ids=torch.randint(vocab, (1, prefix), device=device), use_cache=True, **cached)
     latencies = {}
     for size in sizes:
         parents = wide_tree(size)
@@ -100,8 +100,7 @@ def target_latencies(model: LlamaForCausalLM, prefix: int, sizes: list[int], rep
         input_ids = torch.randint(vocab, (1, size), device=device)
 
         def forward() -> None:
-            model(input_ids=input_ids, attention_mask=bias, position_ids=position_ids, use_cache=True,
-                  **cache_argument(model, cache))
+            model(input_ids=input_ids, attention_mask=bias, position_ids=position_ids, use_cache=True, **cached)
             crop_cache(cache, prefix)
 
         latencies[size] = median_seconds(forward, device, repeats)
