@@ -6,6 +6,8 @@ learning-rate schedule runs on progress = max(step / steps, elapsed / budget),
 so it decays to its floor whichever limit is hit first. Checkpoints are written
 to a temporary file and renamed, so a killed run never leaves a half-written
 checkpoint; a checkpoint made under another configuration is not resumed.
+A step whose loss or gradient norm is not finite is skipped (no update) and
+counted; ``max_nonfinite_steps`` of them in a row stop training with an error.
 """
 
 from __future__ import annotations
@@ -38,12 +40,15 @@ class TrainConfig:
     seed: int = 0
     checkpoint_every_s: float = 60.0
     log_every: int = 10
+    max_nonfinite_steps: int = 20  # consecutive non-finite steps (each skipped) before training stops with an error
 
     def __post_init__(self) -> None:
         if self.steps < 0:
             raise DraftcountError(f"steps must be >= 0, got {self.steps}")
         if self.precision not in ("fp32", "bf16"):
             raise DraftcountError(f"precision must be fp32 or bf16, got {self.precision!r}")
+        if self.max_nonfinite_steps < 1:
+            raise DraftcountError(f"max_nonfinite_steps must be >= 1, got {self.max_nonfinite_steps}")
 
 
 @dataclass
@@ -54,6 +59,7 @@ class TrainResult:
     final_loss: float
     resumed_from_step: int
     stopped_by: str  # steps | time_budget
+    skipped_steps: int = 0  # updates skipped because the loss or gradient norm was not finite
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -122,6 +128,7 @@ def train(
     print_key = json.dumps({"train": asdict(config), **(fingerprint or {})}, sort_keys=True, default=str)
     state = _load_checkpoint(checkpoint, print_key)
     start_step, elapsed_before, tokens, last_loss = 0, 0.0, 0, float("nan")
+    skipped, nonfinite_run = 0, 0  # updates skipped for a non-finite loss/gradient; how many in a row now
     if state is not None:
         module.load_state_dict(state["module"])
         optimizer.load_state_dict(state["optimizer"])
@@ -151,14 +158,25 @@ def train(
                 loss, batch_tokens = loss_fn(step)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
-            if config.grad_clip > 0:
-                torch.nn.utils.clip_grad_norm_(parameters, config.grad_clip)
-            optimizer.step()
+            grad_norm = torch.nn.utils.clip_grad_norm_(parameters, config.grad_clip if config.grad_clip > 0
+                                                       else math.inf)
+            # the step's one host read: a non-finite loss or gradient skips the update (it would poison the weights)
+            last_loss, last_norm = torch.stack([loss.detach().float(), grad_norm.float()]).tolist()
             step += 1
             tokens += batch_tokens
             window_tokens += batch_tokens
-            last_loss = float(loss.detach())
             bar.update(1)
+            if math.isfinite(last_loss) and math.isfinite(last_norm):
+                optimizer.step()
+                nonfinite_run = 0
+            else:
+                skipped += 1
+                nonfinite_run += 1
+                if nonfinite_run >= config.max_nonfinite_steps:
+                    raise DraftcountError(
+                        f"{description} diverged: the loss or gradient norm was not finite for {nonfinite_run} "
+                        f"steps in a row (up to step {step}, loss {last_loss}, gradient norm {last_norm}); "
+                        f"lower the learning rate (lr {config.lr:g}) or raise warmup_steps")
             if step % config.log_every == 0:
                 now = time.perf_counter()
                 postfix = {"loss": f"{last_loss:.3f}", "tok_s": f"{window_tokens / (now - window_start):.0f}",
@@ -179,7 +197,7 @@ def train(
     module.eval()
     return TrainResult(
         steps=step, seconds=elapsed_before + time.perf_counter() - started, tokens=tokens, final_loss=last_loss,
-        resumed_from_step=start_step, stopped_by=stopped_by,
+        resumed_from_step=start_step, stopped_by=stopped_by, skipped_steps=skipped,
     )
 
 

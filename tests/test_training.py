@@ -64,3 +64,28 @@ def test_time_budget_stops_training():
     model = make_llama(vocab=32, hidden=16, layers=1, heads=2)
     result = train(model, _loss_fn(model), TrainConfig(steps=10_000, time_budget_s=1.0), progress=False)
     assert result.stopped_by == "time_budget" and result.steps < 10_000
+
+
+def test_non_finite_steps_are_skipped_and_a_diverged_run_stops_with_an_error():
+    """A step whose loss is NaN leaves the weights as they were (the update is skipped and counted); a run whose
+    loss stays non-finite stops with an error naming the learning rate, instead of training on NaN weights."""
+    from harness.errors import DraftcountError
+
+    model = make_llama(vocab=32, hidden=16, layers=1, heads=2, seed=1)
+    clean = _loss_fn(model)
+    poisoned = {3, 4}
+
+    def loss_fn(step):
+        loss, count = clean(step)
+        return (loss * float("nan") if step in poisoned else loss), count
+
+    result = train(model, loss_fn, TrainConfig(steps=8, warmup_steps=0, lr=1e-2), progress=False)
+    assert result.skipped_steps == 2 and result.steps == 8 and torch.isfinite(torch.tensor(result.final_loss))
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    with pytest.raises(DraftcountError, match="diverged.*lower the learning rate"):
+        train(model, lambda step: (clean(step)[0] * float("inf"), 1),
+              TrainConfig(steps=50, warmup_steps=0, max_nonfinite_steps=5), progress=False)
+    for name, p in model.named_parameters():
+        torch.testing.assert_close(p, before[name], msg=name)
