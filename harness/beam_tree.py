@@ -162,8 +162,9 @@ def frontier_attention_bias(frontiers: list[Frontier], prefix_len: int, dtype: t
     bias = torch.full((k, prefix_len + depth * k), torch.finfo(dtype).min, dtype=dtype, device=device)
     bias[:, :prefix_len] = 0
     rows = torch.arange(k, device=device)
+    visible = bias.new_zeros(())  # a device-side 0: writing a Python 0 by index copies it from the host and syncs
     ancestor = rows
     for level in range(depth, 0, -1):
-        bias[rows, prefix_len + (level - 1) * k + ancestor] = 0
+        bias.index_put_((rows, prefix_len + (level - 1) * k + ancestor), visible)
         ancestor = frontiers[level - 1].parent_rows[ancestor]
     return bias[None, None]
