@@ -216,9 +216,13 @@ class LyannaAdapter:
     def _run_ahead(self, ctx: StepContext, states: dict[int, torch.Tensor]) -> None:
         """Backbone steps beyond the chain, for the next round to reuse: on a GPU they run on a side stream while
         the engine launches the target's verification; ``commit`` joins them."""
-        last = self.depth_positions[-1]
+        last, previous = self.depth_positions[-1], self.previous
         with self.side.launch([*self._cache_tensors(), states[last]]):
             for position in range(last + 1, last + 1 + self.options.overlap_steps):
+                if previous is not None and position in previous.states:  # run ahead last round: its KV entry
+                    states[position] = previous.states[position]  # is back in the cache, so is not fed again
+                    ctx.counters.add_extra("backbone_states_reused", 1)
+                    continue
                 self._extend(ctx, states, position)
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:

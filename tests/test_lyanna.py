@@ -168,3 +168,25 @@ def test_bad_inputs(lyanna_setup, tmp_path):
     with pytest.raises(DraftcountError, match="vocab_fraction"):
         train_lyanna(DrafterTrainRequest(method="lyanna", target=str(root / "target"), data=root / "tokens.pt",
                                          out=tmp_path / "x", steps=0, options={"vocab_fraction": "1.5"}))
+
+
+@pytest.mark.parametrize("options", [{"reuse": "states"}, {"reuse": "states", "overlap": "on"},
+                                     {"reuse": "states", "overlap": "on", "overlap_steps": 3}])
+def test_reused_and_run_ahead_states_keep_the_drafter_cache_aligned(lyanna_setup, options):
+    """Every drafter KV entry sits at its own position: after each proposal the backbone's cache ends at the last
+    state the chain holds (the state predicting position p is fed at slot p - 1), whether that state was computed,
+    reused from the last round, or run ahead. A state run ahead twice used to be fed again at the cache's end, so
+    the cache grew by a stale entry on every round that accepted little (and overran a static cache)."""
+    target, root, _ = lyanna_setup
+    adapter, _ = build_adapter("lyanna", options, BuildInputs(target, None, root / "fresh"))
+    propose, checked = adapter.propose, []
+
+    def checked_propose(ctx, sequence):
+        tree = propose(ctx, sequence)
+        checked.append((adapter.cache.get_seq_length(), max(adapter.chain.states)))
+        return tree
+
+    adapter.propose = checked_propose
+    for temperature, prompt in zip((0.0, 1.0, 1.0), _prompts(3, seed=11)):
+        generate(target, adapter, prompt, 40, SamplingConfig(temperature), generator=torch.Generator().manual_seed(0))
+    assert len(checked) > 20 and all(length == last for length, last in checked), checked
