@@ -29,6 +29,7 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from harness.forward import prefix_visible
 from harness.kv_cache import cache_argument, crop_cache, new_cache
+from harness.static_cache import new_static_cache
 from harness.tree import depths_of, tree_attention_bias
 
 SHAPES: dict[str, dict[str, int]] = {
@@ -59,8 +60,30 @@ def random_llama(shape: dict[str, int], dtype: torch.dtype, device: str) -> Llam
     return model.eval()
 
 
-def median_seconds(run: Callable[[], object], device: torch.device, repeats: int, warmup: int = 3) -> float:
-    """Median wall time of ``run``: CUDA events on a GPU, perf_counter with no device otherwise."""
+def replay_of(run: Callable[[], object], device: torch.device, warmup: int) -> Callable[[], object]:
+    """``run`` captured in a CUDA graph (after ``warmup`` calls on a side stream); returns its replay. ``run``
+    must have fixed shapes and addresses from call to call (a static KV cache rewound to the same length)."""
+    main = torch.cuda.current_stream(device)
+    side = torch.cuda.Stream(device)
+    side.wait_stream(main)
+    with torch.cuda.stream(side):
+        for _ in range(max(1, warmup)):
+            run()
+    main.wait_stream(side)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        run()
+    return graph.replay
+
+
+def median_seconds(run: Callable[[], object], device: torch.device, repeats: int, warmup: int = 3,
+                   graphed: bool = False) -> float:
+    """Median wall time of ``run``: CUDA events on a GPU, perf_counter with no device otherwise. ``graphed``
+    times replays of ``run`` captured in a CUDA graph (``replay_of``), as a serving engine runs it."""
+    if graphed:
+        if device.type != "cuda":
+            raise ValueError(f"graphed timing needs a CUDA device, not {device}")
+        run = replay_of(run, device, warmup)
     for _ in range(warmup):
         run()
     samples = []
@@ -79,17 +102,24 @@ def median_seconds(run: Callable[[], object], device: torch.device, repeats: int
     return statistics.median(samples)
 
 
+def timing_cache(config, capacity: int, dtype: torch.dtype, device: torch.device, graphed: bool):
+    """The KV cache a timed forward runs on: preallocated (static) when it is graphed, else transformers'."""
+    return new_static_cache(config, capacity, dtype, device) if graphed else new_cache(config)
+
+
 def wide_tree(nodes: int, fan_out: int = 4) -> tuple[int, ...]:
     """Parents of a ``nodes``-node tree filled breadth first with ``fan_out`` children per node."""
     return (-1,) + tuple((index - 1) // fan_out for index in range(1, nodes))
 
 
 @torch.no_grad()
-def target_latencies(model: LlamaForCausalLM, prefix: int, sizes: list[int], repeats: int) -> dict[int, float]:
-    """Seconds of one forward of ``size`` tree tokens (a wide tree, tree mask) after a ``prefix``-token cache."""
+def target_latencies(model: LlamaForCausalLM, prefix: int, sizes: list[int], repeats: int,
+                     graphed: bool = False) -> dict[int, float]:
+    """Seconds of one forward of ``size`` tree tokens (a wide tree, tree mask) after a ``prefix``-token cache
+    (``graphed``: replayed from a CUDA graph on a static cache)."""
     device = next(model.parameters()).device
     vocab = model.config.vocab_size
-    cache = new_cache(model.config)
+    cache = timing_cache(model.config, prefix + max(sizes), model.dtype, device, graphed)
     cached = cache_argument(model, cache)
     model(input_ids=torch.randint(vocab, (1, prefix), device=device), use_cache=True, **cached)
     latencies = {}
@@ -103,12 +133,13 @@ def target_latencies(model: LlamaForCausalLM, prefix: int, sizes: list[int], rep
             model(input_ids=input_ids, attention_mask=bias, position_ids=position_ids, use_cache=True, **cached)
             crop_cache(cache, prefix)
 
-        latencies[size] = median_seconds(forward, device, repeats)
+        latencies[size] = median_seconds(forward, device, repeats, graphed=graphed)
     return latencies
 
 
 @torch.no_grad()
-def eagle_step_latency(target: LlamaForCausalLM, top_k: int, prefix: int, repeats: int) -> float:
+def eagle_step_latency(target: LlamaForCausalLM, top_k: int, prefix: int, repeats: int,
+                       graphed: bool = False) -> float:
     """One EAGLE-2 expansion: the head on ``top_k`` frontier nodes (tree mask over its cache) + their logits."""
     from methods.eagle_head import FeatureSpec, new_head
 
@@ -117,7 +148,7 @@ def eagle_step_latency(target: LlamaForCausalLM, top_k: int, prefix: int, repeat
     head = new_head(target.config, lm_head.shape[0], target.get_input_embeddings().weight,
                     FeatureSpec("none", ("last",)), seed=0).to(device, target.dtype).eval()
     hidden = target.config.hidden_size
-    cache = new_cache(head.config)
+    cache = timing_cache(head.config, prefix + top_k, target.dtype, device, graphed)
     head(torch.randn(1, prefix, hidden, device=device, dtype=target.dtype),
          torch.randint(lm_head.shape[0], (1, prefix), device=device),
          torch.arange(prefix, device=device)[None], cache)
@@ -133,18 +164,19 @@ def eagle_step_latency(target: LlamaForCausalLM, top_k: int, prefix: int, repeat
         torch.log_softmax((states @ lm_head.T).float(), dim=-1)
         crop_cache(cache, prefix)
 
-    return median_seconds(step, device, repeats)
+    return median_seconds(step, device, repeats, graphed=graphed)
 
 
 @torch.no_grad()
-def lyanna_depth_latency(target: LlamaForCausalLM, top_k: int, prefix: int, repeats: int) -> float:
+def lyanna_depth_latency(target: LlamaForCausalLM, top_k: int, prefix: int, repeats: int,
+                         graphed: bool = False) -> float:
     """One Lyanna depth: one backbone state, its LM-head logits, and the token-info logits of ``top_k`` nodes."""
     from methods.lyanna_model import LyannaArch, new_drafter
 
     device = next(target.parameters()).device
     drafter = new_drafter(target, LyannaArch(), None, seed=0).to(device, target.dtype).eval()
     hidden = target.config.hidden_size
-    cache = new_cache(drafter.config)
+    cache = timing_cache(drafter.config, prefix + 1, target.dtype, device, graphed)
     drafter(torch.randn(1, prefix, hidden, device=device, dtype=target.dtype),
             torch.arange(prefix, device=device)[None], cache)
     state_input = torch.randn(1, 1, hidden, device=device, dtype=target.dtype)
@@ -157,7 +189,7 @@ def lyanna_depth_latency(target: LlamaForCausalLM, top_k: int, prefix: int, repe
         torch.log_softmax(logits.float(), dim=-1)
         crop_cache(cache, prefix)
 
-    return median_seconds(depth, device, repeats)
+    return median_seconds(depth, device, repeats, graphed=graphed)
 
 
 @dataclass(frozen=True)

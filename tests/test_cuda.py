@@ -3,7 +3,7 @@ replayed for the target's verify forward and the drafters' steps, Lyanna's side 
 CUDA-event timing and PyTorch's own report of host synchronisations.
 
 Skipped on a machine without CUDA (CI). On a lent GPU run them first, before
-``workflow/scripts/gpu_check.py``: ``pytest -m cuda -x`` takes about a minute and names the failing
+``workflow/scripts/gpu_check.py``: ``pytest -m cuda -x`` takes about 4 minutes on an H100 and names the failing
 method x engine setting, where the check would lose ten.
 
 A float32 mismatch can in principle be a near-tie flip between the tree kernel and the one-token kernel
@@ -179,3 +179,17 @@ def test_cli_run_records_cuda_timing_and_graphs(model_dirs, tmp_path):
         by_pair.setdefault(record["pair_id"], {})[record["method"]] = record["output_ids"]
     assert all(pair["sd"] == pair["ar"] for pair in by_pair.values())
     assert sum(record["graphs_captured"] for record in records) == 0, "a kept timing captured a graph"
+
+
+def test_projection_latencies_replay_from_cuda_graphs():
+    """The 8B-shape latency table's CUDA-graph timing (here at 1/16 of the shapes): the target's tree forwards,
+    an EAGLE expansion and a Lyanna depth are captured on a static KV cache (a host sync or an allocation
+    that moves would fail the capture) and their replays are timed."""
+    from harness.projection import (SHAPES, eagle_step_latency, lyanna_depth_latency, random_llama, scaled_shape,
+                                    target_latencies)
+
+    model = random_llama(scaled_shape(SHAPES["llama-3.1-8b"], 16), torch.bfloat16, "cuda")
+    latencies = target_latencies(model, prefix=64, sizes=[1, 16], repeats=3, graphed=True)
+    assert set(latencies) == {1, 16} and all(0 < seconds < 1 for seconds in latencies.values())
+    assert 0 < eagle_step_latency(model, top_k=4, prefix=64, repeats=3, graphed=True) < 1
+    assert 0 < lyanna_depth_latency(model, top_k=4, prefix=64, repeats=3, graphed=True) < 1

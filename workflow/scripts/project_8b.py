@@ -6,8 +6,10 @@
         --scale 32 --repeats 3                                  # the same code at 1/32 of the shapes, on CPU
 
 Writes latency.csv (ms per target forward for 1 and 8..128 tree tokens after --prefix tokens, per draft-LM
-forward, per EAGLE expansion and per Lyanna depth), projection.csv (per summary row: measured tau and
-speedup, projected drafting and verification ms per step, projected speedup) and projection.{pdf,png}.
+forward, per EAGLE expansion and per Lyanna depth; one set per --timing: eager, and on CUDA also replayed from
+CUDA graphs on a static KV cache, as a serving engine runs them), projection.csv (per timing and summary row:
+measured tau and speedup, projected drafting and verification ms per step, projected speedup) and
+projection.{pdf,png} (from the last timing named: CUDA graphs on a GPU).
 The projection assumes the small models' acceptance carries over to 8B scale; it is labelled as such.
 """
 
@@ -22,26 +24,32 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
+TIMINGS = ("eager", "cuda_graphs")
+
 from harness.atomic import atomic_path  # noqa: E402
 from harness.models import resolve_dtype  # noqa: E402
 from harness.projection import (SHAPES, Latencies, eagle_step_latency, lyanna_depth_latency,  # noqa: E402
                                 project_speedups, random_llama, scaled_shape, target_latencies)
 
 
-def measure(args: argparse.Namespace) -> Latencies:
+def measure(args: argparse.Namespace, graphed: bool) -> Latencies:
     dtype, device = resolve_dtype(args.dtype), args.device
     sizes = [int(size) for size in args.sizes.split(",")]
     target = random_llama(scaled_shape(SHAPES["llama-3.1-8b"], args.scale), dtype, device)
-    print(f"target: {sum(p.numel() for p in target.parameters()) / 1e9:.2f}B parameters, {args.dtype} on {device}")
-    latencies = {"target": target_latencies(target, args.prefix, sizes, args.repeats)}
-    latencies["eagle_step"] = eagle_step_latency(target, args.top_k, args.prefix, args.repeats)
-    latencies["lyanna_depth"] = lyanna_depth_latency(target, args.top_k, args.prefix, args.repeats)
+    print(f"target: {sum(p.numel() for p in target.parameters()) / 1e9:.2f}B parameters, {args.dtype} on {device}, "
+          f"{'CUDA graphs' if graphed else 'eager'}", flush=True)
+    latencies = {"target": target_latencies(target, args.prefix, sizes, args.repeats, graphed)}
+    latencies["eagle_step"] = eagle_step_latency(target, args.top_k, args.prefix, args.repeats, graphed)
+    latencies["lyanna_depth"] = lyanna_depth_latency(target, args.top_k, args.prefix, args.repeats, graphed)
     del target
     if device.startswith("cuda"):
         torch.cuda.empty_cache()
     draft = random_llama(scaled_shape(SHAPES["llama-3.2-1b"], args.scale), dtype, device)
     latencies["draft_lm"] = target_latencies(draft, args.prefix, [size for size in sizes if size <= 16] or [1],
-                                             args.repeats)
+                                             args.repeats, graphed)
+    del draft
+    if device.startswith("cuda"):
+        torch.cuda.empty_cache()
     return Latencies(top_k=args.top_k, **latencies)
 
 
@@ -86,26 +94,58 @@ def main() -> None:
     parser.add_argument("--top-k", type=int, default=10, help="nodes per EAGLE expansion / per Lyanna depth")
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--threads", type=int, help="torch CPU threads")
+    parser.add_argument("--timing", default=None,
+                        help="comma-separated: eager (forwards launched from Python) and/or cuda_graphs (replayed from "
+                             "CUDA graphs on a static KV cache); default eager,cuda_graphs on CUDA, eager elsewhere")
     args = parser.parse_args()
     if not args.summary.is_file():
         parser.error(f"no summary table {args.summary} (run the workflow first)")
     if args.threads:
         torch.set_num_threads(args.threads)
-    latencies = measure(args)
+    if args.timing is None:
+        args.timing = "eager,cuda_graphs" if args.device.startswith("cuda") else "eager"
+    timings = [item for item in args.timing.split(",") if item]
+    unknown = sorted(set(timings) - set(TIMINGS))
+    if unknown or not timings:
+        parser.error(f"--timing takes a comma-separated subset of {', '.join(TIMINGS)}, got {args.timing!r}")
+    if "cuda_graphs" in timings and not args.device.startswith("cuda"):
+        parser.error("--timing cuda_graphs needs --device cuda")
     label = "Llama-3.1-8B shapes" if args.scale == 1 else f"Llama-3.1-8B shapes / {args.scale}"
     label += f", {args.dtype}, {torch.cuda.get_device_name() if args.device.startswith('cuda') else 'cpu'}"
+    summary = pd.read_csv(args.summary, keep_default_na=False, na_values=[""])
+    tables, projections = [], []
+    failed = {}
+    for timing in timings:
+        try:
+            latencies = measure(args, graphed=timing == "cuda_graphs")
+        except Exception as error:  # noqa: BLE001 - one timing's failure must not lose the other's table
+            if timing == timings[0] and len(timings) == 1:
+                raise
+            failed[timing] = f"{type(error).__name__}: {error}"
+            print(f"{timing} timing FAILED ({failed[timing]}); the tables hold the other timings", flush=True)
+            continue
+        tables.append(latencies.table().assign(timing=timing))
+        projection = project_speedups(summary, latencies)
+        projection.insert(0, "timing", timing)
+        projection.insert(0, "basis", f"projection: {label}, {timing}")
+        projections.append(projection)
+    if not tables:
+        raise SystemExit(f"every timing failed: {failed}")
+    timings = [timing for timing in timings if timing not in failed]
     args.out_dir.mkdir(parents=True, exist_ok=True)
-    table = latencies.table()
+    table, projection = pd.concat(tables, ignore_index=True), pd.concat(projections, ignore_index=True)
     with atomic_path(args.out_dir / "latency.csv") as partial:
         table.to_csv(partial, index=False, float_format="%.4f")
-    projection = project_speedups(pd.read_csv(args.summary, keep_default_na=False, na_values=[""]), latencies)
-    projection.insert(0, "basis", f"projection: {label}")
     with atomic_path(args.out_dir / "projection.csv") as partial:
         projection.to_csv(partial, index=False, float_format="%.4f")
-    plot(projection, args.out_dir, label)
-    print(table.to_string(index=False, float_format=lambda v: f"{v:.3f}"))
-    print(projection.groupby(["variant", "temperature"])[["measured_speedup", "projected_speedup"]].mean()
-          .to_string(float_format=lambda v: f"{v:.2f}"))
+    shown = timings[-1]  # the last named: CUDA graphs where measured, the way a serving engine runs the forwards
+    plot(projection[projection.timing == shown], args.out_dir, f"{label}, {shown}")
+    print(table.pivot_table(index=["component", "tokens"], columns="timing", values="ms", sort=False)
+          .to_string(float_format=lambda v: f"{v:.3f}"))
+    print(projection.groupby(["timing", "variant", "temperature"])[["measured_speedup", "projected_speedup"]]
+          .mean().to_string(float_format=lambda v: f"{v:.2f}"))
+    if failed:
+        raise SystemExit(f"wrote the tables without these timings: {failed}")
     print(f"wrote {args.out_dir}/latency.csv, projection.csv, projection.pdf/png ({label})")
 
 
