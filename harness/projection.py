@@ -25,7 +25,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
+from transformers import LlamaConfig, LlamaForCausalLM, PretrainedConfig
+from transformers.cache_utils import Cache
 
 from harness.forward import prefix_visible
 from harness.kv_cache import cache_argument, crop_cache, new_cache
@@ -102,7 +103,8 @@ def median_seconds(run: Callable[[], object], device: torch.device, repeats: int
     return statistics.median(samples)
 
 
-def timing_cache(config, capacity: int, dtype: torch.dtype, device: torch.device, graphed: bool):
+def timing_cache(config: PretrainedConfig, capacity: int, dtype: torch.dtype, device: torch.device,
+                 graphed: bool) -> Cache:
     """The KV cache a timed forward runs on: preallocated (static) when it is graphed, else transformers'."""
     return new_static_cache(config, capacity, dtype, device) if graphed else new_cache(config)
 
