@@ -17,6 +17,8 @@ generation that still captures one is run again (``without_captures``: same prom
 Prints tokens/s per method and setting, the ratio to ``eager`` of the same method, the speedup over ``ar``
 under the same setting (what the method gains once that overhead is gone), and how many outputs differ
 from that method's eager output (float32: none expected; bf16 may differ where kernels round differently).
+A (method, setting) that raises stops there and its row gives the error; the others still run, the table
+is written, and the exit status is 1.
 
     python workflow/scripts/bench_overheads.py --target work/models/target --draft work/models/draft \\
         --eagle work/drafters/eagle --lyanna work/drafters/lyanna --prompts work/prompts/stdlib_code.jsonl \\
@@ -65,10 +67,34 @@ class Tally:
     captured: int = 0  # CUDA graphs captured inside the timed generations (after their reruns)
     reruns: int = 0  # timed generations run again because they captured a graph
     outputs: list[list[int]] = field(default_factory=list)
+    error: str = ""  # why this (method, setting) stopped: its row is left blank, the other pairs still run
 
     @property
     def tokens_per_second(self) -> float:
         return self.tokens / self.seconds if self.seconds else 0.0
+
+
+def _ratio(numerator: Tally, denominator: Tally | None) -> float | str:
+    if denominator is None or numerator.error or denominator.error or not denominator.tokens_per_second:
+        return ""
+    return round(numerator.tokens_per_second / denominator.tokens_per_second, 3)
+
+
+def table_rows(pairs: list[tuple[str, str]], tallies: dict[tuple[str, str], Tally], prompts: int) -> list[dict]:
+    """One row per (method, setting): tokens/s, the ratio to the method's eager, the speedup over ar under the
+    setting, outputs differing from eager, graph captures and reruns inside the timings, and the error of a
+    pair that failed (whose figures, and the ratios that need them, are blank)."""
+    rows = []
+    for method, setting in pairs:
+        tally, base = tallies[(method, setting)], tallies[(method, "eager")]
+        differing = sum(a != b for a, b in zip(tally.outputs, base.outputs))
+        rows.append({"method": method, "setting": setting,
+                     "tokens_per_s": "" if tally.error else round(tally.tokens_per_second, 2),
+                     "ratio_to_eager": _ratio(tally, base),
+                     "speedup_over_ar": _ratio(tally, tallies.get(("ar", setting))),
+                     "outputs_differing_from_eager": "" if tally.error or base.error else f"{differing}/{prompts}",
+                     "graphs_captured_timed": tally.captured, "timing_reruns": tally.reruns, "error": tally.error})
+    return rows
 
 
 def main() -> None:
@@ -126,34 +152,39 @@ def main() -> None:
         return generate(target, adapters[method], torch.tensor([ids]), max_new, greedy, eos,
                         runtime=runtimes[setting])
 
-    for method, setting in tqdm(pairs, desc="warm-up", unit="pair", disable=args.no_progress):
-        warm_up(lambda index: run(method, setting, prompts[index % len(prompts)], args.max_new_tokens),
-                lambda: runtimes[setting].captures, 1)
     tallies = {pair: Tally() for pair in pairs}
+
+    def failed(pair: tuple[str, str], error: Exception) -> None:  # the pair stops; the others go on
+        tallies[pair].error = f"{type(error).__name__}: {error}"
+        print(f"{pair[0]} under {pair[1]} failed: {tallies[pair].error}", file=sys.stderr, flush=True)
+
+    for method, setting in tqdm(pairs, desc="warm-up", unit="pair", disable=args.no_progress):
+        try:
+            warm_up(lambda index: run(method, setting, prompts[index % len(prompts)], args.max_new_tokens),
+                    lambda: runtimes[setting].captures, 1)
+        except Exception as error:  # noqa: BLE001 - one broken (method, setting) must not lose the whole table
+            failed((method, setting), error)
     with tqdm(total=len(prompts) * len(pairs), desc="interleaved", unit="gen",
               disable=args.no_progress) as bar:
         for index, ids in enumerate(prompts):
             shift = index % len(pairs)
             for method, setting in pairs[shift:] + pairs[:shift]:
-                result, captured, reruns = without_captures(lambda: run(method, setting, ids, args.max_new_tokens),
-                                                            lambda: runtimes[setting].captures)
                 tally = tallies[(method, setting)]
+                bar.update(1)
+                if tally.error:
+                    continue
+                try:
+                    result, captured, reruns = without_captures(
+                        lambda: run(method, setting, ids, args.max_new_tokens), lambda: runtimes[setting].captures)
+                except Exception as error:  # noqa: BLE001
+                    failed((method, setting), error)
+                    continue
                 tally.captured += captured
                 tally.reruns += reruns
                 tally.tokens += result.counters.new_tokens
                 tally.seconds += result.counters.wall_seconds
                 tally.outputs.append(result.output_ids)
-                bar.update(1)
-    rows = []
-    for method, setting in pairs:
-        tally, base = tallies[(method, setting)], tallies[(method, "eager")]
-        differing = sum(a != b for a, b in zip(tally.outputs, base.outputs))
-        rows.append({"method": method, "setting": setting, "tokens_per_s": round(tally.tokens_per_second, 2),
-                     "ratio_to_eager": round(tally.tokens_per_second / base.tokens_per_second, 3),
-                     "speedup_over_ar": (round(tally.tokens_per_second / tallies[("ar", setting)].tokens_per_second, 3)
-                                         if ("ar", setting) in tallies else ""),
-                     "outputs_differing_from_eager": f"{differing}/{len(prompts)}",
-                     "graphs_captured_timed": tally.captured, "timing_reruns": tally.reruns})
+    rows = table_rows(pairs, tallies, len(prompts))
     print(f"overhead switches on {target.device} ({args.dtype}), {len(prompts)} prompts x {args.max_new_tokens} "
           "tokens, greedy, interleaved")
     header = list(rows[0])
@@ -162,15 +193,19 @@ def main() -> None:
         print("  ".join(f"{row[name]!s:>28}" for name in header))
     if "lyanna_states" in methods and "lyanna_overlap" in methods:
         for setting in settings:
-            ratio = (tallies[("lyanna_overlap", setting)].tokens_per_second
-                     / tallies[("lyanna_states", setting)].tokens_per_second)
-            print(f"lyanna overlap on/off under {setting}: {ratio:.3f}x tokens/s")
+            ratio = _ratio(tallies[("lyanna_overlap", setting)], tallies[("lyanna_states", setting)])
+            if ratio != "":
+                print(f"lyanna overlap on/off under {setting}: {ratio:.3f}x tokens/s")
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
         with args.out.open("w", newline="") as handle:
             writer = csv.DictWriter(handle, fieldnames=header)
             writer.writeheader()
             writer.writerows(rows)
+    broken = [f"{row['method']} under {row['setting']}" for row in rows if row["error"]]
+    if broken:
+        raise SystemExit(f"bench_overheads: {len(broken)} of {len(rows)} (method, setting) pairs failed "
+                         f"({', '.join(broken)}); their rows are blank and say why")
 
 
 if __name__ == "__main__":

@@ -126,11 +126,11 @@ class Check:
             try:
                 with contextlib.redirect_stdout(printed):
                     runpy.run_path(str(SCRIPTS / script), run_name="__main__")
-            finally:
+            finally:  # what it printed is kept even when it fails (a table with a failed row, say)
                 sys.argv = argv
-            print(printed.getvalue(), flush=True)
-            if log:
-                Path(log).write_text(printed.getvalue())
+                print(printed.getvalue(), flush=True)
+                if log:
+                    Path(log).write_text(printed.getvalue())
         self.step(name, outputs, run)
 
     def command(self, name: str, arguments: list[str], outputs: list[str]) -> None:
