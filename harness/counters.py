@@ -79,7 +79,8 @@ class DrafterWork:
     ``charge`` books a forward's FLOPs evenly over the units it computed;
     ``settle`` adds the FLOPs of the units that turned out useful (their output
     reached an accepted token or is reused) to the counters' useful drafter
-    FLOPs and forgets the round. Drafter-FLOP waste = 1 - useful / all drafter FLOPs.
+    FLOPs and forgets the round, but for units carried to the next round
+    undecided. Drafter-FLOP waste = 1 - useful / all drafter FLOPs.
     """
 
     def __init__(self) -> None:
@@ -89,9 +90,12 @@ class DrafterWork:
         for unit in units:
             self.flops[unit] = self.flops.get(unit, 0.0) + flops / len(units)
 
-    def settle(self, counters: GenerationCounters, useful_units) -> None:
+    def settle(self, counters: GenerationCounters, useful_units, carried_units=()) -> None:
+        """Add the useful units' FLOPs; ``carried_units`` keep theirs for the next round's ``settle`` (work
+        whose use that round decides), the rest are forgotten (wasted)."""
         counters.add_extra(USEFUL_DRAFTER_FLOPS, sum(self.flops.get(unit, 0.0) for unit in set(useful_units)))
-        self.flops = {}
+        carried = set(carried_units)
+        self.flops = {unit: flops for unit, flops in self.flops.items() if unit in carried}
 
 
 def count_useful_drafter_flops(counters: GenerationCounters, flops: float) -> None:

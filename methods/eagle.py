@@ -75,7 +75,6 @@ class EagleDrafter:
         self.details = {"top_k": shape.top_k, "depth": shape.depth, "budget": shape.budget,
                         "fusion": head.features.fusion, "feature_layers": list(head.features.layers),
                         "drafter_parameters": head.trainable_parameters()}
-        self.work = DrafterWork()
         self._reset()
 
     def _reset(self, ctx: StepContext | None = None) -> None:
@@ -87,6 +86,7 @@ class EagleDrafter:
         self.pending = torch.empty(0)  # true features of positions fed_len.. not yet fed
         self.fed_len = 0
         self.beam: BeamTree | None = None
+        self.work = DrafterWork()  # nothing charged in an earlier (say, failed) generation carries over
 
     def _features(self, hidden_states: tuple[torch.Tensor | None, ...], index: torch.Tensor | slice) -> torch.Tensor:
         rows = [state[0, index] for state in feature_rows(hidden_states, self.head.features)]

@@ -98,7 +98,6 @@ class LyannaAdapter:
                         "inject": drafter.arch.inject, "fusion": drafter.arch.fusion,
                         "kept_vocabulary": int(drafter.vocab_ids.shape[0]),
                         "drafter_parameters": drafter.trainable_parameters()}
-        self.work = DrafterWork()
         self.side = SideStream(self.device)  # overlap=on: the run-ahead steps, beside the target's verification
         self._reset()
 
@@ -114,6 +113,7 @@ class LyannaAdapter:
         self.beam: BeamTree | None = None
         self.depth_positions: list[int] = []
         self.root_logits: torch.Tensor | None = None  # unfused verification: the target's logits at the root
+        self.work = DrafterWork()  # nothing charged in an earlier generation carries over
 
     def _inputs(self, hidden_states: tuple[torch.Tensor | None, ...], index) -> torch.Tensor:
         rows = feature_rows(hidden_states, self.drafter.arch.features)
@@ -221,7 +221,7 @@ class LyannaAdapter:
             for position in range(last + 1, last + 1 + self.options.overlap_steps):
                 if previous is not None and position in previous.states:  # run ahead last round: its KV entry
                     states[position] = previous.states[position]  # is back in the cache, so is not fed again
-                    ctx.counters.add_extra("backbone_states_reused", 1)
+                    ctx.counters.add_extra("backbone_states_carried", 1)
                     continue
                 self._extend(ctx, states, position)
 
@@ -230,13 +230,17 @@ class LyannaAdapter:
         accepted = verdict.num_accepted
         root_fed = self.root_logits is not None
         next_first = self.depth_positions[0] + accepted + 1
+        next_last = next_first + self.options.depth - 1  # the next round's chain
         reused_from = next_first + root_fed + (1 if self.options.reuse == "states" else 0)
         useful = [("state", p) for p in self.depth_positions[: accepted]]
         useful += [("inject", depth) for depth in range(1, accepted + 1)]
         if self.options.reuse != "off":
-            useful += [("state", p) for p in self.chain.states if p >= reused_from]
-        self.work.settle(ctx.counters, useful)
-        kept = {unit[1] for unit in useful if unit[0] == "state"} | {self.depth_positions[0] + root_fed}
+            useful += [("state", p) for p in self.chain.states if reused_from <= p <= next_last]
+        # states run ahead beyond the next chain are carried to the next run-ahead undecided: useful only once a
+        # chain drafts with them
+        carried = [("state", p) for p in self.chain.states if p > next_last] if self.options.reuse == "states" else []
+        self.work.settle(ctx.counters, useful, carried)
+        kept = {unit[1] for unit in useful + carried if unit[0] == "state"} | {self.depth_positions[0] + root_fed}
         ctx.counters.add_extra("backbone_states_computed", len(self.computed))
         ctx.counters.add_extra("backbone_states_wasted", len(self.computed - kept))
         keep_from = self.fed_len + accepted + 1  # cache slot of the next round's depth-1 position

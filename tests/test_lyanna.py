@@ -190,3 +190,44 @@ def test_reused_and_run_ahead_states_keep_the_drafter_cache_aligned(lyanna_setup
     for temperature, prompt in zip((0.0, 1.0, 1.0), _prompts(3, seed=11)):
         generate(target, adapter, prompt, 40, SamplingConfig(temperature), generator=torch.Generator().manual_seed(0))
     assert len(checked) > 20 and all(length == last for length, last in checked), checked
+
+
+@pytest.mark.parametrize("fusion", ["on", "off"])
+def test_a_state_counts_as_useful_only_once_a_chain_drafts_with_it(fusion):
+    """Drafter-FLOP accounting with states run ahead (overlap_steps 3, a random drafter at T = 1, so most rounds
+    accept little): every backbone state whose FLOPs a round settles as useful is one a tree was drafted from,
+    in that round or the next. A state run ahead past the next round's chain is carried undecided; it used to be
+    counted useful at once, even when it was dropped before any chain used it."""
+    target = wrap_model(make_llama(vocab=8, hidden=16, layers=1, heads=2, seed=0, init_range=1.0))
+    drafter = new_drafter(target.model, LyannaArch(rank=4), None, seed=3)
+    for parameter in drafter.parameters():
+        parameter.data.normal_(0, 0.3)
+    adapter = LyannaAdapter(drafter, target, LyannaOptions(top_k=2, depth=3, budget=5, reuse="states",
+                                                           verify_fusion=fusion, overlap="on", overlap_steps=3))
+    propose, commit = adapter.propose, adapter.commit
+    drafted_from: dict[int, torch.Tensor] = {}  # the states some round's chain drafted with (kept alive: ids stay unique)
+    settled: list[list[torch.Tensor]] = []  # per commit: the states it counted useful
+
+    def tracking_propose(ctx, sequence):
+        tree = propose(ctx, sequence)
+        drafted_from.update((id(state), state) for p, state in adapter.chain.states.items() if p in adapter.depth_positions)
+        return tree
+
+    def tracking_commit(ctx, tree, verdict, target_out):
+        work, chain = adapter.work, adapter.chain
+
+        def recording_settle(counters, useful, carried=()):
+            settled.append([chain.states[p] for kind, p in set(useful) if kind == "state" and p in chain.states])
+            type(work).settle(work, counters, useful, carried)
+
+        work.settle = recording_settle
+        commit(ctx, tree, verdict, target_out)
+        del work.settle
+
+    adapter.propose, adapter.commit = tracking_propose, tracking_commit
+    for seed in range(6):
+        prompt = torch.randint(8, (1, 5), generator=torch.Generator().manual_seed(seed))
+        generate(target, adapter, prompt, 40, SamplingConfig(1.0), generator=torch.Generator().manual_seed(seed))
+        settled.pop()  # a generation's last round marks states for a round that never comes
+    useful = [state for round_states in settled for state in round_states]
+    assert len(useful) > 50 and all(id(state) in drafted_from for state in useful)
