@@ -19,7 +19,8 @@ method in float32, eager and with static caches + CUDA graphs; a step fails if a
 ar_vs_generate_*.txt (our ar against model.generate(): eager, static cache, CUDA graphs), overheads.csv (each
 overhead switch against its absence, every method, interleaved), host_sync.csv (host synchronisations per
 decoding step) and, last, overheads_compile.csv (torch.compile against eager). These steps are soft: one that fails is
-reported (failed_steps.json, exit status 1) and the others still run. --extra-prompts 0 skips them.
+reported (failed_steps.json, exit status 1) and the others still run; what a failed step wrote is renamed
+*.failed, so a rerun runs it again. --extra-prompts 0 skips them.
 """
 
 from __future__ import annotations
@@ -101,6 +102,9 @@ class Check:
             traceback.print_exc()
             self.failed[name] = f"{type(error).__name__}: {error}"
             print(f"[FAIL] {name}: {self.failed[name]}", flush=True)
+            for path in map(Path, outputs):  # kept as evidence, out of the way: a rerun runs the step again
+                if path.is_file():
+                    path.replace(path.with_name(path.name + ".failed"))
             return
         finally:
             self.seconds[name] = time.perf_counter() - started
@@ -335,6 +339,7 @@ def main() -> None:
     print(json.dumps({name: round(value, 1) for name, value in check.seconds.items()}, indent=1))
     print(f"gpu_check: {total:.0f} s in all; report: {args.out / 'results' / 'report.md'}")
     (args.out / "step_seconds.json").write_text(json.dumps({**check.seconds, "total": total}, indent=1) + "\n")
+    (args.out / "failed_steps.json").unlink(missing_ok=True)  # an earlier run's, whose steps ran again
     if check.failed:
         (args.out / "failed_steps.json").write_text(json.dumps(check.failed, indent=1) + "\n")
         raise SystemExit("gpu_check: these steps failed (the others ran): " + "; ".join(check.failed))
