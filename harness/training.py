@@ -134,6 +134,7 @@ def train(
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["torch_rng"])
         start_step, elapsed_before, tokens, last_loss = state["step"], state["elapsed"], state["tokens"], state["loss"]
+        skipped = state.get("skipped", 0)
         print(f"resuming {description} from step {start_step} ({elapsed_before:.0f}s done)")
 
     device_type = next(module.parameters()).device.type
@@ -189,6 +190,7 @@ def train(
                 _save_checkpoint(checkpoint, {
                     "fingerprint": print_key, "module": module.state_dict(), "optimizer": optimizer.state_dict(),
                     "torch_rng": torch.get_rng_state(), "step": step, "tokens": tokens, "loss": last_loss,
+                    "skipped": skipped,
                     "elapsed": elapsed_before + time.perf_counter() - started,
                 })
                 last_checkpoint = time.perf_counter()
