@@ -154,12 +154,19 @@ class LyannaAdapter:
         if previous is not None and previous.cache_keys is not None:
             append_entries(self.cache, previous.cache_keys, previous.cache_values)
         for position in range(first_position + 1, last_position + 1):
-            if self.options.reuse == "states" and previous is not None and position in previous.states:
-                states[position] = previous.states[position]
-                ctx.counters.add_extra("backbone_states_reused", 1)
-                continue
-            self._extend(ctx, states, position)
+            self._reuse_or_extend(ctx, states, position, "backbone_states_reused")
         return states
+
+    def _reuse_or_extend(self, ctx: StepContext, states: dict[int, torch.Tensor], position: int,
+                         reuse_counter: str) -> None:
+        """The previous round's state for ``position`` (reuse=states: its KV entry is back in the cache, so it is
+        not fed again), counted under ``reuse_counter``; else one backbone step."""
+        previous = self.previous
+        if self.options.reuse == "states" and previous is not None and position in previous.states:
+            states[position] = previous.states[position]
+            ctx.counters.add_extra(reuse_counter, 1)
+        else:
+            self._extend(ctx, states, position)
 
     def _extend(self, ctx: StepContext, states: dict[int, torch.Tensor], position: int) -> None:
         """One backbone step: feed the state of ``position - 1`` at that position, keep the state it predicts."""
@@ -216,14 +223,10 @@ class LyannaAdapter:
     def _run_ahead(self, ctx: StepContext, states: dict[int, torch.Tensor]) -> None:
         """Backbone steps beyond the chain, for the next round to reuse: on a GPU they run on a side stream while
         the engine launches the target's verification; ``commit`` joins them."""
-        last, previous = self.depth_positions[-1], self.previous
+        last = self.depth_positions[-1]
         with self.side.launch([*self._cache_tensors(), states[last]]):
-            for position in range(last + 1, last + 1 + self.options.overlap_steps):
-                if previous is not None and position in previous.states:  # run ahead last round: its KV entry
-                    states[position] = previous.states[position]  # is back in the cache, so is not fed again
-                    ctx.counters.add_extra("backbone_states_carried", 1)
-                    continue
-                self._extend(ctx, states, position)
+            for position in range(last + 1, last + 1 + self.options.overlap_steps):  # run ahead last round: carried
+                self._reuse_or_extend(ctx, states, position, "backbone_states_carried")
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
         self.side.join([*self._cache_tensors(), *self.chain.states.values()])
