@@ -9,6 +9,15 @@ that both produced the same tokens.
     python workflow/scripts/bench_ar_vs_generate.py --model DIR --device cuda --dtype bfloat16
     python workflow/scripts/bench_ar_vs_generate.py --model DIR --device cuda --dtype bfloat16 \
         --engine kv_cache=static --engine cuda_graphs=on                   # our ar with the overhead switches
+    python workflow/scripts/bench_ar_vs_generate.py --engine kv_cache=static --reference static   # like for like
+    python workflow/scripts/bench_ar_vs_generate.py --profile-out /tmp/ops.csv   # where the host time goes
+
+--reference says what generate() runs: its default (a DynamicCache), `static` (cache_implementation="static",
+no compile: what our kv_cache=static engine does) or `compiled` (a static cache, and on CUDA transformers'
+own automatic torch.compile of the decoding forward: the reference for our cuda_graphs engine).
+--profile-out profiles one more generation of each (torch.profiler; on CUDA the runtime's calls and the
+kernels' device time too) and writes, per generated token, every op's calls and self host time in both,
+largest difference first (harness/op_profile.py); the totals and the top differences are printed.
 """
 
 from __future__ import annotations
@@ -28,6 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from harness import SamplingConfig, generate, load_model, wrap_model  # noqa: E402
 from harness.options import parse_key_values, parse_options  # noqa: E402
 from harness.engine_runtime import EngineOptions, EngineRuntime  # noqa: E402
+from harness.op_profile import compare_per_token, format_rows, profile_ops, write_rows  # noqa: E402
 from harness.timing import synchronize  # noqa: E402
 from methods import BuildInputs, build_adapter  # noqa: E402
 
@@ -43,6 +53,13 @@ def random_llama(seed: int = 0) -> LlamaForCausalLM:
     return LlamaForCausalLM(config).eval()
 
 
+REFERENCES = {  # --reference: model.generate()'s keyword arguments
+    "default": {},
+    "static": {"cache_implementation": "static", "disable_compile": True},
+    "compiled": {"cache_implementation": "static"},
+}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--model", help="HF model directory (default: a random ~20M-parameter Llama)")
@@ -53,6 +70,9 @@ def main() -> None:
     parser.add_argument("--new-tokens", type=int, default=64)
     parser.add_argument("--engine", action="append", metavar="KEY=VALUE",
                         help="engine switch for our ar, repeatable (e.g. kv_cache=static, cuda_graphs=on)")
+    parser.add_argument("--reference", choices=sorted(REFERENCES), default="default",
+                        help="what generate() runs: its default cache, a static one, or a static one compiled")
+    parser.add_argument("--profile-out", type=Path, help="CSV of both loops' ops per generated token (profiled)")
     args = parser.parse_args()
     engine = parse_options(EngineOptions, parse_key_values(args.engine), "the engine (--engine)")
 
@@ -75,7 +95,7 @@ def main() -> None:
     def theirs(prompt: torch.Tensor) -> list[int]:
         with torch.inference_mode():
             out = lm.model.generate(prompt, max_new_tokens=args.new_tokens, min_new_tokens=args.new_tokens,
-                                    do_sample=False)
+                                    do_sample=False, **REFERENCES[args.reference])
         return out[0, prompt.shape[1]:].tolist()
 
     def timed(fn, prompt) -> tuple[float, list[int]]:
@@ -103,9 +123,17 @@ def main() -> None:
           f"dtype {lm.dtype}, threads {torch.get_num_threads()}, engine {dataclasses.asdict(engine)}")
     print(f"{args.trials} interleaved trials, {args.prompt_tokens} prompt tokens, {args.new_tokens} new tokens, greedy")
     print(f"ours (ar)         : {ours_rate:8.1f} tokens/s (median)")
-    print(f"model.generate()  : {their_rate:8.1f} tokens/s (median)")
+    print(f"model.generate()  : {their_rate:8.1f} tokens/s (median; reference: {args.reference} "
+          f"{REFERENCES[args.reference]})")
     print(f"ratio ours/generate: {ours_rate / their_rate:.3f} (ratio of medians), {paired:.3f} (median of paired ratios)")
     print(f"outputs identical in {args.trials - mismatches}/{args.trials} trials")
+    if args.profile_out:
+        rows = compare_per_token(profile_ops(lambda: ours(prompts[0]), lm.device),
+                                 profile_ops(lambda: theirs(prompts[0]), lm.device), args.new_tokens, args.new_tokens)
+        write_rows(rows, args.profile_out)
+        print(f"profiled (one generation each; the profiler's own overhead included), per generated token; "
+              f"all rows in {args.profile_out}")
+        print(format_rows(rows, limit=15))
 
 
 if __name__ == "__main__":
