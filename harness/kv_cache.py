@@ -51,11 +51,13 @@ def _full_attention_layers(cache: DynamicCache) -> list:
 
 
 def crop_cache(cache: DynamicCache, length: int) -> None:
-    """Keep the first ``length`` positions of every layer."""
+    """Keep the first ``length`` positions of every layer (a layer no longer than that is left as it is: no
+    view is made, so an autoregressive step's crop costs no op)."""
     for layer in _full_attention_layers(cache):
         if isinstance(layer, PreallocatedLayer):
             layer.set_length(min(length, layer.length))
-        elif getattr(layer, "is_initialized", True) and layer.keys is not None and layer.keys.numel():
+        elif getattr(layer, "is_initialized", True) and layer.keys is not None and layer.keys.dim() == 4 \
+                and layer.keys.shape[-2] > length:
             layer.keys = layer.keys[..., :length, :]
             layer.values = layer.values[..., :length, :]
 
