@@ -103,10 +103,22 @@ def median_seconds(run: Callable[[], object], device: torch.device, repeats: int
     return statistics.median(samples)
 
 
+TIMINGS = ("eager", "static", "cuda_graphs")  # how a timed forward runs; see ``timing_cache``
+
+
+def check_timing(timing: str) -> None:
+    if timing not in TIMINGS:
+        raise ValueError(f"timing must be one of {', '.join(TIMINGS)}, not {timing!r}")
+
+
 def timing_cache(config: PretrainedConfig, capacity: int, dtype: torch.dtype, device: torch.device,
-                 graphed: bool) -> Cache:
-    """The KV cache a timed forward runs on: preallocated (static) when it is graphed, else transformers'."""
-    return new_static_cache(config, capacity, dtype, device) if graphed else new_cache(config)
+                 timing: str) -> Cache:
+    """The KV cache a timed forward runs on: transformers' DynamicCache under ``eager`` (forwards launched from
+    Python, the cache grown by concatenation), a preallocated (static) one under ``static`` (the same
+    forwards, written in place) and ``cuda_graphs`` (replayed from a CUDA graph): the two steps apart, so
+    each one's effect shows on its own."""
+    check_timing(timing)
+    return new_cache(config) if timing == "eager" else new_static_cache(config, capacity, dtype, device)
 
 
 def wide_tree(nodes: int, fan_out: int = 4) -> tuple[int, ...]:
@@ -116,12 +128,12 @@ def wide_tree(nodes: int, fan_out: int = 4) -> tuple[int, ...]:
 
 @torch.no_grad()
 def target_latencies(model: LlamaForCausalLM, prefix: int, sizes: list[int], repeats: int,
-                     graphed: bool = False) -> dict[int, float]:
+                     timing: str = "eager") -> dict[int, float]:
     """Seconds of one forward of ``size`` tree tokens (a wide tree, tree mask) after a ``prefix``-token cache
-    (``graphed``: replayed from a CUDA graph on a static cache)."""
+    (run as ``timing`` says: see ``timing_cache``)."""
     device = next(model.parameters()).device
     vocab = model.config.vocab_size
-    cache = timing_cache(model.config, prefix + max(sizes), model.dtype, device, graphed)
+    cache = timing_cache(model.config, prefix + max(sizes), model.dtype, device, timing)
     cached = cache_argument(model, cache)
     model(input_ids=torch.randint(vocab, (1, prefix), device=device), use_cache=True, **cached)
     latencies = {}
@@ -135,13 +147,13 @@ def target_latencies(model: LlamaForCausalLM, prefix: int, sizes: list[int], rep
             model(input_ids=input_ids, attention_mask=bias, position_ids=position_ids, use_cache=True, **cached)
             crop_cache(cache, prefix)
 
-        latencies[size] = median_seconds(forward, device, repeats, graphed=graphed)
+        latencies[size] = median_seconds(forward, device, repeats, graphed=timing == "cuda_graphs")
     return latencies
 
 
 @torch.no_grad()
 def eagle_step_latency(target: LlamaForCausalLM, top_k: int, prefix: int, repeats: int,
-                       graphed: bool = False) -> float:
+                       timing: str = "eager") -> float:
     """One EAGLE-2 expansion: the head on ``top_k`` frontier nodes (tree mask over its cache) + their logits."""
     from methods.eagle_head import FeatureSpec, new_head
 
@@ -150,7 +162,7 @@ def eagle_step_latency(target: LlamaForCausalLM, top_k: int, prefix: int, repeat
     head = new_head(target.config, lm_head.shape[0], target.get_input_embeddings().weight,
                     FeatureSpec("none", ("last",)), seed=0).to(device, target.dtype).eval()
     hidden = target.config.hidden_size
-    cache = timing_cache(head.config, prefix + top_k, target.dtype, device, graphed)
+    cache = timing_cache(head.config, prefix + top_k, target.dtype, device, timing)
     head(torch.randn(1, prefix, hidden, device=device, dtype=target.dtype),
          torch.randint(lm_head.shape[0], (1, prefix), device=device),
          torch.arange(prefix, device=device)[None], cache)
@@ -166,19 +178,19 @@ def eagle_step_latency(target: LlamaForCausalLM, top_k: int, prefix: int, repeat
         torch.log_softmax((states @ lm_head.T).float(), dim=-1)
         crop_cache(cache, prefix)
 
-    return median_seconds(step, device, repeats, graphed=graphed)
+    return median_seconds(step, device, repeats, graphed=timing == "cuda_graphs")
 
 
 @torch.no_grad()
 def lyanna_depth_latency(target: LlamaForCausalLM, top_k: int, prefix: int, repeats: int,
-                         graphed: bool = False) -> float:
+                         timing: str = "eager") -> float:
     """One Lyanna depth: one backbone state, its LM-head logits, and the token-info logits of ``top_k`` nodes."""
     from methods.lyanna_model import LyannaArch, new_drafter
 
     device = next(target.parameters()).device
     drafter = new_drafter(target, LyannaArch(), None, seed=0).to(device, target.dtype).eval()
     hidden = target.config.hidden_size
-    cache = timing_cache(drafter.config, prefix + 1, target.dtype, device, graphed)
+    cache = timing_cache(drafter.config, prefix + 1, target.dtype, device, timing)
     drafter(torch.randn(1, prefix, hidden, device=device, dtype=target.dtype),
             torch.arange(prefix, device=device)[None], cache)
     state_input = torch.randn(1, 1, hidden, device=device, dtype=target.dtype)
@@ -191,7 +203,7 @@ def lyanna_depth_latency(target: LlamaForCausalLM, top_k: int, prefix: int, repe
         torch.log_softmax(logits.float(), dim=-1)
         crop_cache(cache, prefix)
 
-    return median_seconds(depth, device, repeats, graphed=graphed)
+    return median_seconds(depth, device, repeats, graphed=timing == "cuda_graphs")
 
 
 @dataclass(frozen=True)

@@ -189,7 +189,7 @@ def test_projection_latencies_replay_from_cuda_graphs():
                                     target_latencies)
 
     model = random_llama(scaled_shape(SHAPES["llama-3.1-8b"], 16), torch.bfloat16, "cuda")
-    latencies = target_latencies(model, prefix=64, sizes=[1, 16], repeats=3, graphed=True)
+    latencies = target_latencies(model, prefix=64, sizes=[1, 16], repeats=3, timing="cuda_graphs")
     assert set(latencies) == {1, 16} and all(0 < seconds < 1 for seconds in latencies.values())
-    assert 0 < eagle_step_latency(model, top_k=4, prefix=64, repeats=3, graphed=True) < 1
-    assert 0 < lyanna_depth_latency(model, top_k=4, prefix=64, repeats=3, graphed=True) < 1
+    assert 0 < eagle_step_latency(model, top_k=4, prefix=64, repeats=3, timing="cuda_graphs") < 1
+    assert 0 < lyanna_depth_latency(model, top_k=4, prefix=64, repeats=3, timing="cuda_graphs") < 1

@@ -25,6 +25,13 @@ def test_latencies_at_scaled_shapes():
     assert eagle_step_latency(model, top_k=4, prefix=32, repeats=2) > 0
     assert lyanna_depth_latency(model, top_k=4, prefix=32, repeats=2) > 0
     assert wide_tree(6, fan_out=2) == (-1, 0, 0, 1, 1, 2)
+    # the same forwards on a preallocated KV cache (the static timing; CUDA graphs replay those on a GPU)
+    static = target_latencies(model, prefix=32, sizes=[1, 16], repeats=2, timing="static")
+    assert set(static) == {1, 16} and all(seconds > 0 for seconds in static.values())
+    assert eagle_step_latency(model, top_k=4, prefix=32, repeats=2, timing="static") > 0
+    assert lyanna_depth_latency(model, top_k=4, prefix=32, repeats=2, timing="static") > 0
+    with pytest.raises(ValueError, match="timing must be one of"):
+        target_latencies(model, prefix=32, sizes=[1], repeats=1, timing="graphs")
 
 
 def test_cost_models_and_projection_by_hand(tmp_path):
@@ -59,11 +66,12 @@ def test_projection_script_on_the_committed_summary(tmp_path):
     result = subprocess.run(
         [sys.executable, "workflow/scripts/project_8b.py", "--summary", "results/tables/summary.csv",
          "--out-dir", str(tmp_path), "--device", "cpu", "--dtype", "float32", "--scale", "64", "--prefix", "32",
-         "--sizes", "1,8,16", "--repeats", "1", "--top-k", "4", "--threads", "1"],
+         "--sizes", "1,8,16", "--repeats", "1", "--top-k", "4", "--threads", "1", "--timing", "eager,static"],
         cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-3000:]
     latency = pd.read_csv(tmp_path / "latency.csv")
     assert set(latency.component) == {"target", "draft_lm", "eagle_step", "lyanna_depth"}
+    assert latency.groupby("timing").size().to_dict() == {"eager": 8, "static": 8}  # 3 target and 3 draft-LM sizes, 2 drafters
     projection = pd.read_csv(tmp_path / "projection.csv")
     assert projection.basis.str.startswith("projection: Llama-3.1-8B shapes / 64").all()
     assert (projection[projection.variant == "ar"].projected_speedup == 1.0).all()

@@ -6,8 +6,9 @@
         --scale 32 --repeats 3                                  # the same code at 1/32 of the shapes, on CPU
 
 Writes latency.csv (ms per target forward for 1 and 8..128 tree tokens after --prefix tokens, per draft-LM
-forward, per EAGLE expansion and per Lyanna depth; one set per --timing: eager, and on CUDA also replayed from
-CUDA graphs on a static KV cache, as a serving engine runs them), projection.csv (per timing and summary row:
+forward, per EAGLE expansion and per Lyanna depth; one set per --timing: eager on transformers' DynamicCache,
+and on CUDA also eager on a static KV cache and replayed from CUDA graphs on it, as a serving engine runs
+them; each random model is built once for all timings), projection.csv (per timing and summary row:
 measured tau and speedup, projected drafting and verification ms per step, projected speedup) and
 projection.{pdf,png} (from the last timing named: CUDA graphs on a GPU).
 The projection assumes the small models' acceptance carries over to 8B scale; it is labelled as such.
@@ -24,33 +25,54 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-TIMINGS = ("eager", "cuda_graphs")
-
 from harness.atomic import atomic_path  # noqa: E402
 from harness.models import resolve_dtype  # noqa: E402
-from harness.projection import (SHAPES, Latencies, eagle_step_latency, lyanna_depth_latency,  # noqa: E402
+from harness.projection import (SHAPES, TIMINGS, Latencies, eagle_step_latency, lyanna_depth_latency,  # noqa: E402
                                 project_speedups, random_llama, scaled_shape, target_latencies)
 
 
-def measure(args: argparse.Namespace, graphed: bool) -> Latencies:
+def measure(args: argparse.Namespace, timings: list[str]) -> tuple[dict[str, Latencies], dict[str, str]]:
+    """Every timing's latencies, each random model built once for all of them; a timing that fails is left
+    out and reported (raised when it is the only one)."""
     dtype, device = resolve_dtype(args.dtype), args.device
     sizes = [int(size) for size in args.sizes.split(",")]
+    parts: dict[str, dict] = {timing: {} for timing in timings}
+    failed: dict[str, str] = {}
+
+    def for_each_timing(measure_one) -> None:
+        for timing in [timing for timing in timings if timing not in failed]:
+            try:
+                measure_one(timing)
+            except Exception as error:  # noqa: BLE001 - one timing's failure must not lose the others' tables
+                if len(timings) == 1:
+                    raise
+                failed[timing] = f"{type(error).__name__}: {error}"
+                print(f"{timing} timing FAILED ({failed[timing]}); the tables hold the other timings", flush=True)
+
+    def release() -> None:
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+
     target = random_llama(scaled_shape(SHAPES["llama-3.1-8b"], args.scale), dtype, device)
     print(f"target: {sum(p.numel() for p in target.parameters()) / 1e9:.2f}B parameters, {args.dtype} on {device}, "
-          f"{'CUDA graphs' if graphed else 'eager'}", flush=True)
-    latencies = {"target": target_latencies(target, args.prefix, sizes, args.repeats, graphed)}
-    latencies["eagle_step"] = eagle_step_latency(target, args.top_k, args.prefix, args.repeats, graphed)
-    latencies["lyanna_depth"] = lyanna_depth_latency(target, args.top_k, args.prefix, args.repeats, graphed)
+          f"timings {', '.join(timings)}", flush=True)
+
+    def target_parts(timing: str) -> None:
+        parts[timing]["target"] = target_latencies(target, args.prefix, sizes, args.repeats, timing)
+        parts[timing]["eagle_step"] = eagle_step_latency(target, args.top_k, args.prefix, args.repeats, timing)
+        parts[timing]["lyanna_depth"] = lyanna_depth_latency(target, args.top_k, args.prefix, args.repeats, timing)
+        release()
+
+    for_each_timing(target_parts)
     del target
-    if device.startswith("cuda"):
-        torch.cuda.empty_cache()
+    release()
     draft = random_llama(scaled_shape(SHAPES["llama-3.2-1b"], args.scale), dtype, device)
-    latencies["draft_lm"] = target_latencies(draft, args.prefix, [size for size in sizes if size <= 16] or [1],
-                                             args.repeats, graphed)
+    draft_sizes = [size for size in sizes if size <= 16] or [1]
+    for_each_timing(lambda timing: parts[timing].update(
+        draft_lm=target_latencies(draft, args.prefix, draft_sizes, args.repeats, timing)))
     del draft
-    if device.startswith("cuda"):
-        torch.cuda.empty_cache()
-    return Latencies(top_k=args.top_k, **latencies)
+    release()
+    return {timing: Latencies(top_k=args.top_k, **parts[timing]) for timing in timings if timing not in failed}, failed
 
 
 def plot(projection: pd.DataFrame, out_dir: Path, label: str) -> None:
@@ -95,15 +117,16 @@ def main() -> None:
     parser.add_argument("--repeats", type=int, default=20)
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     parser.add_argument("--timing", default=None,
-                        help="comma-separated: eager (forwards launched from Python) and/or cuda_graphs (replayed from "
-                             "CUDA graphs on a static KV cache); default eager,cuda_graphs on CUDA, eager elsewhere")
+                        help="comma-separated: eager (forwards launched from Python on a DynamicCache), static (the "
+                             "same on a preallocated KV cache) and/or cuda_graphs (replayed from CUDA graphs on that "
+                             "static cache); default all three on CUDA, eager elsewhere")
     args = parser.parse_args()
     if not args.summary.is_file():
         parser.error(f"no summary table {args.summary} (run the workflow first)")
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.timing is None:
-        args.timing = "eager,cuda_graphs" if args.device.startswith("cuda") else "eager"
+        args.timing = ",".join(TIMINGS) if args.device.startswith("cuda") else "eager"
     timings = [item for item in args.timing.split(",") if item]
     unknown = sorted(set(timings) - set(TIMINGS))
     if unknown or not timings:
@@ -113,17 +136,9 @@ def main() -> None:
     label = "Llama-3.1-8B shapes" if args.scale == 1 else f"Llama-3.1-8B shapes / {args.scale}"
     label += f", {args.dtype}, {torch.cuda.get_device_name() if args.device.startswith('cuda') else 'cpu'}"
     summary = pd.read_csv(args.summary, keep_default_na=False, na_values=[""])
+    measured, failed = measure(args, timings)
     tables, projections = [], []
-    failed = {}
-    for timing in timings:
-        try:
-            latencies = measure(args, graphed=timing == "cuda_graphs")
-        except Exception as error:  # noqa: BLE001 - one timing's failure must not lose the other's table
-            if len(timings) == 1:
-                raise
-            failed[timing] = f"{type(error).__name__}: {error}"
-            print(f"{timing} timing FAILED ({failed[timing]}); the tables hold the other timings", flush=True)
-            continue
+    for timing, latencies in measured.items():
         tables.append(latencies.table().assign(timing=timing))
         projection = project_speedups(summary, latencies)
         projection.insert(0, "timing", timing)
