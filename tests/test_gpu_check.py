@@ -41,6 +41,11 @@ def test_gpu_check_runs_the_pipeline_without_snakemake(tmp_path):
     assert set(overheads.setting) == {"eager", "static_cache"} and (overheads.tokens_per_s > 0).all()
     assert (overheads[overheads.method == "ar"].speedup_over_ar == 1.0).all()
     assert "outputs identical in 2/2 trials" in (tables / "ar_vs_generate_static.txt").read_text()
+    assert "reference: static" in (tables / "ar_vs_generate_static_vs_static.txt").read_text()
+    profile = pd.read_csv(tables / "ar_vs_generate_profile.csv").set_index("op")
+    assert profile.loc["(all)", "ours_calls"] > 0 and profile.loc["aten::mm", "generate_calls"] > 0
+    static = pd.read_csv(tables / "summary_static.csv")  # the benchmark again with the switches (CUDA: graphs)
+    assert sorted(static.variant) == sorted(summary.variant) and (static.tokens_per_s > 0).all()
     audit = pd.read_csv(tables / "host_sync.csv").set_index(["variant", "temperature"])
     assert audit.loc[("ar", 0.0), "reads_per_step"] == 1.0
     steps = json.loads((tmp_path / "check" / "step_seconds.json").read_text())

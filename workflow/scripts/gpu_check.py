@@ -16,9 +16,12 @@ work/ (corpus, models, drafters) and results/ (raw records, tables, figures, rep
 After the report it measures what the GPU issue asks for, into results/tables/: divergence.csv (how often the
 bf16 greedy outputs leave ar, and where), lossless_float32_eager.csv and lossless_float32_graphs.csv (every
 method in float32, eager and with static caches + CUDA graphs; a step fails if any output differs from ar),
-ar_vs_generate_*.txt (our ar against model.generate(): eager, static cache, CUDA graphs), overheads.csv (each
+ar_vs_generate_*.txt (our ar against model.generate(): eager, static cache, CUDA graphs against its default;
+static against its static cache; on CUDA with compile, graphs against its compiled static cache) with
+ar_vs_generate_profile.csv (both eager loops' ops per token, profiled), overheads.csv (each
 overhead switch against its absence, every method, interleaved), host_sync.csv (host synchronisations per
-decoding step) and, last, overheads_compile.csv (torch.compile against eager). These steps are soft: one that fails is
+decoding step), summary_graphs.csv (the whole benchmark again on static caches + CUDA graphs; on CPU:
+summary_static.csv, static caches) and, last, overheads_compile.csv (torch.compile against eager). These steps are soft: one that fails is
 reported (failed_steps.json, exit status 1) and the others still run; what a failed step wrote is renamed
 *.failed, so a rerun runs it again. --extra-prompts 0 skips them.
 """
@@ -199,22 +202,7 @@ def run_check(config: dict, out: Path, threads: int, extras: Extras) -> Check:
             "--checkpoint", w(f"checkpoints/drafter-{drafter}.pt"), "--threads", str(threads), "--no-progress",
             "--out", w(f"drafters/{drafter}"), "--metrics", w(f"metrics/drafter-{drafter}.json")],
             [w(f"drafters/{drafter}")])
-    records, greedy_records = [], []
-    for variant in variants:
-        method = plan.variant_method(config, variant)
-        for dataset in plan.variant_datasets(config, variant):
-            for temperature in plan.temperature_names(config):
-                out_file = str(check.results / "raw" / variant / f"{dataset}-t{temperature}.jsonl")
-                arguments = plan.run_arguments(
-                    config, variant, dataset, temperature, check.work, w("models/target"),
-                    w("models/draft") if method in NEEDS_DRAFT_LM else None,
-                    w(f"drafters/{plan.variant_drafter(config, variant)}") if method in NEEDS_DRAFTER else None)
-                check.command(f"bench {variant} {dataset} t{temperature}",
-                              ["run", *arguments, "--threads", str(threads), "--no-progress", "--out", out_file],
-                              [out_file])
-                records.append(out_file)
-                if temperature == "0":
-                    greedy_records.append(out_file)
+    records, greedy_records = bench_variants(check, config, "raw", "")
     tables = check.results / "tables"
     summary, depth = str(tables / "summary.csv"), str(tables / "depth_acceptance.csv")
     main = ",".join(plan.main_variants(config))
@@ -229,6 +217,38 @@ def run_check(config: dict, out: Path, threads: int, extras: Extras) -> Check:
     if extras.prompts:
         run_extras(check, config, extras, greedy_records, drafters)
     return check
+
+
+def bench_variants(check: Check, config: dict, raw: str, label: str) -> tuple[list[str], list[str]]:
+    """`python -m harness run` for every variant x dataset x temperature into results/<raw>/; returns the
+    records, and those at temperature 0."""
+    records, greedy_records = [], []
+    for variant in plan.variant_names(config):
+        method = plan.variant_method(config, variant)
+        for dataset in plan.variant_datasets(config, variant):
+            for temperature in plan.temperature_names(config):
+                out_file = str(check.results / raw / variant / f"{dataset}-t{temperature}.jsonl")
+                arguments = plan.run_arguments(
+                    config, variant, dataset, temperature, check.work, check.w("models/target"),
+                    check.w("models/draft") if method in NEEDS_DRAFT_LM else None,
+                    check.w(f"drafters/{plan.variant_drafter(config, variant)}") if method in NEEDS_DRAFTER else None)
+                check.command(f"bench{label} {variant} {dataset} t{temperature}",
+                              ["run", *arguments, "--threads", str(check.threads), "--no-progress", "--out", out_file],
+                              [out_file])
+                records.append(out_file)
+                if temperature == "0":
+                    greedy_records.append(out_file)
+    return records, greedy_records
+
+
+def bench_engine_pass(check: Check, config: dict, label: str, engine: dict[str, str]) -> None:
+    """The benchmark again with every run on ``engine`` (the overhead switches on), summarised into
+    tables/summary_<label>.csv: item 1's figures as a serving engine would run the methods."""
+    switched = merge(json.loads(json.dumps(config)), {"bench": {"engine": engine}})
+    records, _ = bench_variants(check, switched, f"raw-{label}", f" ({label})")
+    present = [path for path in records if Path(path).exists()]
+    summary = str(check.results / "tables" / f"summary_{label}.csv")
+    check.command(f"summary ({label})", ["summarize", *present, "--out", summary], [summary])
 
 
 @dataclass(frozen=True)
@@ -269,6 +289,14 @@ def float32_lossless(check: Check, config: dict, extras: Extras, label: str, eng
                   [lossless])
 
 
+def ar_vs_generate(check: Check, extras: Extras, model: list[str], label: str, arguments: list[str]) -> None:
+    """Our ar against model.generate() (bench_ar_vs_generate.py), its printout kept as ar_vs_generate_<label>.txt."""
+    log = str(check.results / "tables" / f"ar_vs_generate_{label}.txt")
+    check.tool(f"ar vs generate() ({label})", "bench_ar_vs_generate.py",
+               ["--model", check.w("models/target"), *model, "--trials", str(extras.prompts),
+                "--new-tokens", str(extras.new_tokens), *arguments], [log], log)
+
+
 def run_extras(check: Check, config: dict, extras: Extras, greedy_records: list[str], drafters: list[str]) -> None:
     """bf16 divergence from ar, float32 lossless (eager and, on CUDA, graphed), ar vs generate(), the overhead
     switches, the host-sync audit. Each is a soft step: a failure is reported at the end, the rest still run."""
@@ -282,12 +310,12 @@ def run_extras(check: Check, config: dict, extras: Extras, greedy_records: list[
     float32_lossless(check, config, extras, "graphs" if cuda else "static",
                      GRAPHED if cuda else ["--engine", "kv_cache=static"])
     model = ["--device", device, "--dtype", dtype]
-    engines = [("eager", []), ("static", ["--engine", "kv_cache=static"])] + ([("graphs", GRAPHED)] if cuda else [])
-    for label, engine in engines:
-        log = str(tables / f"ar_vs_generate_{label}.txt")
-        check.tool(f"ar vs generate() ({label})", "bench_ar_vs_generate.py",
-                   ["--model", w("models/target"), *model, "--trials", str(extras.prompts),
-                    "--new-tokens", str(extras.new_tokens), *engine], [log], log)
+    static = ["--engine", "kv_cache=static"]
+    comparisons = [("eager", ["--profile-out", str(tables / "ar_vs_generate_profile.csv")]), ("static", static),
+                   ("static_vs_static", [*static, "--reference", "static"])]
+    comparisons += [("graphs", GRAPHED)] if cuda else []
+    for label, arguments in comparisons:
+        ar_vs_generate(check, extras, model, label, arguments)
     models = ["--target", w("models/target"), "--draft", w("models/draft")]
     models += [item for name in ("eagle", "lyanna") if name in drafters for item in (f"--{name}", w(f"drafters/{name}"))]
 
@@ -301,7 +329,12 @@ def run_extras(check: Check, config: dict, extras: Extras, greedy_records: list[
     check.tool("host-sync audit", "audit_host_sync.py",
                [*models, *model, "--kv-cache", "static", "--max-new-tokens", str(min(extras.new_tokens, 64)),
                 "--out", str(tables / "host_sync.csv")], [str(tables / "host_sync.csv")])
+    if cuda:
+        bench_engine_pass(check, config, "graphs", {"kv_cache": "static", "cuda_graphs": "on"})
+    else:  # the same pass, with what a CPU has (a static cache), so that it is tested
+        bench_engine_pass(check, config, "static", {"kv_cache": "static"})
     if cuda and extras.compile:  # last: compiling takes the longest, so a check cut off by time loses only this
+        ar_vs_generate(check, extras, model, "graphs_vs_compiled", [*GRAPHED, "--reference", "compiled"])
         overheads("overheads_compile", ["--settings", "eager,compile"])
     check.soft = False
 
