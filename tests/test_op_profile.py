@@ -4,28 +4,57 @@ import pandas as pd
 import pytest
 import torch
 
-from harness.op_profile import ALL_OPS, OpCost, compare_per_token, format_rows, profile_ops, write_rows
+from harness.op_profile import (HOST_OPS, OUTSIDE_OPS, SUMMARY_ROWS, WALL, OpCost, RunProfile, compare_per_token,
+                                format_rows, profile_ops, write_rows)
 
 
 def test_profile_counts_the_ops_a_run_calls():
     a, b = torch.randn(8, 8), torch.randn(8, 8)
-    costs = profile_ops(lambda: [a @ b for _ in range(3)], torch.device("cpu"))
-    assert costs["aten::mm"].calls == 3 and costs["aten::mm"].self_cpu_us > 0
-    assert costs["aten::mm"].self_device_us == 0.0  # nothing ran on a device
+    profile = profile_ops(lambda: [a @ b for _ in range(3)], torch.device("cpu"))
+    assert profile.ops["aten::mm"].calls == 3 and profile.ops["aten::mm"].self_cpu_us > 0
+    assert profile.ops["aten::mm"].self_device_us == 0.0 and not profile.ops["aten::mm"].on_device
+    assert profile.wall_us >= profile.ops["aten::mm"].self_cpu_us
 
 
-def test_comparison_is_per_token_with_totals_first_and_largest_difference_next(tmp_path):
-    ours = {"aten::mm": OpCost(20, 200.0, 0.0), "aten::alias": OpCost(40, 80.0, 0.0)}
-    theirs = {"aten::mm": OpCost(20, 180.0, 0.0), "aten::eq": OpCost(10, 10.0, 5.0)}
+def test_comparison_is_per_token_with_summary_rows_first_and_largest_difference_next(tmp_path):
+    # a kernel's device time is credited to the op that launched it too: the totals count it once
+    ours = RunProfile({"aten::mm": OpCost(20, 200.0, 50.0), "aten::alias": OpCost(40, 80.0, 0.0),
+                       "gemm_kernel": OpCost(20, 0.0, 50.0, on_device=True)}, wall_us=500.0)
+    theirs = RunProfile({"aten::mm": OpCost(20, 180.0, 0.0), "aten::eq": OpCost(10, 10.0, 5.0)}, wall_us=300.0)
     rows = compare_per_token(ours, theirs, ours_tokens=10, theirs_tokens=10)
-    assert [row["op"] for row in rows] == [ALL_OPS, "aten::alias", "aten::mm", "aten::eq"]
-    assert rows[0]["ours_calls"] == 6.0 and rows[0]["generate_calls"] == 3.0
-    assert rows[0]["self_cpu_us_difference"] == pytest.approx(28.0 - 19.0)
-    assert rows[1]["ours_self_cpu_us"] == 8.0 and rows[1]["generate_calls"] == 0.0
-    assert rows[3]["generate_self_device_us"] == 0.5
+    assert [row["op"] for row in rows] == [*SUMMARY_ROWS, "aten::alias", "aten::mm", "aten::eq", "gemm_kernel"]
+    by_op = {row["op"]: row for row in rows}
+    assert by_op[WALL]["ours_self_cpu_us"] == 50.0 and by_op[WALL]["generate_self_cpu_us"] == 30.0
+    assert by_op[HOST_OPS]["ours_calls"] == 6.0 and by_op[HOST_OPS]["generate_calls"] == 3.0
+    assert by_op[HOST_OPS]["ours_self_cpu_us"] == 28.0 and by_op[HOST_OPS]["ours_self_device_us"] == 5.0
+    assert by_op[OUTSIDE_OPS]["ours_self_cpu_us"] == pytest.approx(50.0 - 28.0)
+    assert by_op[OUTSIDE_OPS]["self_cpu_us_difference"] == pytest.approx(22.0 - 11.0)
+    assert by_op["aten::alias"]["ours_self_cpu_us"] == 8.0 and by_op["aten::alias"]["generate_calls"] == 0.0
+    assert by_op["aten::eq"]["generate_self_device_us"] == 0.5
     write_rows(rows, tmp_path / "ops.csv")
-    table = pd.read_csv(tmp_path / "ops.csv")
-    assert list(table.op) == [ALL_OPS, "aten::alias", "aten::mm", "aten::eq"]
-    assert len(format_rows(rows, limit=1).splitlines()) == 3  # header, totals, the largest difference
+    assert list(pd.read_csv(tmp_path / "ops.csv").op) == [row["op"] for row in rows]
+    assert len(format_rows(rows, limit=1).splitlines()) == 1 + len(SUMMARY_ROWS) + 1  # header, summary, top one
     with pytest.raises(ValueError, match="generate tokens"):
         compare_per_token(ours, theirs, 0, 10)
+
+
+def test_generate_references_run_the_cache_they_name(random_pair):
+    """bench_ar_vs_generate.py's --reference: `static` and `compiled` make generate() decode on a static cache
+    (compile off for `static`; on a CPU neither compiles), `default` on its DynamicCache."""
+    import runpy
+    from pathlib import Path
+
+    from transformers import DynamicCache, StaticCache
+
+    script = Path(__file__).resolve().parents[1] / "workflow" / "scripts" / "bench_ar_vs_generate.py"
+    references = runpy.run_path(str(script), run_name="bench_ar_vs_generate")["REFERENCES"]
+    target, _ = random_pair
+    prompt = torch.tensor([[3, 1, 4, 1, 5]])
+    caches = {}
+    with torch.inference_mode():
+        for name, keywords in references.items():
+            out = target.model.generate(prompt, max_new_tokens=4, min_new_tokens=4, do_sample=False, pad_token_id=0,
+                                        return_dict_in_generate=True, **keywords)
+            caches[name] = type(out.past_key_values)
+    assert caches == {"default": DynamicCache, "static": StaticCache, "compiled": StaticCache}
+    assert references["static"]["disable_compile"] and "disable_compile" not in references["compiled"]

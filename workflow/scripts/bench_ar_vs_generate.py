@@ -17,7 +17,8 @@ no compile: what our kv_cache=static engine does) or `compiled` (a static cache,
 own automatic torch.compile of the decoding forward: the reference for our cuda_graphs engine).
 --profile-out profiles one more generation of each (torch.profiler; on CUDA the runtime's calls and the
 kernels' device time too) and writes, per generated token, every op's calls and self host time in both,
-largest difference first (harness/op_profile.py); the totals and the top differences are printed.
+largest difference first, after the wall time, the time in all host-side ops and the time outside them
+(harness/op_profile.py); those and the top differences are printed.
 """
 
 from __future__ import annotations
