@@ -56,7 +56,7 @@ def crop_cache(cache: DynamicCache, length: int) -> None:
     for layer in _full_attention_layers(cache):
         if isinstance(layer, PreallocatedLayer):
             layer.set_length(min(length, layer.length))
-        elif getattr(layer, "is_initialized", True) and layer.keys is not None and layer.keys.dim() == 4 \
+        elif getattr(layer, "is_initialized", True) and layer.keys is not None and layer.keys.numel() \
                 and layer.keys.shape[-2] > length:
             layer.keys = layer.keys[..., :length, :]
             layer.values = layer.values[..., :length, :]

@@ -7,7 +7,7 @@ import torch
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer
 
 from harness.forward import ForwardTally, positions, prefix_visible, run_model
-from harness.kv_cache import cache_argument, cache_length, keep_tree_path, new_cache
+from harness.kv_cache import cache_argument, cache_length, crop_cache, keep_tree_path, new_cache
 from harness.tree import TokenTree, root_only
 
 
@@ -75,6 +75,23 @@ def test_keep_tree_path_leaves_the_cache_of_that_path(random_pair, path):
         continued = run_model(target, nxt, cache, positions(5 + len(path), 1, target.device), ForwardTally())
         full = torch.cat([prompt[0], tree.tokens[path], nxt[0]])[None]
         torch.testing.assert_close(continued.logits[0, -1], target.model(full).logits[0, -1], atol=1e-5, rtol=1e-5)
+
+
+def test_crop_leaves_a_layer_at_or_under_the_length_untouched(random_pair):
+    """An autoregressive step keeps everything it fed: its crop must not replace the layers' tensors (no op);
+    a longer layer is cut, and an empty cache (nothing fed yet) is left as it is."""
+    target, _ = random_pair
+    cache = new_cache(target.config)
+    crop_cache(cache, 3)  # nothing fed yet: no layer holds a tensor
+    with torch.no_grad():
+        run_model(target, torch.tensor([[3, 1, 4, 1, 5]]), cache, positions(0, 5, target.device), ForwardTally())
+    before = [(layer.keys, layer.values) for layer in cache.layers]
+    for length in (5, 9):
+        crop_cache(cache, length)
+        assert all(layer.keys is keys and layer.values is values
+                   for layer, (keys, values) in zip(cache.layers, before))
+    crop_cache(cache, 3)
+    assert cache_length(cache) == 3 and all(layer.keys.shape[-2] == 3 for layer in cache.layers)
 
 
 def test_forward_tally_counts_tokens_and_flops(random_pair):
