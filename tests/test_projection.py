@@ -11,7 +11,9 @@ import pytest
 import torch
 
 from harness.projection import (SHAPES, Latencies, drafting_seconds, eagle_step_latency, lyanna_depth_latency,
-                                project_speedups, random_llama, scaled_shape, target_latencies, wide_tree)
+                                project_speedups, random_llama, scaled_shape, target_latencies, timing_cache,
+                                wide_tree)
+from harness.static_cache import static_layers
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,6 +34,9 @@ def test_latencies_at_scaled_shapes():
     assert lyanna_depth_latency(model, top_k=4, prefix=32, repeats=2, timing="static") > 0
     with pytest.raises(ValueError, match="timing must be one of"):
         target_latencies(model, prefix=32, sizes=[1], repeats=1, timing="graphs")
+    assert static_layers(timing_cache(model.config, 8, torch.float32, torch.device("cpu"), "eager")) is None
+    for timing in ("static", "cuda_graphs"):  # cuda_graphs replays forwards on the same preallocated cache
+        assert len(static_layers(timing_cache(model.config, 8, torch.float32, torch.device("cpu"), timing))) == 1
 
 
 def test_cost_models_and_projection_by_hand(tmp_path):

@@ -32,47 +32,34 @@ from harness.projection import (SHAPES, TIMINGS, Latencies, eagle_step_latency, 
 
 
 def measure(args: argparse.Namespace, timings: list[str]) -> tuple[dict[str, Latencies], dict[str, str]]:
-    """Every timing's latencies, each random model built once for all of them; a timing that fails is left
-    out and reported (raised when it is the only one)."""
+    """Every timing's latencies, in the order named (CUDA graphs last by default, so that a capture that breaks
+    the process's CUDA state cannot cost the others), with both random models built once and kept for all of
+    them; a timing that fails is left out and reported (raised when it is the only one)."""
     dtype, device = resolve_dtype(args.dtype), args.device
     sizes = [int(size) for size in args.sizes.split(",")]
-    parts: dict[str, dict] = {timing: {} for timing in timings}
-    failed: dict[str, str] = {}
-
-    def for_each_timing(measure_one) -> None:
-        for timing in [timing for timing in timings if timing not in failed]:
-            try:
-                measure_one(timing)
-            except Exception as error:  # noqa: BLE001 - one timing's failure must not lose the others' tables
-                if len(timings) == 1:
-                    raise
-                failed[timing] = f"{type(error).__name__}: {error}"
-                print(f"{timing} timing FAILED ({failed[timing]}); the tables hold the other timings", flush=True)
-
-    def release() -> None:
+    draft_sizes = [size for size in sizes if size <= 16] or [1]
+    target = random_llama(scaled_shape(SHAPES["llama-3.1-8b"], args.scale), dtype, device)
+    draft = random_llama(scaled_shape(SHAPES["llama-3.2-1b"], args.scale), dtype, device)
+    billions = [sum(p.numel() for p in model.parameters()) / 1e9 for model in (target, draft)]
+    print(f"target {billions[0]:.2f}B and draft {billions[1]:.2f}B parameters, {args.dtype} on {device}, "
+          f"timings {', '.join(timings)}", flush=True)
+    measured, failed = {}, {}
+    for timing in timings:
+        try:
+            measured[timing] = Latencies(
+                target=target_latencies(target, args.prefix, sizes, args.repeats, timing),
+                draft_lm=target_latencies(draft, args.prefix, draft_sizes, args.repeats, timing),
+                eagle_step=eagle_step_latency(target, args.top_k, args.prefix, args.repeats, timing),
+                lyanna_depth=lyanna_depth_latency(target, args.top_k, args.prefix, args.repeats, timing),
+                top_k=args.top_k)
+        except Exception as error:  # noqa: BLE001 - one timing's failure must not lose the others' tables
+            if len(timings) == 1:
+                raise
+            failed[timing] = f"{type(error).__name__}: {error}"
+            print(f"{timing} timing FAILED ({failed[timing]}); the tables hold the other timings", flush=True)
         if device.startswith("cuda"):
             torch.cuda.empty_cache()
-
-    target = random_llama(scaled_shape(SHAPES["llama-3.1-8b"], args.scale), dtype, device)
-    print(f"target: {sum(p.numel() for p in target.parameters()) / 1e9:.2f}B parameters, {args.dtype} on {device}, "
-          f"timings {', '.join(timings)}", flush=True)
-
-    def target_parts(timing: str) -> None:
-        parts[timing]["target"] = target_latencies(target, args.prefix, sizes, args.repeats, timing)
-        parts[timing]["eagle_step"] = eagle_step_latency(target, args.top_k, args.prefix, args.repeats, timing)
-        parts[timing]["lyanna_depth"] = lyanna_depth_latency(target, args.top_k, args.prefix, args.repeats, timing)
-        release()
-
-    for_each_timing(target_parts)
-    del target
-    release()
-    draft = random_llama(scaled_shape(SHAPES["llama-3.2-1b"], args.scale), dtype, device)
-    draft_sizes = [size for size in sizes if size <= 16] or [1]
-    for_each_timing(lambda timing: parts[timing].update(
-        draft_lm=target_latencies(draft, args.prefix, draft_sizes, args.repeats, timing)))
-    del draft
-    release()
-    return {timing: Latencies(top_k=args.top_k, **parts[timing]) for timing in timings if timing not in failed}, failed
+    return measured, failed
 
 
 def plot(projection: pd.DataFrame, out_dir: Path, label: str) -> None:
