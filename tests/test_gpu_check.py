@@ -43,7 +43,8 @@ def test_gpu_check_runs_the_pipeline_without_snakemake(tmp_path):
     assert "outputs identical in 2/2 trials" in (tables / "ar_vs_generate_static.txt").read_text()
     assert "reference: static" in (tables / "ar_vs_generate_static_vs_static.txt").read_text()
     profile = pd.read_csv(tables / "ar_vs_generate_profile.csv").set_index("op")
-    assert profile.loc["(all)", "ours_calls"] > 0 and profile.loc["aten::mm", "generate_calls"] > 0
+    assert profile.loc["(all host ops)", "ours_calls"] > 0 and profile.loc["aten::mm", "generate_calls"] > 0
+    assert profile.loc["(wall)", "ours_self_cpu_us"] > profile.loc["(all host ops)", "ours_self_cpu_us"]
     static = pd.read_csv(tables / "summary_static.csv")  # the benchmark again with the switches (CUDA: graphs)
     assert sorted(static.variant) == sorted(summary.variant) and (static.tokens_per_s > 0).all()
     audit = pd.read_csv(tables / "host_sync.csv").set_index(["variant", "temperature"])

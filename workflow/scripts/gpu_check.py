@@ -140,6 +140,19 @@ class Check:
                     Path(log).write_text(printed.getvalue())
         self.step(name, outputs, run)
 
+    def records_command(self, name: str, records: list[str], arguments: list[str], outputs: list[str]) -> None:
+        """``python -m harness <arguments> <records>`` over bench records; while one is missing (its run failed,
+        softly) the step fails too, so that the rerun that redoes that run redoes this step as well instead of
+        keeping a table built without it."""
+        missing = [path for path in records if not Path(path).exists()]
+        if missing:
+            def fail() -> None:
+                raise SystemExit(f"step {name}: {len(missing)} of its records are missing (their runs failed), "
+                                 f"{missing[0]} first")
+            self.step(name, outputs, fail)
+            return
+        self.command(name, [arguments[0], *records, *arguments[1:]], outputs)
+
     def command(self, name: str, arguments: list[str], outputs: list[str]) -> None:
         """``python -m harness <arguments>``, run in this process (no interpreter start-up per step)."""
         def run() -> None:
@@ -246,9 +259,8 @@ def bench_engine_pass(check: Check, config: dict, label: str, engine: dict[str, 
     tables/summary_<label>.csv: item 1's figures as a serving engine would run the methods."""
     switched = merge(json.loads(json.dumps(config)), {"bench": {"engine": engine}})
     records, _ = bench_variants(check, switched, f"raw-{label}", f" ({label})")
-    present = [path for path in records if Path(path).exists()]
     summary = str(check.results / "tables" / f"summary_{label}.csv")
-    check.command(f"summary ({label})", ["summarize", *present, "--out", summary], [summary])
+    check.records_command(f"summary ({label})", records, ["summarize", "--out", summary], [summary])
 
 
 @dataclass(frozen=True)
@@ -283,18 +295,28 @@ def float32_lossless(check: Check, config: dict, extras: Extras, label: str, eng
         check.command(f"float32 {label} {variant}", ["run", *arguments, *engine, "--threads", str(check.threads),
                                                      "--no-progress", "--out", out_file], [out_file])
         records.append(out_file)
-    present = [path for path in records if Path(path).exists()]
     lossless = str(tables / f"lossless_float32_{label}.csv")
-    check.command(f"float32 lossless ({label})", ["divergence", *present, "--expect-identical", "--out", lossless],
-                  [lossless])
+    check.records_command(f"float32 lossless ({label})", records, ["divergence", "--expect-identical", "--out",
+                                                                   lossless], [lossless])
 
 
-def ar_vs_generate(check: Check, extras: Extras, model: list[str], label: str, arguments: list[str]) -> None:
+def ar_vs_generate(check: Check, extras: Extras, model: list[str], label: str, arguments: list[str],
+                   outputs: tuple[str, ...] = ()) -> None:
     """Our ar against model.generate() (bench_ar_vs_generate.py), its printout kept as ar_vs_generate_<label>.txt."""
     log = str(check.results / "tables" / f"ar_vs_generate_{label}.txt")
     check.tool(f"ar vs generate() ({label})", "bench_ar_vs_generate.py",
                ["--model", check.w("models/target"), *model, "--trials", str(extras.prompts),
-                "--new-tokens", str(extras.new_tokens), *arguments], [log], log)
+                "--new-tokens", str(extras.new_tokens), *arguments], [log, *outputs], log)
+
+
+def release_compiled() -> None:
+    """Drop what a compiling step left in this process (dynamo's caches and their CUDA-graph memory pools), so
+    that the next step starts as clean as the others."""
+    import torch
+
+    torch._dynamo.reset()
+    if torch.cuda.is_available():
+        torch.cuda.empty_cache()
 
 
 def run_extras(check: Check, config: dict, extras: Extras, greedy_records: list[str], drafters: list[str]) -> None:
@@ -311,11 +333,12 @@ def run_extras(check: Check, config: dict, extras: Extras, greedy_records: list[
                      GRAPHED if cuda else ["--engine", "kv_cache=static"])
     model = ["--device", device, "--dtype", dtype]
     static = ["--engine", "kv_cache=static"]
-    comparisons = [("eager", ["--profile-out", str(tables / "ar_vs_generate_profile.csv")]), ("static", static),
-                   ("static_vs_static", [*static, "--reference", "static"])]
+    comparisons = [("eager", []), ("static", static), ("static_vs_static", [*static, "--reference", "static"])]
     comparisons += [("graphs", GRAPHED)] if cuda else []
     for label, arguments in comparisons:
         ar_vs_generate(check, extras, model, label, arguments)
+    profile = str(tables / "ar_vs_generate_profile.csv")  # a step of its own: a profiler failure loses only this
+    ar_vs_generate(check, extras, model, "profile", ["--profile-out", profile], (profile,))
     models = ["--target", w("models/target"), "--draft", w("models/draft")]
     models += [item for name in ("eagle", "lyanna") if name in drafters for item in (f"--{name}", w(f"drafters/{name}"))]
 
@@ -335,6 +358,7 @@ def run_extras(check: Check, config: dict, extras: Extras, greedy_records: list[
         bench_engine_pass(check, config, "static", {"kv_cache": "static"})
     if cuda and extras.compile:  # last: compiling takes the longest, so a check cut off by time loses only this
         ar_vs_generate(check, extras, model, "graphs_vs_compiled", [*GRAPHED, "--reference", "compiled"])
+        release_compiled()
         overheads("overheads_compile", ["--settings", "eager,compile"])
     check.soft = False
 
