@@ -77,3 +77,21 @@ def test_soft_steps_report_failures_and_let_the_rest_run(tmp_path):
     assert check.failed == {"soft": "RuntimeError: no CUDA graph today"} and (tmp_path / "c").read_text() == "ran"
     # what the failed step wrote is kept aside, so a rerun runs it again rather than skipping it
     assert not (tmp_path / "b").exists() and (tmp_path / "b.failed").read_text() == "partial table"
+
+
+def test_a_table_over_records_waits_for_all_of_them(tmp_path):
+    """A table built over bench records (a summary, a lossless check) fails while one of its records is missing
+    (its run failed, softly), so a rerun that redoes that run rebuilds the table instead of keeping a partial one."""
+    gpu_check = runpy.run_path(str(ROOT / "workflow" / "scripts" / "gpu_check.py"), run_name="gpu_check_module")
+    check = gpu_check["Check"]({}, tmp_path, threads=1)
+    check.soft = True
+    records = [str(tmp_path / "ar.jsonl"), str(tmp_path / "sd.jsonl")]
+    (tmp_path / "ar.jsonl").write_text("{}\n")
+    table = str(tmp_path / "summary.csv")
+    check.records_command("summary", records, ["summarize", "--out", table], [table])
+    assert "summary" in check.failed and "sd.jsonl" in check.failed["summary"] and not Path(table).exists()
+    ran = []
+    check.command = lambda name, arguments, outputs: ran.append(arguments)  # the harness command it would run
+    (tmp_path / "sd.jsonl").write_text("{}\n")
+    check.records_command("summary", records, ["summarize", "--out", table], [table])
+    assert ran == [["summarize", *records, "--out", table]]
