@@ -10,6 +10,8 @@ import pandas as pd
 import pytest
 import yaml
 
+from harness.pipeline_steps import Check
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -25,14 +27,23 @@ def test_gpu_check_runs_the_pipeline_without_snakemake(tmp_path):
     }))
     args = [sys.executable, "workflow/scripts/gpu_check.py", "--out", str(tmp_path / "check"), "--device", "cpu",
             "--threads", "2", "--extra-prompts", "2", "--extra-tokens", "16", "--config", "workflow/config/default.yaml", "workflow/config/smoke.yaml", str(trim)]
+    results = tmp_path / "check" / "results"
+    tables = results / "tables"
+    # first only two parts (what a GPU session short of time runs), then the whole check into the same folder
+    part = subprocess.run([*args, "--only", "host_sync,ar_vs_generate"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=600)
+    assert part.returncode == 0, part.stdout[-3000:] + part.stderr[-3000:]
+    assert sorted(path.name for path in tables.iterdir()) == [
+        "ar_vs_generate_eager.txt", "ar_vs_generate_profile.csv", "ar_vs_generate_profile.txt",
+        "ar_vs_generate_static.txt", "ar_vs_generate_static_vs_static.txt", "host_sync.csv"]
+    assert not (results / "report.md").exists() and not (results / "raw").exists()
     result = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    results = tmp_path / "check" / "results"
+    assert "[run ] train target" not in result.stdout and "[run ] host-sync audit" not in result.stdout
     summary = pd.read_csv(results / "tables" / "summary.csv")
     assert sorted(summary.variant) == ["ar", "eagle", "lyanna", "sd", "tree_sd_sequoia"]
     assert (results / "figures" / "speedup.png").stat().st_size > 10_000
     assert "| eagle | stdlib_code | 0 |" in (results / "report.md").read_text()
-    tables = results / "tables"
     for engine in ("eager", "static"):  # on CUDA: eager and graphs
         lossless = pd.read_csv(tables / f"lossless_float32_{engine}.csv")
         assert sorted(lossless.variant) == ["eagle", "lyanna", "sd", "tree_sd_sequoia"] and lossless.diverged.sum() == 0
@@ -50,7 +61,9 @@ def test_gpu_check_runs_the_pipeline_without_snakemake(tmp_path):
     audit = pd.read_csv(tables / "host_sync.csv").set_index(["variant", "temperature"])
     assert audit.loc[("ar", 0.0), "reads_per_step"] == 1.0
     steps = json.loads((tmp_path / "check" / "step_seconds.json").read_text())
-    assert {"train target", "train drafter lyanna", "bench eagle stdlib_code t0", "report"} <= set(steps)
+    # every step's seconds, from the run that ran it
+    assert {"train target", "train drafter lyanna", "host-sync audit", "bench eagle stdlib_code t0", "report"} <= \
+        set(steps)
     again = subprocess.run(args, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "[run ]" not in again.stdout  # every step's outputs exist: nothing reruns
 
@@ -58,8 +71,7 @@ def test_gpu_check_runs_the_pipeline_without_snakemake(tmp_path):
 def test_soft_steps_report_failures_and_let_the_rest_run(tmp_path):
     """After the report, gpu_check's measurement steps are soft: one that fails is recorded, the next still runs;
     before it, a failure stops the check."""
-    gpu_check = runpy.run_path(str(ROOT / "workflow" / "scripts" / "gpu_check.py"), run_name="gpu_check_module")
-    check = gpu_check["Check"]({}, tmp_path, threads=1)
+    check = Check({}, tmp_path, threads=1, scripts=ROOT / "workflow" / "scripts")
 
     def fail() -> None:
         raise RuntimeError("no CUDA graph today")
@@ -82,8 +94,7 @@ def test_soft_steps_report_failures_and_let_the_rest_run(tmp_path):
 def test_a_table_over_records_waits_for_all_of_them(tmp_path):
     """A table built over bench records (a summary, a lossless check) fails while one of its records is missing
     (its run failed, softly), so a rerun that redoes that run rebuilds the table instead of keeping a partial one."""
-    gpu_check = runpy.run_path(str(ROOT / "workflow" / "scripts" / "gpu_check.py"), run_name="gpu_check_module")
-    check = gpu_check["Check"]({}, tmp_path, threads=1)
+    check = Check({}, tmp_path, threads=1, scripts=ROOT / "workflow" / "scripts")
     check.soft = True
     records = [str(tmp_path / "ar.jsonl"), str(tmp_path / "sd.jsonl")]
     (tmp_path / "ar.jsonl").write_text("{}\n")
@@ -95,3 +106,17 @@ def test_a_table_over_records_waits_for_all_of_them(tmp_path):
     (tmp_path / "sd.jsonl").write_text("{}\n")
     check.records_command("summary", records, ["summarize", "--out", table], [table])
     assert ran == [["summarize", *records, "--out", table]]
+
+
+def test_only_names_parts_of_the_check_and_step_seconds_add_up_over_resumed_runs():
+    gpu_check = runpy.run_path(str(ROOT / "workflow" / "scripts" / "gpu_check.py"), run_name="gpu_check_module")
+    parse_groups, merge_step_seconds = gpu_check["parse_groups"], gpu_check["merge_step_seconds"]
+    assert parse_groups("") == frozenset(gpu_check["GROUPS"])
+    assert parse_groups(" overheads, ar_vs_generate ,") == {"overheads", "ar_vs_generate"}
+    with pytest.raises(ValueError, match="no part 'overhead'.*overheads"):
+        parse_groups("overhead")
+    first = merge_step_seconds({}, {"train target": 90.0, "overheads": 1.0}, 100.0)
+    assert first == {"train target": 90.0, "overheads": 1.0, "total": 100.0}
+    # a resumed run skipped training and reran the overheads: the latter's seconds are the new run's
+    assert merge_step_seconds(first, {"overheads": 200.0}, 210.0) == {"train target": 90.0, "overheads": 200.0,
+                                                                       "total": 310.0}

@@ -24,22 +24,22 @@ decoding step), summary_graphs.csv (the whole benchmark again on static caches +
 summary_static.csv, static caches) and, last, overheads_compile.csv (torch.compile against eager). These steps are soft: one that fails is
 reported (failed_steps.json, exit status 1) and the others still run; what a failed step wrote is renamed
 *.failed, so a rerun runs it again. --extra-prompts 0 skips them.
+
+--only PART[,PART] runs only some parts after training the zoo (which all need): bench (the benchmark up to
+the report, and divergence), lossless, ar_vs_generate, overheads, host_sync, engine_pass. A session with
+little GPU time left runs the parts it still owes, into the same --out, say
+
+    python workflow/scripts/gpu_check.py --out /tmp/gpu_check --no-compile --only ar_vs_generate,overheads
 """
 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
-import runpy
 import sys
 import time
-import traceback
-from pathlib import Path
 from dataclasses import dataclass
-from types import SimpleNamespace
-from typing import Any
+from pathlib import Path
 
 import yaml
 
@@ -47,124 +47,33 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from harness import workflow_plan as plan  # noqa: E402
-from harness.cli import main as harness_cli  # noqa: E402
+from harness.pipeline_steps import Check, merge  # noqa: E402
 
 SCRIPTS = ROOT / "workflow" / "scripts"
 NEEDS_DRAFT_LM, NEEDS_DRAFTER = plan.NEEDS_DRAFT_LM, plan.NEEDS_DRAFTER
+GROUPS = {  # --only: the parts of the check after training the zoo (which every part needs)
+    "bench": "every method at every temperature, summary, figures, report; bf16 divergence from ar",
+    "lossless": "every method in float32 against ar, eager and graphed (CPU: static caches)",
+    "ar_vs_generate": "our ar against model.generate(), the op profile (compile: against its compiled cache)",
+    "overheads": "each overhead switch against its absence, every method (compile: torch.compile too)",
+    "host_sync": "host synchronisations per decoding step",
+    "engine_pass": "the benchmark again on static caches + CUDA graphs (CPU: static caches)",
+}
 
 
-class NamedValues(list):
-    """A list whose items also have names, like the `snakemake.input/output/params` a rule script reads."""
-
-    def __init__(self, items: dict[str, Any] | list[Any]) -> None:
-        named = items if isinstance(items, dict) else {}
-        super().__init__(named.values() if named else items)
-        self._names = dict(named)
-        for name, value in named.items():  # instance attributes, so that `output.index` is not list.index
-            setattr(self, name, value)
-
-    def keys(self):
-        return self._names.keys()
-
-    def get(self, name: str, default: Any = None) -> Any:
-        return self._names.get(name, default)
+def parse_groups(text: str) -> frozenset[str]:
+    """``--only``'s comma-separated parts of the check (empty: all of them)."""
+    names = [name.strip() for name in text.split(",") if name.strip()]
+    unknown = [name for name in names if name not in GROUPS]
+    if unknown:
+        raise ValueError(f"--only: no part {unknown[0]!r}; the parts are {', '.join(GROUPS)}")
+    return frozenset(names or GROUPS)
 
 
-def merge(base: dict, update: dict) -> dict:
-    """Deep merge, as Snakemake merges config files."""
-    for key, value in update.items():
-        base[key] = merge(dict(base[key]), value) if isinstance(value, dict) and isinstance(base.get(key), dict) \
-            else value
-    return base
-
-
-class Check:
-    def __init__(self, config: dict, out: Path, threads: int) -> None:
-        self.config, self.threads = config, threads
-        self.work, self.results = out / "work", out / "results"
-        self.seconds: dict[str, float] = {}
-        self.failed: dict[str, str] = {}  # soft steps that raised: name -> error
-        self.soft = False  # while True, a failing step is recorded and the check goes on
-
-    def w(self, path: str) -> str:
-        return str(self.work / path)
-
-    def step(self, name: str, outputs: list[str], action) -> None:
-        if all(Path(path).exists() for path in outputs):
-            print(f"[skip] {name}: outputs exist")
-            return
-        for path in outputs:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
-        print(f"[run ] {name}", flush=True)
-        started = time.perf_counter()
-        try:
-            action()
-        except (Exception, SystemExit) as error:  # noqa: BLE001 - a soft step's failure must not stop the others
-            if not self.soft:
-                raise
-            traceback.print_exc()
-            self.failed[name] = f"{type(error).__name__}: {error}"
-            print(f"[FAIL] {name}: {self.failed[name]}", flush=True)
-            for path in map(Path, outputs):  # kept as evidence, out of the way: a rerun runs the step again
-                if path.is_file():
-                    path.replace(path.with_name(path.name + ".failed"))
-            return
-        finally:
-            self.seconds[name] = time.perf_counter() - started
-        missing = [path for path in outputs if not Path(path).exists()]
-        if missing:
-            raise SystemExit(f"step {name} did not write {missing[0]}")
-
-    def script(self, name: str, script: str, inputs: dict, outputs: dict | list, params: dict | None = None,
-               wildcards: dict | None = None) -> None:
-        namespace = SimpleNamespace(input=NamedValues(inputs), output=NamedValues(outputs),
-                                    params=NamedValues(params or {}), threads=self.threads,
-                                    wildcards=NamedValues(wildcards or {}))
-        paths = list(outputs.values()) if isinstance(outputs, dict) else list(outputs)
-        self.step(name, paths, lambda: runpy.run_path(str(SCRIPTS / script), init_globals={"snakemake": namespace},
-                                                      run_name="__main__"))
-
-    def tool(self, name: str, script: str, arguments: list[str], outputs: list[str], log: str | None = None) -> None:
-        """A benchmark/audit script under workflow/scripts, run in this process; its printed table is also kept
-        in ``log``."""
-        def run() -> None:
-            printed, argv = io.StringIO(), sys.argv
-            sys.argv = [str(SCRIPTS / script), *arguments]
-            try:
-                with contextlib.redirect_stdout(printed):
-                    runpy.run_path(str(SCRIPTS / script), run_name="__main__")
-            finally:  # what it printed is kept even when it fails (a table with a failed row, say)
-                sys.argv = argv
-                print(printed.getvalue(), flush=True)
-                if log:
-                    Path(log).write_text(printed.getvalue())
-        self.step(name, outputs, run)
-
-    def records_command(self, name: str, records: list[str], arguments: list[str], outputs: list[str]) -> None:
-        """``python -m harness <arguments> <records>`` over bench records; while one is missing (its run failed,
-        softly) the step fails too, so that the rerun that redoes that run redoes this step as well instead of
-        keeping a table built without it."""
-        missing = [path for path in records if not Path(path).exists()]
-        if missing:
-            def fail() -> None:
-                raise SystemExit(f"step {name}: {len(missing)} of its records are missing (their runs failed), "
-                                 f"{missing[0]} first")
-            self.step(name, outputs, fail)
-            return
-        self.command(name, [arguments[0], *records, *arguments[1:]], outputs)
-
-    def command(self, name: str, arguments: list[str], outputs: list[str]) -> None:
-        """``python -m harness <arguments>``, run in this process (no interpreter start-up per step)."""
-        def run() -> None:
-            code = harness_cli(arguments)
-            if code:
-                raise SystemExit(f"step {name}: `python -m harness {' '.join(arguments)}` exited with {code}")
-
-        self.step(name, outputs, run)
-
-
-def run_check(config: dict, out: Path, threads: int, extras: Extras) -> Check:
-    check = Check(config, out, threads)
+def run_check(config: dict, out: Path, threads: int, extras: Extras, groups: frozenset[str] = frozenset(GROUPS)) \
+        -> Check:
+    """Train the zoo, then run the ``groups`` (see GROUPS) of the check; steps whose outputs exist are skipped."""
+    check = Check(config, out, threads, SCRIPTS)
     w, device = check.w, str(config["bench"].get("device", "cpu"))
     dtype = config["bench"].get("dtype", "float32")
     corpus = {"train": w("data/corpus/train.jsonl"), "heldout": w("data/corpus/heldout.jsonl"),
@@ -192,7 +101,7 @@ def run_check(config: dict, out: Path, threads: int, extras: Extras) -> Check:
     trees = {(t, str(options.get("tree_budget", "auto"))) for v in variants
              for options in [config["bench"]["methods"][v]] if options.get("tree_file") == "auto"
              for t in plan.temperature_names(config)}
-    if trees:
+    if trees and groups & {"bench", "lossless", "engine_pass"}:  # the runs of a sequoia-tree variant read it
         models = {"target": w("models/target"), "draft": w("models/draft")}
         check.script("measure latency", "measure_latency.py", models, [w("tree/latency.json")],
                      {"tree": config["tree_search"], "device": device, "dtype": dtype})
@@ -215,6 +124,15 @@ def run_check(config: dict, out: Path, threads: int, extras: Extras) -> Check:
             "--checkpoint", w(f"checkpoints/drafter-{drafter}.pt"), "--threads", str(threads), "--no-progress",
             "--out", w(f"drafters/{drafter}"), "--metrics", w(f"metrics/drafter-{drafter}.json")],
             [w(f"drafters/{drafter}")])
+    greedy_records = bench_and_report(check, config, drafters) if "bench" in groups else []
+    if extras.prompts:
+        run_extras(check, config, extras, greedy_records, drafters, groups)
+    return check
+
+
+def bench_and_report(check: Check, config: dict, drafters: list[str]) -> list[str]:
+    """Every variant at every temperature, then the summary, figures and report; returns the greedy records."""
+    w = check.w
     records, greedy_records = bench_variants(check, config, "raw", "")
     tables = check.results / "tables"
     summary, depth = str(tables / "summary.csv"), str(tables / "depth_acceptance.csv")
@@ -227,9 +145,7 @@ def run_check(config: dict, out: Path, threads: int, extras: Extras) -> Check:
     report = str(check.results / "report.md")
     check.command("report", ["report", *records, "--summary", summary, "--figures", str(figures), "--metrics",
                              *metrics, "--main", main, "--out", report], [report])
-    if extras.prompts:
-        run_extras(check, config, extras, greedy_records, drafters)
-    return check
+    return greedy_records
 
 
 def bench_variants(check: Check, config: dict, raw: str, label: str) -> tuple[list[str], list[str]]:
@@ -319,26 +235,16 @@ def release_compiled() -> None:
         torch.cuda.empty_cache()
 
 
-def run_extras(check: Check, config: dict, extras: Extras, greedy_records: list[str], drafters: list[str]) -> None:
+def run_extras(check: Check, config: dict, extras: Extras, greedy_records: list[str], drafters: list[str],
+               groups: frozenset[str] = frozenset(GROUPS)) -> None:
     """bf16 divergence from ar, float32 lossless (eager and, on CUDA, graphed), ar vs generate(), the overhead
-    switches, the host-sync audit. Each is a soft step: a failure is reported at the end, the rest still run."""
+    switches, the host-sync audit, the benchmark on the switches: those of ``groups``. Each is a soft step: a
+    failure is reported at the end, the rest still run."""
     w, tables = check.w, check.results / "tables"
     device, dtype = str(config["bench"].get("device", "cpu")), config["bench"].get("dtype", "float32")
     cuda = device.startswith("cuda")
-    check.soft = True
-    check.command("divergence", ["divergence", *greedy_records, "--out", str(tables / "divergence.csv")],
-                  [str(tables / "divergence.csv")])
-    float32_lossless(check, config, extras, "eager", [])
-    float32_lossless(check, config, extras, "graphs" if cuda else "static",
-                     GRAPHED if cuda else ["--engine", "kv_cache=static"])
+    compile_too = cuda and extras.compile
     model = ["--device", device, "--dtype", dtype]
-    static = ["--engine", "kv_cache=static"]
-    comparisons = [("eager", []), ("static", static), ("static_vs_static", [*static, "--reference", "static"])]
-    comparisons += [("graphs", GRAPHED)] if cuda else []
-    for label, arguments in comparisons:
-        ar_vs_generate(check, extras, model, label, arguments)
-    profile = str(tables / "ar_vs_generate_profile.csv")  # a step of its own: a profiler failure loses only this
-    ar_vs_generate(check, extras, model, "profile", ["--profile-out", profile], (profile,))
     models = ["--target", w("models/target"), "--draft", w("models/draft")]
     models += [item for name in ("eagle", "lyanna") if name in drafters for item in (f"--{name}", w(f"drafters/{name}"))]
 
@@ -348,19 +254,44 @@ def run_extras(check: Check, config: dict, extras: Extras, greedy_records: list[
                     "--max-new-tokens", str(extras.new_tokens), "--no-progress", *settings,
                     "--out", str(tables / f"{name}.csv")], [str(tables / f"{name}.csv")], str(tables / f"{name}.txt"))
 
-    overheads("overheads", ["--settings", extras.overhead_settings] if extras.overhead_settings else [])
-    check.tool("host-sync audit", "audit_host_sync.py",
-               [*models, *model, "--kv-cache", "static", "--max-new-tokens", str(min(extras.new_tokens, 64)),
-                "--out", str(tables / "host_sync.csv")], [str(tables / "host_sync.csv")])
-    if cuda:
-        bench_engine_pass(check, config, "graphs", {"kv_cache": "static", "cuda_graphs": "on"})
-    else:  # the same pass, with what a CPU has (a static cache), so that it is tested
-        bench_engine_pass(check, config, "static", {"kv_cache": "static"})
-    if cuda and extras.compile:  # last: compiling takes the longest, so a check cut off by time loses only this
+    check.soft = True
+    if "bench" in groups:
+        check.command("divergence", ["divergence", *greedy_records, "--out", str(tables / "divergence.csv")],
+                      [str(tables / "divergence.csv")])
+    if "lossless" in groups:
+        float32_lossless(check, config, extras, "eager", [])
+        float32_lossless(check, config, extras, "graphs" if cuda else "static",
+                         GRAPHED if cuda else ["--engine", "kv_cache=static"])
+    if "ar_vs_generate" in groups:
+        static = ["--engine", "kv_cache=static"]
+        comparisons = [("eager", []), ("static", static), ("static_vs_static", [*static, "--reference", "static"])]
+        for label, arguments in comparisons + ([("graphs", GRAPHED)] if cuda else []):
+            ar_vs_generate(check, extras, model, label, arguments)
+        profile = str(tables / "ar_vs_generate_profile.csv")  # a step of its own: a profiler failure loses only this
+        ar_vs_generate(check, extras, model, "profile", ["--profile-out", profile], (profile,))
+    if "overheads" in groups:
+        overheads("overheads", ["--settings", extras.overhead_settings] if extras.overhead_settings else [])
+    if "host_sync" in groups:
+        check.tool("host-sync audit", "audit_host_sync.py",
+                   [*models, *model, "--kv-cache", "static", "--max-new-tokens", str(min(extras.new_tokens, 64)),
+                    "--out", str(tables / "host_sync.csv")], [str(tables / "host_sync.csv")])
+    if "engine_pass" in groups:  # on CPU the same pass with what a CPU has (a static cache), so that it is tested
+        bench_engine_pass(check, config, "graphs" if cuda else "static",
+                          {"kv_cache": "static", "cuda_graphs": "on"} if cuda else {"kv_cache": "static"})
+    # last, the compiled measurements: compiling takes the longest, so a check cut off by time loses only these
+    if compile_too and "ar_vs_generate" in groups:
         ar_vs_generate(check, extras, model, "graphs_vs_compiled", [*GRAPHED, "--reference", "compiled"])
         release_compiled()
+    if compile_too and "overheads" in groups:
         overheads("overheads_compile", ["--settings", "eager,compile"])
     check.soft = False
+
+
+def merge_step_seconds(earlier: dict[str, float], ran: dict[str, float], total: float) -> dict[str, float]:
+    """step_seconds.json after a run into a folder that has one: each step's seconds from the run that last ran
+    it (a resumed check skips finished steps), "total" summed over the runs."""
+    steps = {name: value for name, value in earlier.items() if name != "total"}
+    return {**steps, **ran, "total": earlier.get("total", 0.0) + total}
 
 
 def main() -> None:
@@ -380,7 +311,14 @@ def main() -> None:
                         help="bench_overheads.py --settings (default: eager,static_cache and on CUDA "
                              "graphs_verify,cuda_graphs)")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile measurement (CUDA)")
+    parser.add_argument("--only", default="", metavar="PART[,PART]",
+                        help="run only these parts after training the zoo (default: all): " +
+                             "; ".join(f"{name}: {what}" for name, what in GROUPS.items()))
     args = parser.parse_args()
+    try:
+        groups = parse_groups(args.only)
+    except ValueError as error:
+        parser.error(str(error))
     config: dict = {}
     for path in args.config:
         if not path.is_file():
@@ -391,11 +329,14 @@ def main() -> None:
             config["bench"][key] = value
     started = time.perf_counter()
     check = run_check(config, args.out, args.threads,
-                      Extras(args.extra_prompts, args.extra_tokens, args.overhead_settings, not args.no_compile))
+                      Extras(args.extra_prompts, args.extra_tokens, args.overhead_settings, not args.no_compile),
+                      groups)
     total = time.perf_counter() - started
     print(json.dumps({name: round(value, 1) for name, value in check.seconds.items()}, indent=1))
     print(f"gpu_check: {total:.0f} s in all; report: {args.out / 'results' / 'report.md'}")
-    (args.out / "step_seconds.json").write_text(json.dumps({**check.seconds, "total": total}, indent=1) + "\n")
+    seconds_file = args.out / "step_seconds.json"
+    earlier = json.loads(seconds_file.read_text()) if seconds_file.is_file() else {}
+    seconds_file.write_text(json.dumps(merge_step_seconds(earlier, check.seconds, total), indent=1) + "\n")
     (args.out / "failed_steps.json").unlink(missing_ok=True)  # an earlier run's, whose steps ran again
     if check.failed:
         (args.out / "failed_steps.json").write_text(json.dumps(check.failed, indent=1) + "\n")
