@@ -4,20 +4,24 @@ A step names its outputs and is skipped when they all exist, so a killed run res
 workflow/scripts run with the ``snakemake`` object their rule would give them (``Check.script``), benchmark
 scripts with a command line (``Check.tool``), ``python -m harness`` commands in this process
 (``Check.command``). While ``Check.soft`` is set, a step that fails is recorded and the run goes on.
+``StepLedger`` keeps each step's seconds and the failed steps in the output folder over resumed runs.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
+import json
 import runpy
 import sys
 import time
 import traceback
 from pathlib import Path
+from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+from harness.atomic import atomic_path
 from harness.cli import main as harness_cli
 
 
@@ -49,8 +53,9 @@ def merge(base: dict, update: dict) -> dict:
 class Check:
     """The steps of one run under ``out`` (work/ and results/), with the seconds each took and the soft failures."""
 
-    def __init__(self, config: dict, out: Path, threads: int, scripts: Path) -> None:
-        self.config, self.threads, self.scripts = config, threads, scripts
+    def __init__(self, config: dict, out: Path, threads: int, scripts: Path,
+                 after_step: Callable[[Check], object] | None = None) -> None:
+        self.config, self.threads, self.scripts, self.after_step = config, threads, scripts, after_step
         self.work, self.results = out / "work", out / "results"
         self.seconds: dict[str, float] = {}
         self.failed: dict[str, str] = {}  # soft steps that raised: name -> error
@@ -81,6 +86,8 @@ class Check:
             return
         finally:
             self.seconds[name] = time.perf_counter() - started
+            if self.after_step is not None:  # also after a failure, and before the next step can be cut off
+                self.after_step(self)
         missing = [path for path in outputs if not Path(path).exists()]
         if missing:
             raise SystemExit(f"step {name} did not write {missing[0]}")
@@ -131,3 +138,52 @@ class Check:
                 raise SystemExit(f"step {name}: `python -m harness {' '.join(arguments)}` exited with {code}")
 
         self.step(name, outputs, run)
+
+
+def merge_step_seconds(earlier: dict[str, float], ran: dict[str, float], seconds: float) -> dict[str, float]:
+    """Step seconds after a run into a folder that has some: each step's from the run that last ran it (a resumed
+    run skips finished steps); "total" adds this run's ``seconds`` so far to the earlier runs' total."""
+    steps = {name: value for name, value in earlier.items() if name != "total"}
+    return {**steps, **ran, "total": earlier.get("total", 0.0) + seconds}
+
+
+def merge_failures(earlier: dict[str, str], attempted: dict[str, float], failed: dict[str, str]) -> dict[str, str]:
+    """Failed steps after a run: earlier failures of steps this run did not attempt (still owed: a run of some
+    parts only, say), and this run's own."""
+    return {**{name: error for name, error in earlier.items() if name not in attempted}, **failed}
+
+
+def read_json_object(path: Path) -> dict:
+    """The JSON object in ``path``; empty when there is none or it is unreadable (a run killed while writing)."""
+    try:
+        value = json.loads(path.read_text())
+    except (OSError, json.JSONDecodeError):
+        return {}
+    return value if isinstance(value, dict) else {}
+
+
+class StepLedger:
+    """``step_seconds.json`` and ``failed_steps.json`` of a run's output folder, over resumed runs: written after
+    every step (``Check(after_step=ledger.write)``), so a run cut off by a time limit leaves what it did."""
+
+    def __init__(self, out: Path) -> None:
+        self.seconds_file, self.failed_file = out / "step_seconds.json", out / "failed_steps.json"
+        self.earlier_seconds = read_json_object(self.seconds_file)
+        self.earlier_failed = read_json_object(self.failed_file)
+        self.started = time.perf_counter()
+
+    def write(self, check: Check) -> dict[str, str]:
+        """Write both files as of now; return the failed steps (earlier ones still owed included)."""
+        seconds = merge_step_seconds(self.earlier_seconds, check.seconds, time.perf_counter() - self.started)
+        failed = merge_failures(self.earlier_failed, check.seconds, check.failed)
+        _write_json(self.seconds_file, seconds)
+        if failed:
+            _write_json(self.failed_file, failed)
+        else:
+            self.failed_file.unlink(missing_ok=True)
+        return failed
+
+
+def _write_json(path: Path, value: dict) -> None:
+    with atomic_path(path) as partial:
+        partial.write_text(json.dumps(value, indent=1) + "\n")

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from harness.pipeline_steps import Check
+from harness.pipeline_steps import Check, StepLedger, read_json_object
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -108,15 +108,47 @@ def test_a_table_over_records_waits_for_all_of_them(tmp_path):
     assert ran == [["summarize", *records, "--out", table]]
 
 
-def test_only_names_parts_of_the_check_and_step_seconds_add_up_over_resumed_runs():
+def test_only_names_parts_of_the_check():
     gpu_check = runpy.run_path(str(ROOT / "workflow" / "scripts" / "gpu_check.py"), run_name="gpu_check_module")
-    parse_groups, merge_step_seconds = gpu_check["parse_groups"], gpu_check["merge_step_seconds"]
-    assert parse_groups("") == frozenset(gpu_check["GROUPS"])
-    assert parse_groups(" overheads, ar_vs_generate ,") == {"overheads", "ar_vs_generate"}
-    with pytest.raises(ValueError, match="no part 'overhead'.*overheads"):
-        parse_groups("overhead")
-    first = merge_step_seconds({}, {"train target": 90.0, "overheads": 1.0}, 100.0)
-    assert first == {"train target": 90.0, "overheads": 1.0, "total": 100.0}
-    # a resumed run skipped training and reran the overheads: the latter's seconds are the new run's
-    assert merge_step_seconds(first, {"overheads": 200.0}, 210.0) == {"train target": 90.0, "overheads": 200.0,
-                                                                       "total": 310.0}
+    parse_groups = gpu_check["parse_groups"]
+    assert parse_groups(None, 4) == frozenset(gpu_check["GROUPS"])
+    assert parse_groups(" overheads, ar_vs_generate ,overheads", 4) == {"overheads", "ar_vs_generate"}
+    assert parse_groups("bench", 0) == {"bench"}
+    for text, error in (("overhead,Bench", "no part 'overhead', 'Bench'.*overheads"), (" , ", "names no part"),
+                        ("", "names no part")):
+        with pytest.raises(ValueError, match=error):
+            parse_groups(text, 4)
+    with pytest.raises(ValueError, match="only bench would run"):  # the checks after the report are off
+        parse_groups("bench,host_sync", 0)
+
+
+def test_the_step_ledger_keeps_seconds_and_owed_failures_over_resumed_runs(tmp_path):
+    """step_seconds.json and failed_steps.json are rewritten after every step, over earlier runs' files: a run cut
+    off by a time limit leaves what it did, and a run of some parts only does not forget failures it did not retry."""
+    ledger = StepLedger(tmp_path)
+    check = Check({}, tmp_path, threads=1, scripts=ROOT / "workflow" / "scripts", after_step=ledger.write)
+    check.soft = True
+    check.step("train target", [str(tmp_path / "model")], lambda: (tmp_path / "model").write_text("weights"))
+    assert set(json.loads((tmp_path / "step_seconds.json").read_text())) == {"train target", "total"}
+
+    def fail() -> None:
+        raise RuntimeError("capture failed")
+
+    check.step("overheads", [str(tmp_path / "overheads.csv")], fail)
+    check.step("host-sync audit", [str(tmp_path / "host_sync.csv")], fail)
+    assert set(json.loads((tmp_path / "failed_steps.json").read_text())) == {"overheads", "host-sync audit"}
+    first_total = json.loads((tmp_path / "step_seconds.json").read_text())["total"]
+    # a later run of one part: the audit now works, the overheads were not retried and are still owed
+    (tmp_path / "step_seconds.json").write_text(json.dumps({"train target": 90.0, "overheads": 1.0,
+                                                            "host-sync audit": 1.0, "total": 100.0}))
+    again = StepLedger(tmp_path)
+    rerun = Check({}, tmp_path, threads=1, scripts=ROOT / "workflow" / "scripts", after_step=again.write)
+    rerun.step("train target", [str(tmp_path / "model")], fail)  # outputs exist: skipped, not timed
+    rerun.step("host-sync audit", [str(tmp_path / "host_sync.csv")], lambda: (tmp_path / "host_sync.csv").touch())
+    failed = again.write(rerun)
+    assert failed == {"overheads": "RuntimeError: capture failed"} and first_total < 100.0
+    seconds = json.loads((tmp_path / "step_seconds.json").read_text())
+    assert seconds["train target"] == 90.0 and seconds["overheads"] == 1.0 and seconds["host-sync audit"] < 1.0
+    assert 100.0 <= seconds["total"] < 110.0
+    (tmp_path / "step_seconds.json").write_text('{"total": 3')  # cut off while writing: read as empty, not fatal
+    assert read_json_object(tmp_path / "step_seconds.json") == {}

@@ -23,7 +23,8 @@ overhead switch against its absence, every method, interleaved), host_sync.csv (
 decoding step), summary_graphs.csv (the whole benchmark again on static caches + CUDA graphs; on CPU:
 summary_static.csv, static caches) and, last, overheads_compile.csv (torch.compile against eager). These steps are soft: one that fails is
 reported (failed_steps.json, exit status 1) and the others still run; what a failed step wrote is renamed
-*.failed, so a rerun runs it again. --extra-prompts 0 skips them.
+*.failed, so a rerun runs it again. --extra-prompts 0 skips them. step_seconds.json and failed_steps.json are
+rewritten after every step and kept over resumed runs (a failure stays listed until its step runs again).
 
 --only PART[,PART] runs only some parts after training the zoo (which all need): bench (the benchmark up to
 the report, and divergence), lossless, ar_vs_generate, overheads, host_sync, engine_pass. A session with
@@ -38,6 +39,7 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -47,33 +49,43 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from harness import workflow_plan as plan  # noqa: E402
-from harness.pipeline_steps import Check, merge  # noqa: E402
+from harness.pipeline_steps import Check, StepLedger, merge  # noqa: E402
 
 SCRIPTS = ROOT / "workflow" / "scripts"
 NEEDS_DRAFT_LM, NEEDS_DRAFTER = plan.NEEDS_DRAFT_LM, plan.NEEDS_DRAFTER
 GROUPS = {  # --only: the parts of the check after training the zoo (which every part needs)
     "bench": "every method at every temperature, summary, figures, report; bf16 divergence from ar",
-    "lossless": "every method in float32 against ar, eager and graphed (CPU: static caches)",
-    "ar_vs_generate": "our ar against model.generate(), the op profile (compile: against its compiled cache)",
-    "overheads": "each overhead switch against its absence, every method (compile: torch.compile too)",
+    "lossless": "every main method at temperature 0 in float32 against ar, eager and graphed (CPU: static caches)",
+    "ar_vs_generate": "our ar against model.generate(), the op profile (CUDA with compile: against its compiled "
+                      "cache too)",
+    "overheads": "each overhead switch against its absence, every method (CUDA with compile: torch.compile too)",
     "host_sync": "host synchronisations per decoding step",
     "engine_pass": "the benchmark again on static caches + CUDA graphs (CPU: static caches)",
 }
 
 
-def parse_groups(text: str) -> frozenset[str]:
-    """``--only``'s comma-separated parts of the check (empty: all of them)."""
+def parse_groups(text: str | None, extra_prompts: int) -> frozenset[str]:
+    """``--only``'s comma-separated parts of the check (None: all of them). Every part but ``bench`` is one of
+    the checks after the report, which ``extra_prompts`` = 0 turns off."""
+    if text is None:
+        return frozenset(GROUPS)
     names = [name.strip() for name in text.split(",") if name.strip()]
+    if not names:
+        raise ValueError(f"--only names no part; the parts are {', '.join(GROUPS)}")
     unknown = [name for name in names if name not in GROUPS]
     if unknown:
-        raise ValueError(f"--only: no part {unknown[0]!r}; the parts are {', '.join(GROUPS)}")
-    return frozenset(names or GROUPS)
+        raise ValueError(f"--only: no part {', '.join(map(repr, unknown))}; the parts are {', '.join(GROUPS)}")
+    if extra_prompts < 1 and set(names) - {"bench"}:
+        raise ValueError(f"--only {text} with --extra-prompts {extra_prompts}: the checks after the report are "
+                         "off, so only bench would run")
+    return frozenset(names)
 
 
-def run_check(config: dict, out: Path, threads: int, extras: Extras, groups: frozenset[str] = frozenset(GROUPS)) \
-        -> Check:
-    """Train the zoo, then run the ``groups`` (see GROUPS) of the check; steps whose outputs exist are skipped."""
-    check = Check(config, out, threads, SCRIPTS)
+def run_check(config: dict, out: Path, threads: int, extras: Extras, groups: frozenset[str] = frozenset(GROUPS),
+              after_step: Callable[[Check], object] | None = None) -> Check:
+    """Train the zoo, then run the ``groups`` (see GROUPS) of the check; steps whose outputs exist are skipped.
+    ``after_step(check)`` runs after every step that ran."""
+    check = Check(config, out, threads, SCRIPTS, after_step)
     w, device = check.w, str(config["bench"].get("device", "cpu"))
     dtype = config["bench"].get("dtype", "float32")
     corpus = {"train": w("data/corpus/train.jsonl"), "heldout": w("data/corpus/heldout.jsonl"),
@@ -101,7 +113,8 @@ def run_check(config: dict, out: Path, threads: int, extras: Extras, groups: fro
     trees = {(t, str(options.get("tree_budget", "auto"))) for v in variants
              for options in [config["bench"]["methods"][v]] if options.get("tree_file") == "auto"
              for t in plan.temperature_names(config)}
-    if trees and groups & {"bench", "lossless", "engine_pass"}:  # the runs of a sequoia-tree variant read it
+    tree_readers = {"bench", "lossless", "engine_pass"} if extras.prompts else {"bench"}  # parts running its variants
+    if trees and groups & tree_readers:
         models = {"target": w("models/target"), "draft": w("models/draft")}
         check.script("measure latency", "measure_latency.py", models, [w("tree/latency.json")],
                      {"tree": config["tree_search"], "device": device, "dtype": dtype})
@@ -287,13 +300,6 @@ def run_extras(check: Check, config: dict, extras: Extras, greedy_records: list[
     check.soft = False
 
 
-def merge_step_seconds(earlier: dict[str, float], ran: dict[str, float], total: float) -> dict[str, float]:
-    """step_seconds.json after a run into a folder that has one: each step's seconds from the run that last ran
-    it (a resumed check skips finished steps), "total" summed over the runs."""
-    steps = {name: value for name, value in earlier.items() if name != "total"}
-    return {**steps, **ran, "total": earlier.get("total", 0.0) + total}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--out", required=True, type=Path, help="folder for work/ and results/")
@@ -311,12 +317,12 @@ def main() -> None:
                         help="bench_overheads.py --settings (default: eager,static_cache and on CUDA "
                              "graphs_verify,cuda_graphs)")
     parser.add_argument("--no-compile", action="store_true", help="skip the torch.compile measurement (CUDA)")
-    parser.add_argument("--only", default="", metavar="PART[,PART]",
+    parser.add_argument("--only", metavar="PART[,PART]",
                         help="run only these parts after training the zoo (default: all): " +
                              "; ".join(f"{name}: {what}" for name, what in GROUPS.items()))
     args = parser.parse_args()
     try:
-        groups = parse_groups(args.only)
+        groups = parse_groups(args.only, args.extra_prompts)
     except ValueError as error:
         parser.error(str(error))
     config: dict = {}
@@ -328,19 +334,17 @@ def main() -> None:
         if value:
             config["bench"][key] = value
     started = time.perf_counter()
+    ledger = StepLedger(args.out)  # step_seconds.json, failed_steps.json: kept over resumed runs
     check = run_check(config, args.out, args.threads,
                       Extras(args.extra_prompts, args.extra_tokens, args.overhead_settings, not args.no_compile),
-                      groups)
-    total = time.perf_counter() - started
+                      groups, ledger.write)
+    failed = ledger.write(check)
     print(json.dumps({name: round(value, 1) for name, value in check.seconds.items()}, indent=1))
-    print(f"gpu_check: {total:.0f} s in all; report: {args.out / 'results' / 'report.md'}")
-    seconds_file = args.out / "step_seconds.json"
-    earlier = json.loads(seconds_file.read_text()) if seconds_file.is_file() else {}
-    seconds_file.write_text(json.dumps(merge_step_seconds(earlier, check.seconds, total), indent=1) + "\n")
-    (args.out / "failed_steps.json").unlink(missing_ok=True)  # an earlier run's, whose steps ran again
-    if check.failed:
-        (args.out / "failed_steps.json").write_text(json.dumps(check.failed, indent=1) + "\n")
-        raise SystemExit("gpu_check: these steps failed (the others ran): " + "; ".join(check.failed))
+    report = args.out / "results" / "report.md"
+    print(f"gpu_check: {time.perf_counter() - started:.0f} s in all" + (f"; report: {report}" if report.is_file()
+                                                                         else ""))
+    if failed:  # this run's failures and earlier ones of steps it did not run again
+        raise SystemExit("gpu_check: these steps failed (the others ran): " + "; ".join(failed))
 
 
 if __name__ == "__main__":
