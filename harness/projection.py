@@ -77,11 +77,21 @@ def replay_of(run: Callable[[], object], device: torch.device, warmup: int) -> C
     return graph.replay
 
 
+TIMINGS = ("eager", "static", "cuda_graphs")  # how a timed forward runs; see ``timing_cache``
+
+
+def check_timing(timing: str) -> None:
+    if timing not in TIMINGS:
+        raise ValueError(f"timing must be one of {', '.join(TIMINGS)}, not {timing!r}")
+
+
 def median_seconds(run: Callable[[], object], device: torch.device, repeats: int, warmup: int = 3,
-                   graphed: bool = False) -> float:
-    """Median wall time of ``run``: CUDA events on a GPU, perf_counter with no device otherwise. ``graphed``
-    times replays of ``run`` captured in a CUDA graph (``replay_of``), as a serving engine runs it."""
-    if graphed:
+                   timing: str = "eager") -> float:
+    """Median wall time of ``run``: CUDA events on a GPU, perf_counter with no device otherwise. Under the
+    ``cuda_graphs`` timing it times replays of ``run`` captured in a CUDA graph (``replay_of``), as a serving
+    engine runs it; ``eager`` and ``static`` time ``run`` itself (its cache is ``timing_cache``'s business)."""
+    check_timing(timing)
+    if timing == "cuda_graphs":
         if device.type != "cuda":
             raise ValueError(f"graphed timing needs a CUDA device, not {device}")
         run = replay_of(run, device, warmup)
@@ -101,14 +111,6 @@ def median_seconds(run: Callable[[], object], device: torch.device, repeats: int
             run()
             samples.append(time.perf_counter() - started)
     return statistics.median(samples)
-
-
-TIMINGS = ("eager", "static", "cuda_graphs")  # how a timed forward runs; see ``timing_cache``
-
-
-def check_timing(timing: str) -> None:
-    if timing not in TIMINGS:
-        raise ValueError(f"timing must be one of {', '.join(TIMINGS)}, not {timing!r}")
 
 
 def timing_cache(config: PretrainedConfig, capacity: int, dtype: torch.dtype, device: torch.device,
@@ -147,7 +149,7 @@ def target_latencies(model: LlamaForCausalLM, prefix: int, sizes: list[int], rep
             model(input_ids=input_ids, attention_mask=bias, position_ids=position_ids, use_cache=True, **cached)
             crop_cache(cache, prefix)
 
-        latencies[size] = median_seconds(forward, device, repeats, graphed=timing == "cuda_graphs")
+        latencies[size] = median_seconds(forward, device, repeats, timing=timing)
     return latencies
 
 
@@ -178,7 +180,7 @@ def eagle_step_latency(target: LlamaForCausalLM, top_k: int, prefix: int, repeat
         torch.log_softmax((states @ lm_head.T).float(), dim=-1)
         crop_cache(cache, prefix)
 
-    return median_seconds(step, device, repeats, graphed=timing == "cuda_graphs")
+    return median_seconds(step, device, repeats, timing=timing)
 
 
 @torch.no_grad()
@@ -203,7 +205,7 @@ def lyanna_depth_latency(target: LlamaForCausalLM, top_k: int, prefix: int, repe
         torch.log_softmax(logits.float(), dim=-1)
         crop_cache(cache, prefix)
 
-    return median_seconds(depth, device, repeats, graphed=timing == "cuda_graphs")
+    return median_seconds(depth, device, repeats, timing=timing)
 
 
 @dataclass(frozen=True)
