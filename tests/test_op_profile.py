@@ -41,13 +41,9 @@ def test_comparison_is_per_token_with_summary_rows_first_and_largest_difference_
 def test_generate_references_run_the_cache_they_name(random_pair):
     """bench_ar_vs_generate.py's --reference: `static` and `compiled` make generate() decode on a static cache
     (compile off for `static`; on a CPU neither compiles), `default` on its DynamicCache."""
-    import runpy
-    from pathlib import Path
-
     from transformers import DynamicCache, StaticCache
 
-    script = Path(__file__).resolve().parents[1] / "workflow" / "scripts" / "bench_ar_vs_generate.py"
-    references = runpy.run_path(str(script), run_name="bench_ar_vs_generate")["REFERENCES"]
+    references = _bench_script()["REFERENCES"]
     target, _ = random_pair
     prompt = torch.tensor([[3, 1, 4, 1, 5]])
     caches = {}
@@ -58,3 +54,39 @@ def test_generate_references_run_the_cache_they_name(random_pair):
             caches[name] = type(out.past_key_values)
     assert caches == {"default": DynamicCache, "static": StaticCache, "compiled": StaticCache}
     assert references["static"]["disable_compile"] and "disable_compile" not in references["compiled"]
+
+
+def _bench_script() -> dict:
+    import runpy
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[1] / "workflow" / "scripts" / "bench_ar_vs_generate.py"
+    return runpy.run_path(str(script), run_name="bench_ar_vs_generate")
+
+
+def test_random_shape_is_the_configured_target(tmp_path):
+    """bench_ar_vs_generate.py --random-shape: the merged config's target shape and vocabulary (gpu_check's 171M
+    target over the defaults); bad files are named."""
+    from pathlib import Path
+
+    from harness.errors import DraftcountError
+    from harness.zoo import LlamaShape
+
+    bench = _bench_script()
+    config = Path(__file__).resolve().parents[1] / "workflow" / "config"
+    shape, vocab = bench["config_target_shape"]([config / "default.yaml", config / "gpu_check.yaml"])
+    assert shape == LlamaShape(hidden_size=1024, num_layers=12, num_heads=16, intermediate_size=2816, context=2048)
+    assert vocab == 8192
+    small = LlamaShape(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, context=128)
+    model = bench["random_llama_shaped"](small, 100)
+    embeddings, layer, norm = 2 * 100 * 32, 4 * 32 * 32 + 3 * 32 * 64 + 2 * 32, 32  # untied input/output
+    assert sum(p.numel() for p in model.parameters()) == embeddings + 2 * layer + norm
+    assert model.config.eos_token_id is None and model.config.max_position_embeddings == 128
+    (tmp_path / "no_vocab.yaml").write_text("target: {shape: {hidden_size: 32}}\n")
+    (tmp_path / "bad_shape.yaml").write_text("tokenizer: {vocab_size: 9}\ntarget: {shape: {width: 32}}\n")
+    with pytest.raises(DraftcountError, match="no config file"):
+        bench["config_target_shape"]([tmp_path / "missing.yaml"])
+    with pytest.raises(DraftcountError, match="tokenizer"):
+        bench["config_target_shape"]([tmp_path / "no_vocab.yaml"])
+    with pytest.raises(DraftcountError, match="width"):
+        bench["config_target_shape"]([tmp_path / "bad_shape.yaml"])

@@ -11,6 +11,12 @@ that both produced the same tokens.
         --engine kv_cache=static --engine cuda_graphs=on                   # our ar with the overhead switches
     python workflow/scripts/bench_ar_vs_generate.py --engine kv_cache=static --reference static   # like for like
     python workflow/scripts/bench_ar_vs_generate.py --profile-out /tmp/ops.csv   # where the host time goes
+    python workflow/scripts/bench_ar_vs_generate.py --random-shape workflow/config/default.yaml \
+        workflow/config/gpu_check.yaml --device cuda --dtype bfloat16   # gpu_check's target shape, untrained
+
+--random-shape builds, instead of the ~20M default, a Llama with random weights shaped like the workflow
+config's target (target.shape and tokenizer.vocab_size of the files merged in order): the same architecture,
+dtype and forwards as the trained model, so the same timings, in a second instead of the zoo's minutes.
 
 --reference says what generate() runs: its default (a DynamicCache), `static` (cache_implementation="static",
 no compile: what our kv_cache=static engine does) or `compiled` (a static cache, and on CUDA transformers'
@@ -31,6 +37,7 @@ import time
 from pathlib import Path
 
 import torch
+import yaml
 from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -38,6 +45,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from harness import SamplingConfig, generate, load_model, wrap_model  # noqa: E402
 from harness.options import parse_key_values, parse_options  # noqa: E402
 from harness.engine_runtime import EngineOptions, EngineRuntime  # noqa: E402
+from harness.errors import DraftcountError  # noqa: E402
+from harness.models import resolve_dtype  # noqa: E402
+from harness.pipeline_steps import merge  # noqa: E402
+from harness.zoo import LlamaShape  # noqa: E402
 from harness.op_profile import compare_per_token, format_rows, profile_ops, write_rows  # noqa: E402
 from harness.timing import synchronize  # noqa: E402
 from methods import BuildInputs, build_adapter  # noqa: E402
@@ -54,6 +65,32 @@ def random_llama(seed: int = 0) -> LlamaForCausalLM:
     return LlamaForCausalLM(config).eval()
 
 
+def config_target_shape(paths: list[Path]) -> tuple[LlamaShape, int]:
+    """The target's shape and the tokenizer's vocabulary size in the workflow config files ``paths``, merged in
+    order (as gpu_check.py and the Snakefile merge them)."""
+    config: dict = {}
+    for path in paths:
+        if not path.is_file():
+            raise DraftcountError(f"no config file {path}")
+        merge(config, yaml.safe_load(path.read_text()) or {})
+    try:
+        shape, vocab_size = config["target"]["shape"], config["tokenizer"]["vocab_size"]
+    except (KeyError, TypeError) as missing:
+        raise DraftcountError(f"{', '.join(map(str, paths))}: no {missing} (need target.shape and "
+                              "tokenizer.vocab_size)") from None
+    try:
+        return LlamaShape(**shape), int(vocab_size)
+    except TypeError as error:
+        raise DraftcountError(f"target.shape in {', '.join(map(str, paths))}: {error}") from None
+
+
+def random_llama_shaped(shape: LlamaShape, vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
+    """A Llama of ``shape`` with random weights and no BOS/EOS/pad tokens."""
+    torch.manual_seed(seed)
+    config = shape.config(vocab_size, bos_id=None, eos_id=None)
+    return LlamaForCausalLM(config).eval()
+
+
 REFERENCES = {  # --reference: model.generate()'s keyword arguments
     "default": {},
     "static": {"cache_implementation": "static", "disable_compile": True},
@@ -63,7 +100,10 @@ REFERENCES = {  # --reference: model.generate()'s keyword arguments
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--model", help="HF model directory (default: a random ~20M-parameter Llama)")
+    source = parser.add_mutually_exclusive_group()
+    source.add_argument("--model", help="HF model directory (default: a random ~20M-parameter Llama)")
+    source.add_argument("--random-shape", nargs="+", type=Path, metavar="CONFIG",
+                        help="a random Llama shaped like these workflow config files' target (merged in order)")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--trials", type=int, default=10)
@@ -79,8 +119,15 @@ def main() -> None:
 
     if args.model:
         lm = load_model(args.model, args.dtype, args.device, with_tokenizer=False)
+    elif args.random_shape:
+        try:
+            shape, vocab_size = config_target_shape(args.random_shape)
+        except DraftcountError as error:
+            parser.error(str(error))
+        model = random_llama_shaped(shape, vocab_size).to(args.device, resolve_dtype(args.dtype))
+        lm = wrap_model(model, source=f"random {shape} from {' + '.join(map(str, args.random_shape))}")
     else:
-        lm = wrap_model(random_llama().to(args.device))
+        lm = wrap_model(random_llama().to(args.device, resolve_dtype(args.dtype)), source="random ~20M Llama")
     lm.model.generation_config.eos_token_id = None
     lm.model.generation_config.pad_token_id = 0
     params = lm.num_parameters
@@ -120,7 +167,7 @@ def main() -> None:
 
     ours_rate, their_rate = statistics.median(rates["ours"]), statistics.median(rates["generate"])
     paired = statistics.median(a / b for a, b in zip(rates["ours"], rates["generate"]))
-    print(f"model: {args.model or 'random Llama'} ({params / 1e6:.1f}M parameters), device {lm.device}, "
+    print(f"model: {lm.source} ({params / 1e6:.1f}M parameters), device {lm.device}, "
           f"dtype {lm.dtype}, threads {torch.get_num_threads()}, engine {dataclasses.asdict(engine)}")
     print(f"{args.trials} interleaved trials, {args.prompt_tokens} prompt tokens, {args.new_tokens} new tokens, greedy")
     print(f"ours (ar)         : {ours_rate:8.1f} tokens/s (median)")
