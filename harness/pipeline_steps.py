@@ -21,8 +21,11 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
+import yaml
+
 from harness.atomic import atomic_path
 from harness.cli import main as harness_cli
+from harness.errors import DraftcountError
 
 
 class NamedValues(list):
@@ -48,6 +51,16 @@ def merge(base: dict, update: dict) -> dict:
         base[key] = merge(dict(base[key]), value) if isinstance(value, dict) and isinstance(base.get(key), dict) \
             else value
     return base
+
+
+def read_configs(paths: list[Path]) -> dict:
+    """The workflow config files ``paths`` (YAML), merged in order."""
+    config: dict = {}
+    for path in paths:
+        if not path.is_file():
+            raise DraftcountError(f"no config file {path}")
+        merge(config, yaml.safe_load(path.read_text()) or {})
+    return config
 
 
 class Check:

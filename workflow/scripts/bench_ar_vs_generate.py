@@ -37,7 +37,6 @@ import time
 from pathlib import Path
 
 import torch
-import yaml
 from transformers import LlamaConfig, LlamaForCausalLM
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -47,7 +46,7 @@ from harness.options import parse_key_values, parse_options  # noqa: E402
 from harness.engine_runtime import EngineOptions, EngineRuntime  # noqa: E402
 from harness.errors import DraftcountError  # noqa: E402
 from harness.models import resolve_dtype  # noqa: E402
-from harness.pipeline_steps import merge  # noqa: E402
+from harness.pipeline_steps import read_configs  # noqa: E402
 from harness.zoo import LlamaShape  # noqa: E402
 from harness.op_profile import compare_per_token, format_rows, profile_ops, write_rows  # noqa: E402
 from harness.timing import synchronize  # noqa: E402
@@ -68,11 +67,7 @@ def random_llama(seed: int = 0) -> LlamaForCausalLM:
 def config_target_shape(paths: list[Path]) -> tuple[LlamaShape, int]:
     """The target's shape and the tokenizer's vocabulary size in the workflow config files ``paths``, merged in
     order (as gpu_check.py and the Snakefile merge them)."""
-    config: dict = {}
-    for path in paths:
-        if not path.is_file():
-            raise DraftcountError(f"no config file {path}")
-        merge(config, yaml.safe_load(path.read_text()) or {})
+    config = read_configs(paths)
     try:
         shape, vocab_size = config["target"]["shape"], config["tokenizer"]["vocab_size"]
     except (KeyError, TypeError) as missing:

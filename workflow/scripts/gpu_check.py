@@ -43,13 +43,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import yaml
 
 ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from harness import workflow_plan as plan  # noqa: E402
-from harness.pipeline_steps import Check, StepLedger, merge  # noqa: E402
+from harness.errors import DraftcountError  # noqa: E402
+from harness.pipeline_steps import Check, StepLedger, merge, read_configs  # noqa: E402
 
 SCRIPTS = ROOT / "workflow" / "scripts"
 NEEDS_DRAFT_LM, NEEDS_DRAFTER = plan.NEEDS_DRAFT_LM, plan.NEEDS_DRAFTER
@@ -325,11 +325,10 @@ def main() -> None:
         groups = parse_groups(args.only, args.extra_prompts)
     except ValueError as error:
         parser.error(str(error))
-    config: dict = {}
-    for path in args.config:
-        if not path.is_file():
-            parser.error(f"no config file {path}")
-        merge(config, yaml.safe_load(path.read_text()) or {})
+    try:
+        config = read_configs(args.config)
+    except DraftcountError as error:
+        parser.error(str(error))
     for key, value in (("device", args.device), ("dtype", args.dtype)):
         if value:
             config["bench"][key] = value
