@@ -1,0 +1,106 @@
+"""workflow/scripts/gpu_session.py: the GPU steps started detached once and polled (run here on CPU)."""
+
+import importlib.util
+import os
+import subprocess
+import sys
+import tarfile
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "workflow" / "scripts" / "gpu_session.py"
+SMOKE = ["--config", str(ROOT / "workflow/config/default.yaml"), str(ROOT / "workflow/config/smoke.yaml"),
+         "--device", "cpu"]
+
+
+def _session_module():
+    spec = importlib.util.spec_from_file_location("gpu_session", SCRIPT)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def _call(state: Path, *options: str) -> subprocess.CompletedProcess:
+    """The script called from ``state``'s parent folder, which names it (and the summary) relatively."""
+    return subprocess.run([sys.executable, str(SCRIPT), "--state", state.name, *SMOKE, *options], cwd=state.parent,
+                          capture_output=True, text=True, timeout=600)
+
+
+def test_steps_run_in_chain_order_once_and_failed_ones_only_on_retry():
+    session = _session_module()
+    assert session.chosen_steps("cuda_tests, quick") == ["quick", "cuda_tests"]
+    for bad in ("quick,bench", ","):
+        with pytest.raises(ValueError):
+            session.chosen_steps(bad)
+    status = {"quick": {"state": "done"}, "check": {"state": "failed"}, "projection": {"state": "running"}}
+    steps = list(session.STEPS)
+    assert session.steps_to_run(status, steps, retry=False) == ["projection", "compile", "cuda_tests"]
+    assert session.steps_to_run(status, steps, retry=True) == ["check", "projection", "compile", "cuda_tests"]
+    assert session.exit_status(status, ["quick"], running=False) == 0
+    assert session.exit_status(status, ["quick", "check"], running=False) == 1
+    assert session.exit_status(status, ["quick"], running=True) == session.STILL_RUNNING_EXIT
+
+
+def test_check_and_compile_steps_differ_only_in_compiling():
+    session = _session_module()
+    args = session.parse_args(["--state", "/tmp/s", "--only", "ar_vs_generate,overheads"])
+    [check], [compile_] = session.step_commands("check", args), session.step_commands("compile", args)
+    assert check == [*compile_, "--no-compile"]
+    assert check[check.index("--only") + 1] == "ar_vs_generate,overheads"
+    assert check[check.index("--out") + 1] == "/tmp/s/check"
+    quick = session.step_commands("quick", args)
+    assert [command[1].endswith("bench_ar_vs_generate.py") for command in quick] == [True] * 3
+    assert quick[0][quick[0].index("--dtype") + 1] == "bfloat16"  # gpu_check.yaml's bench.dtype
+    assert quick[1][-4:] == ["--engine", "kv_cache=static", "--reference", "static"]
+    [projection] = session.step_commands("projection", args)
+    assert projection[projection.index("--summary") + 1] == "/tmp/s/check/results/tables/summary.csv"
+
+
+def test_bad_options_are_refused_before_anything_starts(tmp_path):
+    for options in (["--steps", "quick,bench"], ["--config", str(tmp_path / "missing.yaml")]):
+        result = subprocess.run([sys.executable, str(SCRIPT), "--state", str(tmp_path / "s"), *options], cwd=ROOT,
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2 and ("bench" in result.stderr or "missing.yaml" in result.stderr)
+        assert not (tmp_path / "s" / "status.json").exists()
+
+
+@pytest.mark.slow
+def test_the_chain_outlives_the_call_that_started_it_and_runs_each_step_once(tmp_path):
+    """The first call returns at once while the chain goes on; a later call waits for it, reports and packs; a
+    finished chain is not started again."""
+    state, packed = tmp_path / "state", tmp_path / "session.tgz"
+    quick = ["--steps", "quick", "--quick-trials", "1", "--quick-tokens", "4", "--pack", str(packed)]
+    started = _call(state, *quick, "--wait", "0")
+    assert started.returncode == 3, started.stdout + started.stderr  # still running
+    assert "chain: running" in started.stdout
+    deadline = time.monotonic() + 120
+    while not (state / "chain.pid").exists() and time.monotonic() < deadline:  # written once it holds the lock
+        time.sleep(0.2)
+    assert os.getsid(int((state / "chain.pid").read_text())) != os.getsid(0)  # a session of its own
+    done = _call(state, *quick, "--wait", "500")
+    assert done.returncode == 0, done.stdout + done.stderr + (state / "logs" / "quick.log").read_text()
+    assert "quick       done" in done.stdout
+    eager = (state / "quick" / "eager.txt").read_text()
+    assert "ratio ours/generate" in eager and "outputs identical in 1/1 trials" in eager
+    assert "reference: static" in (state / "quick" / "static_vs_static.txt").read_text()
+    assert (state / "quick" / "ops.csv").stat().st_size > 0
+    with tarfile.open(packed) as tar:
+        names = set(tar.getnames())
+    assert {"status.json", "logs/quick.log", "quick/eager.txt", "quick/ops.csv"} <= names
+    log_before = (state / "logs" / "quick.log").read_text()
+    again = _call(state, *quick, "--wait", "60")
+    assert again.returncode == 0 and "chain: not running" in again.stdout
+    assert (state / "logs" / "quick.log").read_text() == log_before  # nothing ran again
+
+    failing = ["--steps", "projection", "--summary", "no_summary.csv", "--wait", "300"]
+    failed = _call(state, *failing)
+    assert failed.returncode == 1 and "projection  failed" in failed.stdout, failed.stdout + failed.stderr
+    assert f"no summary table {tmp_path / 'no_summary.csv'}" in (state / "logs" / "projection.log").read_text()
+    _call(state, *failing)  # not run again
+    assert (state / "logs" / "projection.log").read_text().count("$ ") == 1
+    retried = _call(state, *failing, "--retry")
+    assert retried.returncode == 1
+    assert (state / "logs" / "projection.log").read_text().count("$ ") == 2
