@@ -21,11 +21,9 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-import yaml
-
 from harness.atomic import atomic_path
 from harness.cli import main as harness_cli
-from harness.errors import DraftcountError
+from harness.config_files import read_json_object
 
 
 class NamedValues(list):
@@ -43,24 +41,6 @@ class NamedValues(list):
 
     def get(self, name: str, default: Any = None) -> Any:
         return self._names.get(name, default)
-
-
-def merge(base: dict, update: dict) -> dict:
-    """Deep merge, as Snakemake merges config files."""
-    for key, value in update.items():
-        base[key] = merge(dict(base[key]), value) if isinstance(value, dict) and isinstance(base.get(key), dict) \
-            else value
-    return base
-
-
-def read_configs(paths: list[Path]) -> dict:
-    """The workflow config files ``paths`` (YAML), merged in order."""
-    config: dict = {}
-    for path in paths:
-        if not path.is_file():
-            raise DraftcountError(f"no config file {path}")
-        merge(config, yaml.safe_load(path.read_text()) or {})
-    return config
 
 
 class Check:
@@ -164,15 +144,6 @@ def merge_failures(earlier: dict[str, str], attempted: dict[str, float], failed:
     """Failed steps after a run: earlier failures of steps this run did not attempt (still owed: a run of some
     parts only, say), and this run's own."""
     return {**{name: error for name, error in earlier.items() if name not in attempted}, **failed}
-
-
-def read_json_object(path: Path) -> dict:
-    """The JSON object in ``path``; empty when there is none or it is unreadable (a run killed while writing)."""
-    try:
-        value = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError):
-        return {}
-    return value if isinstance(value, dict) else {}
 
 
 class StepLedger:

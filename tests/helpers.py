@@ -11,7 +11,7 @@ import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
-from harness import LoadedModel, SamplingConfig, generate, wrap_model
+from harness import LoadedModel, SamplingConfig, generate
 from harness.adapter import StepContext
 from harness.drafting import choose_children
 from harness.forward import LMOutput, positions, run_model

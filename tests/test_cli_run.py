@@ -1,6 +1,5 @@
 """End to end through the CLI: records, pairing with ar, atomic output."""
 
-import json
 import subprocess
 import sys
 

@@ -1,6 +1,5 @@
 """Bad input gets one clear line naming the problem, from the API and from the CLI."""
 
-import json
 import subprocess
 import sys
 

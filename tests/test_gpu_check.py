@@ -10,7 +10,8 @@ import pandas as pd
 import pytest
 import yaml
 
-from harness.pipeline_steps import Check, StepLedger, read_json_object
+from harness.config_files import read_json_object
+from harness.pipeline_steps import Check, StepLedger
 
 ROOT = Path(__file__).resolve().parents[1]
 

@@ -4,6 +4,7 @@ import importlib.util
 import os
 import subprocess
 import sys
+import signal
 import tarfile
 import time
 from pathlib import Path
@@ -50,6 +51,12 @@ def test_check_and_compile_steps_differ_only_in_compiling():
     [check], [compile_] = session.step_commands("check", args), session.step_commands("compile", args)
     assert check == [*compile_, "--no-compile"]
     assert check[check.index("--only") + 1] == "ar_vs_generate,overheads"
+    # the compile step runs only the parts that measure compiling, of those --only names
+    assert session.compiled_parts(None) == ["ar_vs_generate", "overheads"]
+    assert session.compiled_parts("host_sync, ar_vs_generate") == ["ar_vs_generate"]
+    [compile_all] = session.step_commands("compile", session.parse_args(["--state", "/tmp/s"]))
+    assert compile_all[compile_all.index("--only") + 1] == "ar_vs_generate,overheads"
+    assert session.step_commands("compile", session.parse_args(["--state", "/tmp/s", "--only", "lossless"])) == []
     assert check[check.index("--out") + 1] == "/tmp/s/check"
     quick = session.step_commands("quick", args)
     assert [command[1].endswith("bench_ar_vs_generate.py") for command in quick] == [True] * 3
@@ -57,6 +64,20 @@ def test_check_and_compile_steps_differ_only_in_compiling():
     assert quick[1][-4:] == ["--engine", "kv_cache=static", "--reference", "static"]
     [projection] = session.step_commands("projection", args)
     assert projection[projection.index("--summary") + 1] == "/tmp/s/check/results/tables/summary.csv"
+    [projection] = session.step_commands("projection", session.parse_args(
+        ["--state", "/tmp/s", "--projection-args=--repeats 3 --sizes 1,8"]))
+    assert projection[-4:] == ["--repeats", "3", "--sizes", "1,8"]
+
+
+def test_the_pack_leaves_out_weights_and_files_being_written(tmp_path):
+    session = _session_module()
+    for name in ("status.json", "quick/eager.txt", "check/results/tables/a.csv", "check/results/tables/b.csv.partial",
+                 "check/work/models/target/model.safetensors", "check/work/metrics/m.json", "check/step_seconds.json"):
+        (tmp_path / name).parent.mkdir(parents=True, exist_ok=True)
+        (tmp_path / name).write_text("x")
+    packed = [str(path.relative_to(tmp_path)) for path in session.packed_files(tmp_path)]
+    assert sorted(packed) == ["check/results/tables/a.csv", "check/step_seconds.json", "check/work/metrics/m.json",
+                              "quick/eager.txt", "status.json"]
 
 
 def test_bad_options_are_refused_before_anything_starts(tmp_path):
@@ -72,14 +93,33 @@ def test_the_chain_outlives_the_call_that_started_it_and_runs_each_step_once(tmp
     """The first call returns at once while the chain goes on; a later call waits for it, reports and packs; a
     finished chain is not started again."""
     state, packed = tmp_path / "state", tmp_path / "session.tgz"
+    try:
+        _chain_then_polls(tmp_path, state, packed)
+    finally:
+        _stop_chain(state)
+
+
+def _stop_chain(state: Path) -> None:
+    """Kill a chain a failed test left running (its process group)."""
+    try:
+        os.killpg(int((state / "chain.pid").read_text()), signal.SIGKILL)
+    except (OSError, ValueError):
+        pass
+
+
+def _wait_for_pid(state: Path) -> int:
+    deadline = time.monotonic() + 120
+    while not (state / "chain.pid").exists() and time.monotonic() < deadline:  # written once it holds the lock
+        time.sleep(0.2)
+    return int((state / "chain.pid").read_text())
+
+
+def _chain_then_polls(tmp_path: Path, state: Path, packed: Path) -> None:
     quick = ["--steps", "quick", "--quick-trials", "1", "--quick-tokens", "4", "--pack", str(packed)]
     started = _call(state, *quick, "--wait", "0")
     assert started.returncode == 3, started.stdout + started.stderr  # still running
     assert "chain: running" in started.stdout
-    deadline = time.monotonic() + 120
-    while not (state / "chain.pid").exists() and time.monotonic() < deadline:  # written once it holds the lock
-        time.sleep(0.2)
-    assert os.getsid(int((state / "chain.pid").read_text())) != os.getsid(0)  # a session of its own
+    assert os.getsid(_wait_for_pid(state)) != os.getsid(0)  # a session of its own
     done = _call(state, *quick, "--wait", "500")
     assert done.returncode == 0, done.stdout + done.stderr + (state / "logs" / "quick.log").read_text()
     assert "quick       done" in done.stdout
@@ -96,11 +136,39 @@ def test_the_chain_outlives_the_call_that_started_it_and_runs_each_step_once(tmp
     assert (state / "logs" / "quick.log").read_text() == log_before  # nothing ran again
 
     failing = ["--steps", "projection", "--summary", "no_summary.csv", "--wait", "300"]
-    failed = _call(state, *failing)
+    (state / "status.json").write_text('{"quick": {"state": "failed"}}')  # so that a chain for quick runs again
+    _call(state, "--steps", "quick", "--retry", "--quick-trials", "1", "--quick-tokens", "4", "--wait", "0")
+    failed = _call(state, *failing)  # waits for the quick chain, then runs its own step
     assert failed.returncode == 1 and "projection  failed" in failed.stdout, failed.stdout + failed.stderr
+    assert '"state": "done"' in (state / "status.json").read_text().split('"projection"')[0]  # quick ran first
     assert f"no summary table {tmp_path / 'no_summary.csv'}" in (state / "logs" / "projection.log").read_text()
     _call(state, *failing)  # not run again
     assert (state / "logs" / "projection.log").read_text().count("$ ") == 1
     retried = _call(state, *failing, "--retry")
     assert retried.returncode == 1
     assert (state / "logs" / "projection.log").read_text().count("$ ") == 2
+
+
+@pytest.mark.slow
+def test_a_step_outliving_its_chain_is_not_started_twice(tmp_path):
+    """Only the chain is killed (not its step): the step still holds the lock, so a poll reports the chain as
+    running and starts nothing beside it; once the step ends, a poll runs it again to the end."""
+    state = tmp_path / "state"
+    quick = ["--steps", "quick", "--quick-trials", "1", "--quick-tokens", "4"]
+    try:
+        assert _call(state, *quick, "--wait", "0").returncode == 3
+        chain, log = _wait_for_pid(state), state / "logs" / "quick.log"
+        deadline = time.monotonic() + 120
+        while not (log.exists() and "$ " in log.read_text()) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        time.sleep(0.5)  # the step's first command has started (it imports torch for seconds before it runs)
+        os.kill(chain, signal.SIGKILL)
+        polled = _call(state, *quick, "--wait", "0")
+        assert polled.returncode == 3 and "chain: running" in polled.stdout, polled.stdout
+        time.sleep(1.0)  # a chain the poll had started would hold the lock and have written its pid by now
+        assert int((state / "chain.pid").read_text()) == chain and log.read_text().count("$ ") == 1
+        finished = _call(state, *quick, "--wait", "500")
+        assert finished.returncode == 0, finished.stdout + finished.stderr
+        assert log.read_text().count("$ ") == 1 + 3  # the orphan's command, then the whole step again
+    finally:
+        _stop_chain(state)

@@ -4,7 +4,7 @@ import json
 
 import pytest
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer
+from transformers import AutoTokenizer
 
 from harness.code_prompts import make_code_prompts
 from harness.corpus import Document, build_stdlib_corpus, collect_python_files, load_documents

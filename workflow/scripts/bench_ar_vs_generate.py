@@ -46,7 +46,7 @@ from harness.options import parse_key_values, parse_options  # noqa: E402
 from harness.engine_runtime import EngineOptions, EngineRuntime  # noqa: E402
 from harness.errors import DraftcountError  # noqa: E402
 from harness.models import resolve_dtype  # noqa: E402
-from harness.pipeline_steps import read_configs  # noqa: E402
+from harness.config_files import read_configs  # noqa: E402
 from harness.zoo import LlamaShape  # noqa: E402
 from harness.op_profile import compare_per_token, format_rows, profile_ops, write_rows  # noqa: E402
 from harness.timing import synchronize  # noqa: E402

@@ -49,7 +49,8 @@ sys.path.insert(0, str(ROOT))
 
 from harness import workflow_plan as plan  # noqa: E402
 from harness.errors import DraftcountError  # noqa: E402
-from harness.pipeline_steps import Check, StepLedger, merge, read_configs  # noqa: E402
+from harness.config_files import merge, read_configs  # noqa: E402
+from harness.pipeline_steps import Check, StepLedger  # noqa: E402
 
 SCRIPTS = ROOT / "workflow" / "scripts"
 NEEDS_DRAFT_LM, NEEDS_DRAFTER = plan.NEEDS_DRAFT_LM, plan.NEEDS_DRAFTER

@@ -17,9 +17,12 @@ Steps (--steps picks some; they always run in this order):
               training): eager, both on static caches, and the op profile (bench_ar_vs_generate.py)
   check       gpu_check.py --no-compile into STATE/check (--only: some parts of it)
   projection  project_8b.py: the 8B-shape latencies and the projection from --summary (default: the check's)
-  compile     gpu_check.py again with torch.compile: only its compile measurements run (the rest is done)
+  compile     gpu_check.py again with torch.compile, only the parts that measure it (ar_vs_generate,
+              overheads; of those --only names): only the compile measurements run, the rest is done
   cuda_tests  pytest -m cuda
 A step that fails is marked failed and the chain goes on; later calls do not run it again unless --retry.
+A call finding a chain already running (started with other --steps, say) waits for it, then starts its own
+for its steps still to run. Keep --wait below the command time limit, or the call is cut before it reports.
 A finished step never runs again (delete the state folder to start over). Exit status: 0 when every chosen
 step has finished, 1 when the chain has ended with a failed step, 3 while it is still running. To stop the
 chain and what it runs: kill -- -$(cat STATE/chain.pid).
@@ -31,6 +34,7 @@ import argparse
 import fcntl
 import json
 import os
+import shlex
 import signal
 import subprocess
 import sys
@@ -42,12 +46,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from harness.atomic import atomic_path  # noqa: E402
-from harness.pipeline_steps import read_configs, read_json_object  # noqa: E402
+from harness.config_files import read_configs, read_json_object  # noqa: E402
 
 SCRIPTS = ROOT / "workflow" / "scripts"
 STEPS = ("quick", "check", "projection", "compile", "cuda_tests")
 PACKED = ("status.json", "options.json", "chain.log", "logs", "quick", "projection", "check/results",
-          "check/work/metrics", "check/step_seconds.json", "check/failed_steps.json")
+          "check/work/metrics", "check/work/tree", "check/step_seconds.json", "check/failed_steps.json")
+COMPILED_PARTS = ("ar_vs_generate", "overheads")  # the gpu_check parts that also measure torch.compile
 QUICK_OUTPUTS = ("eager.txt", "static_vs_static.txt", "profile.txt")  # what each quick command prints
 RUNNING, STILL_RUNNING_EXIT = "running", 3
 POLL_SECONDS = 2.0
@@ -64,19 +69,27 @@ def step_commands(step: str, args: argparse.Namespace) -> list[list[str]]:
                  "--new-tokens", str(args.quick_tokens)]
         return [[*bench], [*bench, "--engine", "kv_cache=static", "--reference", "static"],
                 [*bench, "--trials", "2", "--profile-out", str(state / "quick" / "ops.csv")]]
-    if step in ("check", "compile"):
-        check = [python, str(SCRIPTS / "gpu_check.py"), "--out", str(state / "check"), "--config", *configs,
-                 "--device", args.device, "--extra-prompts", str(args.extra_prompts)]
-        check += ["--only", args.only] if args.only else []
-        return [check + (["--no-compile"] if step == "check" else [])]
+    check = [python, str(SCRIPTS / "gpu_check.py"), "--out", str(state / "check"), "--config", *configs,
+             "--device", args.device, "--extra-prompts", str(args.extra_prompts)]
+    if step == "check":
+        return [[*check, *(["--only", args.only] if args.only else []), "--no-compile"]]
+    if step == "compile":  # only the parts that measure compiling: a part the check left failed is not redone
+        parts = compiled_parts(args.only)
+        return [[*check, "--only", ",".join(parts)]] if parts else []
     if step == "projection":
         summary = args.summary or str(state / "check" / "results" / "tables" / "summary.csv")
         return [[python, str(SCRIPTS / "project_8b.py"), "--summary", summary, "--out-dir",
-                 str(state / "projection"), "--device", args.device, *args.projection_args.split()]]
+                 str(state / "projection"), "--device", args.device, *shlex.split(args.projection_args)]]
     if step == "cuda_tests":
         return [[python, "-m", "pytest", "tests/test_cuda.py", "-m", "cuda", "-q", "-p", "no:cacheprovider"]]
     raise ValueError(f"unknown step {step!r}")
 
+
+
+def compiled_parts(only: str | None) -> list[str]:
+    """The gpu_check parts with torch.compile measurements, of those ``only`` names (None: all parts)."""
+    named = {part.strip() for part in only.split(",")} if only else set(COMPILED_PARTS)
+    return [part for part in COMPILED_PARTS if part in named]
 
 
 def quick_dtype(args: argparse.Namespace) -> str:
@@ -105,36 +118,42 @@ def write_status(state: Path, status: dict) -> None:
         partial.write_text(json.dumps(status, indent=1))
 
 
-def run_command(command: list[str], output) -> int:
+def run_command(command: list[str], output, lock_fd: int) -> int:
     """Run ``command`` in the repository root, its output into the open file ``output``; its exit status (127
-    when it cannot be started)."""
+    when it cannot be started). It inherits the chain's lock (``lock_fd``): should the chain die, its step still
+    holds the lock while it runs, so no poll starts the step a second time beside it."""
     try:
-        return subprocess.call(command, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+        return subprocess.call(command, cwd=ROOT, stdout=output, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                               pass_fds=(lock_fd,))
     except OSError as error:
         output.write(f"cannot start it: {error}\n")
         return 127
 
 
-def run_step(step: str, args: argparse.Namespace, state: Path, status: dict) -> None:
+def run_step(step: str, args: argparse.Namespace, state: Path, status: dict, lock_fd: int) -> None:
     """Run ``step``'s commands in order (stop at the first that fails) into logs/STEP.log; record the outcome."""
     log = state / "logs" / f"{step}.log"
     log.parent.mkdir(parents=True, exist_ok=True)
+    log.touch()
     started = time.time()
     status[step] = {"state": RUNNING, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
     write_status(state, status)
     returncode = 0
+    commands = step_commands(step, args)
     with log.open("a") as handle:
-        for index, command in enumerate(step_commands(step, args)):
+        if not commands:
+            handle.write("nothing to run: --only names none of this step's parts\n")
+        for index, command in enumerate(commands):
             handle.write(f"$ {' '.join(command)}\n")
             handle.flush()
             if step == "quick":  # its printout is its result: kept apart, and copied into the log
                 printed = state / "quick" / QUICK_OUTPUTS[index]
                 printed.parent.mkdir(exist_ok=True)
                 with printed.open("w") as output:
-                    returncode = run_command(command, output)
+                    returncode = run_command(command, output, lock_fd)
                 handle.write(printed.read_text(errors="replace"))
             else:
-                returncode = run_command(command, handle)
+                returncode = run_command(command, handle, lock_fd)
             handle.write(f"# exit status {returncode}\n")
             if returncode != 0:
                 break
@@ -150,9 +169,10 @@ def run_chain(args: argparse.Namespace, state: Path) -> None:
         if not take_lock(lock, LOCK_PATIENCE_SECONDS):
             return  # another chain runs in this state folder
         (state / "chain.pid").write_text(f"{os.getpid()}\n")  # its process group's id too (kill -- -PID)
+        (state / "options.json").write_text(json.dumps(vars(args), default=str, indent=1))  # what this chain runs
         status = read_json_object(state / "status.json")
         for step in steps_to_run(status, chosen_steps(args.steps), args.retry):
-            run_step(step, args, state, status)
+            run_step(step, args, state, status, lock.fileno())
 
 
 def take_lock(lock, patience: float) -> bool:
@@ -192,12 +212,25 @@ def start_chain(argv: list[str], state: Path) -> subprocess.Popen:
                                 start_new_session=True)
 
 
+def packed_files(state: Path) -> list[Path]:
+    """The files ``pack`` takes: under ``PACKED``, not the ``.partial`` ones a running step is writing."""
+    files = []
+    for name in PACKED:
+        path = state / name
+        found = [path] if path.is_file() else sorted(path.rglob("*")) if path.is_dir() else []
+        files += [file for file in found if file.is_file() and not file.name.endswith(".partial")]
+    return files
+
+
 def pack(state: Path, destination: Path) -> None:
-    """What the steps produced, without model weights, as a .tar.gz at ``destination``."""
+    """What the steps produced, without model weights, as a .tar.gz at ``destination`` (while the chain runs,
+    a file that a step replaces or removes in the meantime is left out)."""
     with atomic_path(destination) as partial, tarfile.open(partial, "w:gz") as tar:
-        for name in PACKED:
-            if (state / name).exists():
-                tar.add(state / name, arcname=name)
+        for file in packed_files(state):
+            try:
+                tar.add(file, arcname=str(file.relative_to(state)))
+            except FileNotFoundError:
+                continue
 
 
 def report(state: Path, steps: list[str], running: bool) -> str:
@@ -212,10 +245,18 @@ def report(state: Path, steps: list[str], running: bool) -> str:
             shown = "interrupted (it runs again on the next call)"
         lines.append(f"  {step:<11} {shown}{seconds}")
     current = [step for step in steps if status.get(step, {}).get("state") == RUNNING]
+    unfinished = [step for step in steps if status.get(step, {}).get("state") not in ("done", "failed")]
     if current and running:
-        log = (state / "logs" / f"{current[0]}.log").read_text(errors="replace").splitlines()
-        lines += [f"--- last lines of logs/{current[0]}.log", *log[-15:]]
+        lines += last_lines(state / "logs" / f"{current[0]}.log")
+    elif unfinished and not running:  # the chain ended with steps not run: its own log says why
+        lines += last_lines(state / "chain.log")
     return "\n".join(lines)
+
+
+def last_lines(log: Path, count: int = 15) -> list[str]:
+    if not log.is_file():
+        return []
+    return [f"--- last lines of {log.parent.name}/{log.name}", *log.read_text(errors="replace").splitlines()[-count:]]
 
 
 def exit_status(status: dict, steps: list[str], running: bool) -> int:
@@ -241,7 +282,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--quick-trials", type=int, default=8)
     parser.add_argument("--quick-tokens", type=int, default=128)
     parser.add_argument("--summary", help="project_8b.py --summary (default: the check's summary.csv)")
-    parser.add_argument("--projection-args", default="", help="more project_8b.py options, space-separated")
+    parser.add_argument("--projection-args", default="", help="more project_8b.py options, as one string: --projection-args='--repeats 3'")
     parser.add_argument("--run-chain", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     # the steps run in the repository root: paths given relative to the caller's folder are made absolute
@@ -264,20 +305,22 @@ def main(argv: list[str]) -> int:
         return 0
     steps = chosen_steps(args.steps)
     chain = None
-    if not chain_is_running(state) and steps_to_run(read_json_object(state / "status.json"), steps, args.retry):
-        (state / "options.json").write_text(json.dumps(argv))
-        chain = start_chain(argv, state)
     deadline = time.monotonic() + args.wait
-    running = True
-    while running:
+    while True:
         running = chain_is_running(state) or (chain is not None and chain.poll() is None)
+        if not running and chain is None and steps_to_run(read_json_object(state / "status.json"), steps,
+                                                          args.retry):
+            chain, running = start_chain(argv, state), True  # once per call; after any chain already running
         if not running or time.monotonic() >= deadline:
             break
         time.sleep(POLL_SECONDS)
     print(report(state, steps, running), flush=True)
     if args.pack:
-        pack(state, args.pack)
-        print(f"packed into {args.pack}")
+        try:
+            pack(state, args.pack)
+            print(f"packed into {args.pack}")
+        except OSError as error:
+            print(f"could not pack into {args.pack}: {error}", file=sys.stderr)
     return exit_status(read_json_object(state / "status.json"), steps, running)
 
 
