@@ -51,6 +51,9 @@ def test_check_and_compile_steps_differ_only_in_compiling():
     [check], [compile_] = session.step_commands("check", args), session.step_commands("compile", args)
     assert check == [*compile_, "--no-compile"]
     assert check[check.index("--only") + 1] == "ar_vs_generate,overheads"
+    assert "--extra-tokens" not in check  # gpu_check's own default unless given
+    [check] = session.step_commands("check", session.parse_args(["--state", "/tmp/s", "--extra-tokens", "16"]))
+    assert check[check.index("--extra-tokens") + 1] == "16"
     # the compile step runs only the parts that measure compiling, of those --only names
     assert session.compiled_parts(None) == ["ar_vs_generate", "overheads"]
     assert session.compiled_parts("host_sync, ar_vs_generate") == ["ar_vs_generate"]

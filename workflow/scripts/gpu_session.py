@@ -56,7 +56,6 @@ COMPILED_PARTS = ("ar_vs_generate", "overheads")  # the gpu_check parts that als
 QUICK_OUTPUTS = ("eager.txt", "static_vs_static.txt", "profile.txt")  # what each quick command prints
 RUNNING, STILL_RUNNING_EXIT = "running", 3
 POLL_SECONDS = 2.0
-LOCK_PATIENCE_SECONDS = 5.0
 
 
 def step_commands(step: str, args: argparse.Namespace) -> list[list[str]]:
@@ -70,7 +69,8 @@ def step_commands(step: str, args: argparse.Namespace) -> list[list[str]]:
         return [[*bench], [*bench, "--engine", "kv_cache=static", "--reference", "static"],
                 [*bench, "--trials", "2", "--profile-out", str(state / "quick" / "ops.csv")]]
     check = [python, str(SCRIPTS / "gpu_check.py"), "--out", str(state / "check"), "--config", *configs,
-             "--device", args.device, "--extra-prompts", str(args.extra_prompts)]
+             "--device", args.device, "--extra-prompts", str(args.extra_prompts),
+             *(["--extra-tokens", str(args.extra_tokens)] if args.extra_tokens else [])]
     if step == "check":
         return [[*check, *(["--only", args.only] if args.only else []), "--no-compile"]]
     if step == "compile":  # only the parts that measure compiling: a part the check left failed is not redone
@@ -163,30 +163,16 @@ def run_step(step: str, args: argparse.Namespace, state: Path, status: dict, loc
 
 
 def run_chain(args: argparse.Namespace, state: Path) -> None:
-    """The detached chain: hold the lock, run every step still to run, in order."""
+    """The detached chain: wait for the lock (another chain may hold it), then run every step still to run, in
+    order (what a chain before it finished is not run again)."""
     signal.signal(signal.SIGHUP, signal.SIG_IGN)
     with (state / "chain.lock").open("w") as lock:
-        if not take_lock(lock, LOCK_PATIENCE_SECONDS):
-            return  # another chain runs in this state folder
+        fcntl.flock(lock, fcntl.LOCK_EX)  # after any chain already running here (two polls may start one each)
         (state / "chain.pid").write_text(f"{os.getpid()}\n")  # its process group's id too (kill -- -PID)
         (state / "options.json").write_text(json.dumps(vars(args), default=str, indent=1))  # what this chain runs
         status = read_json_object(state / "status.json")
         for step in steps_to_run(status, chosen_steps(args.steps), args.retry):
             run_step(step, args, state, status, lock.fileno())
-
-
-def take_lock(lock, patience: float) -> bool:
-    """Hold ``lock`` (an open file) exclusively, trying for ``patience`` seconds: a poll that checks the lock
-    holds it for an instant, and must not turn the chain it has just started away."""
-    deadline = time.monotonic() + patience
-    while True:
-        try:
-            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            if time.monotonic() >= deadline:
-                return False
-            time.sleep(0.05)
 
 
 def chain_is_running(state: Path) -> bool:
@@ -279,6 +265,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--dtype", help="the quick step's dtype (default: the config's bench.dtype)")
     parser.add_argument("--only", help="gpu_check.py --only for the check and compile steps")
     parser.add_argument("--extra-prompts", type=int, default=4, help="gpu_check.py --extra-prompts")
+    parser.add_argument("--extra-tokens", type=int, help="gpu_check.py --extra-tokens (default: its own)")
     parser.add_argument("--quick-trials", type=int, default=8)
     parser.add_argument("--quick-tokens", type=int, default=128)
     parser.add_argument("--summary", help="project_8b.py --summary (default: the check's summary.csv)")
