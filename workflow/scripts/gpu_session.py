@@ -25,7 +25,8 @@ A call finding a chain already running (started with other --steps, say) waits f
 for its steps still to run. Keep --wait below the command time limit, or the call is cut before it reports.
 A finished step never runs again (delete the state folder to start over). Exit status: 0 when every chosen
 step has finished, 1 when the chain has ended with a failed step, 3 while it is still running. To stop the
-chain and what it runs: kill -- -$(cat STATE/chain.pid).
+chain and what it runs: kill -- -$(cat STATE/chain.pid) (a chain that a second, racing poll queued behind it
+then runs what is left: kill it the same way).
 """
 
 from __future__ import annotations
