@@ -1,5 +1,5 @@
-"""Reading the workflow's config files and the JSON records a run keeps: no torch, so that a script that only
-reads them (a poll of workflow/scripts/gpu_session.py, say) starts in a fraction of a second."""
+"""Reading the workflow's config files, and reading and writing the JSON records a run keeps: no torch, so that
+a script that only handles them (a poll of workflow/scripts/gpu_session.py, say) starts in a fraction of a second."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from pathlib import Path
 
 import yaml
 
+from harness.atomic import atomic_path
 from harness.errors import DraftcountError
 
 
@@ -36,3 +37,9 @@ def read_json_object(path: Path) -> dict:
     except (OSError, json.JSONDecodeError):
         return {}
     return value if isinstance(value, dict) else {}
+
+
+def write_json_object(path: Path, value: dict) -> None:
+    """``value`` as JSON in ``path``, replacing it only once written whole (``atomic_path``)."""
+    with atomic_path(path) as partial:
+        partial.write_text(json.dumps(value, indent=1, default=str) + "\n")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import contextlib
 import io
-import json
 import runpy
 import sys
 import time
@@ -21,9 +20,8 @@ from collections.abc import Callable
 from types import SimpleNamespace
 from typing import Any
 
-from harness.atomic import atomic_path
 from harness.cli import main as harness_cli
-from harness.config_files import read_json_object
+from harness.config_files import read_json_object, write_json_object
 
 
 class NamedValues(list):
@@ -160,14 +158,9 @@ class StepLedger:
         """Write both files as of now; return the failed steps (earlier ones still owed included)."""
         seconds = merge_step_seconds(self.earlier_seconds, check.seconds, time.perf_counter() - self.started)
         failed = merge_failures(self.earlier_failed, check.seconds, check.failed)
-        _write_json(self.seconds_file, seconds)
+        write_json_object(self.seconds_file, seconds)
         if failed:
-            _write_json(self.failed_file, failed)
+            write_json_object(self.failed_file, failed)
         else:
             self.failed_file.unlink(missing_ok=True)
         return failed
-
-
-def _write_json(path: Path, value: dict) -> None:
-    with atomic_path(path) as partial:
-        partial.write_text(json.dumps(value, indent=1) + "\n")

@@ -33,7 +33,6 @@ from __future__ import annotations
 
 import argparse
 import fcntl
-import json
 import os
 import shlex
 import signal
@@ -47,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from harness.atomic import atomic_path  # noqa: E402
-from harness.config_files import read_configs, read_json_object  # noqa: E402
+from harness.config_files import read_configs, read_json_object, write_json_object  # noqa: E402
 
 SCRIPTS = ROOT / "workflow" / "scripts"
 STEPS = ("quick", "check", "projection", "compile", "cuda_tests")
@@ -61,11 +60,11 @@ POLL_SECONDS = 2.0
 
 def step_commands(step: str, args: argparse.Namespace) -> list[list[str]]:
     """The commands (argv lists, run in the repository root) of ``step`` under the options ``args``."""
-    python, state = sys.executable, Path(args.state)
+    python, state = sys.executable, args.state
     configs = [str(path) for path in args.config]
     if step == "quick":
         bench = [python, str(SCRIPTS / "bench_ar_vs_generate.py"), "--random-shape", *configs,
-                 "--device", args.device, "--dtype", quick_dtype(args), "--trials", str(args.quick_trials),
+                 "--device", args.device, "--dtype", args.dtype, "--trials", str(args.quick_trials),
                  "--new-tokens", str(args.quick_tokens)]
         return [[*bench], [*bench, "--engine", "kv_cache=static", "--reference", "static"],
                 [*bench, "--trials", "2", "--profile-out", str(state / "quick" / "ops.csv")]]
@@ -86,16 +85,10 @@ def step_commands(step: str, args: argparse.Namespace) -> list[list[str]]:
     raise ValueError(f"unknown step {step!r}")
 
 
-
 def compiled_parts(only: str | None) -> list[str]:
     """The gpu_check parts with torch.compile measurements, of those ``only`` names (None: all parts)."""
     named = {part.strip() for part in only.split(",")} if only else set(COMPILED_PARTS)
     return [part for part in COMPILED_PARTS if part in named]
-
-
-def quick_dtype(args: argparse.Namespace) -> str:
-    """--dtype, else the merged config's bench.dtype (the check's own)."""
-    return args.dtype or str(read_configs(args.config).get("bench", {}).get("dtype", "float32"))
 
 
 def chosen_steps(text: str) -> list[str]:
@@ -110,13 +103,8 @@ def chosen_steps(text: str) -> list[str]:
 
 def steps_to_run(status: dict, steps: list[str], retry: bool) -> list[str]:
     """The chosen steps the chain still has to run: not finished, and not failed unless ``retry``."""
-    return [step for step in steps if status.get(step, {}).get("state") not in ("done", *(() if retry else
-                                                                                            ("failed",)))]
-
-
-def write_status(state: Path, status: dict) -> None:
-    with atomic_path(state / "status.json") as partial:
-        partial.write_text(json.dumps(status, indent=1))
+    settled = ("done",) if retry else ("done", "failed")
+    return [step for step in steps if status.get(step, {}).get("state") not in settled]
 
 
 def run_command(command: list[str], output, lock_fd: int) -> int:
@@ -138,7 +126,7 @@ def run_step(step: str, args: argparse.Namespace, state: Path, status: dict, loc
     log.touch()
     started = time.time()
     status[step] = {"state": RUNNING, "started": time.strftime("%Y-%m-%d %H:%M:%S")}
-    write_status(state, status)
+    write_json_object(state / "status.json", status)
     returncode = 0
     commands = step_commands(step, args)
     with log.open("a") as handle:
@@ -160,7 +148,7 @@ def run_step(step: str, args: argparse.Namespace, state: Path, status: dict, loc
                 break
     status[step] = {"state": "done" if returncode == 0 else "failed", "returncode": returncode,
                     "seconds": round(time.time() - started, 1), "started": status[step]["started"]}
-    write_status(state, status)
+    write_json_object(state / "status.json", status)
 
 
 def run_chain(args: argparse.Namespace, state: Path) -> None:
@@ -170,7 +158,7 @@ def run_chain(args: argparse.Namespace, state: Path) -> None:
     with (state / "chain.lock").open("w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)  # after any chain already running here (two polls may start one each)
         (state / "chain.pid").write_text(f"{os.getpid()}\n")  # its process group's id too (kill -- -PID)
-        (state / "options.json").write_text(json.dumps(vars(args), default=str, indent=1))  # what this chain runs
+        write_json_object(state / "options.json", vars(args))  # what this chain runs
         status = read_json_object(state / "status.json")
         for step in steps_to_run(status, chosen_steps(args.steps), args.retry):
             run_step(step, args, state, status, lock.fileno())
@@ -278,9 +266,10 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.summary = str(Path(args.summary).resolve()) if args.summary else None
     try:
         chosen_steps(args.steps)
-        read_configs(args.config)
+        config = read_configs(args.config)
     except Exception as error:  # noqa: BLE001 - any bad option is the caller's error
         parser.error(str(error))
+    args.dtype = args.dtype or str(config.get("bench", {}).get("dtype", "float32"))  # the check's own
     return args
 
 
