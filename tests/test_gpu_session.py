@@ -89,6 +89,13 @@ def test_bad_options_are_refused_before_anything_starts(tmp_path):
                                 capture_output=True, text=True, timeout=120)
         assert result.returncode == 2 and ("bench" in result.stderr or "missing.yaml" in result.stderr)
         assert not (tmp_path / "s" / "status.json").exists()
+    # gpu_check.py's --only, refused here rather than after the quick step has run
+    for options, error in ((["--only", "overhead"], "no part 'overhead'"),
+                           (["--only", "host_sync", "--extra-prompts", "0"], "only bench would run")):
+        result = subprocess.run([sys.executable, str(SCRIPT), "--state", str(tmp_path / "s"), *options], cwd=ROOT,
+                                capture_output=True, text=True, timeout=120)
+        assert result.returncode == 2 and error in result.stderr, result.stderr
+        assert not (tmp_path / "s" / "status.json").exists()
 
 
 @pytest.mark.slow

@@ -49,37 +49,12 @@ sys.path.insert(0, str(ROOT))
 
 from harness import workflow_plan as plan  # noqa: E402
 from harness.errors import DraftcountError  # noqa: E402
+from harness.check_parts import GROUPS, parse_groups  # noqa: E402
 from harness.config_files import merge, read_configs  # noqa: E402
 from harness.pipeline_steps import Check, StepLedger  # noqa: E402
 
 SCRIPTS = ROOT / "workflow" / "scripts"
 NEEDS_DRAFT_LM, NEEDS_DRAFTER = plan.NEEDS_DRAFT_LM, plan.NEEDS_DRAFTER
-GROUPS = {  # --only: the parts of the check after training the zoo (which every part needs)
-    "bench": "every method at every temperature, summary, figures, report; bf16 divergence from ar",
-    "lossless": "every main method at temperature 0 in float32 against ar, eager and graphed (CPU: static caches)",
-    "ar_vs_generate": "our ar against model.generate(), the op profile (CUDA with compile: against its compiled "
-                      "cache too)",
-    "overheads": "each overhead switch against its absence, every method (CUDA with compile: torch.compile too)",
-    "host_sync": "host synchronisations per decoding step",
-    "engine_pass": "the benchmark again on static caches + CUDA graphs (CPU: static caches)",
-}
-
-
-def parse_groups(text: str | None, extra_prompts: int) -> frozenset[str]:
-    """``--only``'s comma-separated parts of the check (None: all of them). Every part but ``bench`` is one of
-    the checks after the report, which ``extra_prompts`` = 0 turns off."""
-    if text is None:
-        return frozenset(GROUPS)
-    names = [name.strip() for name in text.split(",") if name.strip()]
-    if not names:
-        raise ValueError(f"--only names no part; the parts are {', '.join(GROUPS)}")
-    unknown = [name for name in names if name not in GROUPS]
-    if unknown:
-        raise ValueError(f"--only: no part {', '.join(map(repr, unknown))}; the parts are {', '.join(GROUPS)}")
-    if extra_prompts < 1 and set(names) - {"bench"}:
-        raise ValueError(f"--only {text} with --extra-prompts {extra_prompts}: the checks after the report are "
-                         "off, so only bench would run")
-    return frozenset(names)
 
 
 def run_check(config: dict, out: Path, threads: int, extras: Extras, groups: frozenset[str] = frozenset(GROUPS),

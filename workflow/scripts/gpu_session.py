@@ -46,13 +46,13 @@ ROOT = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(ROOT))
 
 from harness.atomic import atomic_path  # noqa: E402
+from harness.check_parts import COMPILED_PARTS, named_parts, parse_groups  # noqa: E402
 from harness.config_files import read_configs, read_json_object, write_json_object  # noqa: E402
 
 SCRIPTS = ROOT / "workflow" / "scripts"
 STEPS = ("quick", "check", "projection", "compile", "cuda_tests")
 PACKED = ("status.json", "options.json", "chain.log", "logs", "quick", "projection", "check/results",
           "check/work/metrics", "check/work/tree", "check/step_seconds.json", "check/failed_steps.json")
-COMPILED_PARTS = ("ar_vs_generate", "overheads")  # the gpu_check parts that also measure torch.compile
 QUICK_OUTPUTS = ("eager.txt", "static_vs_static.txt", "profile.txt")  # what each quick command prints
 RUNNING, STILL_RUNNING_EXIT = "running", 3
 POLL_SECONDS = 2.0
@@ -87,7 +87,7 @@ def step_commands(step: str, args: argparse.Namespace) -> list[list[str]]:
 
 def compiled_parts(only: str | None) -> list[str]:
     """The gpu_check parts with torch.compile measurements, of those ``only`` names (None: all parts)."""
-    named = {part.strip() for part in only.split(",")} if only else set(COMPILED_PARTS)
+    named = named_parts(only)
     return [part for part in COMPILED_PARTS if part in named]
 
 
@@ -252,7 +252,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
                         help="workflow config files, merged in order (default: default.yaml, gpu_check.yaml)")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--dtype", help="the quick step's dtype (default: the config's bench.dtype)")
-    parser.add_argument("--only", help="gpu_check.py --only for the check and compile steps")
+    parser.add_argument("--only", help="gpu_check.py --only for the check and compile steps (checked before anything "
+                                       "starts)")
     parser.add_argument("--extra-prompts", type=int, default=4, help="gpu_check.py --extra-prompts")
     parser.add_argument("--extra-tokens", type=int, help="gpu_check.py --extra-tokens (default: its own)")
     parser.add_argument("--quick-trials", type=int, default=8)
@@ -266,6 +267,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     args.summary = str(Path(args.summary).resolve()) if args.summary else None
     try:
         chosen_steps(args.steps)
+        parse_groups(args.only, args.extra_prompts)  # as gpu_check.py will, before the quick step spends minutes
         config = read_configs(args.config)
     except Exception as error:  # noqa: BLE001 - any bad option is the caller's error
         parser.error(str(error))
