@@ -55,6 +55,7 @@ from harness.pipeline_steps import Check, StepLedger  # noqa: E402
 
 SCRIPTS = ROOT / "workflow" / "scripts"
 NEEDS_DRAFT_LM, NEEDS_DRAFTER = plan.NEEDS_DRAFT_LM, plan.NEEDS_DRAFTER
+PROFILE_TRIALS = 2  # timed trials before the op profile (the eager comparison step times one per extra prompt)
 
 
 def run_check(config: dict, out: Path, threads: int, extras: Extras, groups: frozenset[str] = frozenset(GROUPS),
@@ -206,11 +207,12 @@ def float32_lossless(check: Check, config: dict, extras: Extras, label: str, eng
 
 
 def ar_vs_generate(check: Check, extras: Extras, model: list[str], label: str, arguments: list[str],
-                   outputs: tuple[str, ...] = ()) -> None:
-    """Our ar against model.generate() (bench_ar_vs_generate.py), its printout kept as ar_vs_generate_<label>.txt."""
+                   outputs: tuple[str, ...] = (), trials: int | None = None) -> None:
+    """Our ar against model.generate() (bench_ar_vs_generate.py), its printout kept as ar_vs_generate_<label>.txt;
+    ``trials`` interleaved timings (default: one per extra prompt)."""
     log = str(check.results / "tables" / f"ar_vs_generate_{label}.txt")
     check.tool(f"ar vs generate() ({label})", "bench_ar_vs_generate.py",
-               ["--model", check.w("models/target"), *model, "--trials", str(extras.prompts),
+               ["--model", check.w("models/target"), *model, "--trials", str(trials or extras.prompts),
                 "--new-tokens", str(extras.new_tokens), *arguments], [log, *outputs], log)
 
 
@@ -257,7 +259,8 @@ def run_extras(check: Check, config: dict, extras: Extras, greedy_records: list[
         for label, arguments in comparisons + ([("graphs", GRAPHED)] if cuda else []):
             ar_vs_generate(check, extras, model, label, arguments)
         profile = str(tables / "ar_vs_generate_profile.csv")  # a step of its own: a profiler failure loses only this
-        ar_vs_generate(check, extras, model, "profile", ["--profile-out", profile], (profile,))
+        # the eager comparison's timings are its own step's: this one times PROFILE_TRIALS, then profiles
+        ar_vs_generate(check, extras, model, "profile", ["--profile-out", profile], (profile,), PROFILE_TRIALS)
     if "overheads" in groups:
         overheads("overheads", ["--settings", extras.overhead_settings] if extras.overhead_settings else [])
     if "host_sync" in groups:
