@@ -259,7 +259,8 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--quick-trials", type=int, default=8)
     parser.add_argument("--quick-tokens", type=int, default=128)
     parser.add_argument("--summary", help="project_8b.py --summary (default: the check's summary.csv)")
-    parser.add_argument("--projection-args", default="", help="more project_8b.py options, as one string: --projection-args='--repeats 3'")
+    parser.add_argument("--projection-args", default="",
+                        help="more project_8b.py options, as one string: --projection-args='--repeats 3'")
     parser.add_argument("--run-chain", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     # the steps run in the repository root: paths given relative to the caller's folder are made absolute
