@@ -2,9 +2,11 @@
 #
 #   snakemake --cores all                                   # the default pipeline
 #   snakemake --cores all --profile workflow/profiles/smoke # the same in minutes
-#   snakemake --cores all bench_sd                          # one method's runs
+#   snakemake --cores all bench_sd                          # one method's runs (bench_<m> for every catalog method)
 #   snakemake --cores all results/figures/speedup.pdf      # one figure (and what it needs)
+#   snakemake --cores all checks                            # lossless, divergence, overheads, host syncs, projection
 #   snakemake -n                                            # list what would run
+#   snakemake --profile workflow/profiles/gpu all checks    # a GPU box: everything, on the GPU
 #   snakemake --configfile workflow/config/llama3-8b.yaml --profile workflow/profiles/slurm
 #
 # The default config is used only when no --configfile is given: a config file given on the
@@ -29,6 +31,7 @@ include: "workflow/rules/tree.smk"
 include: "workflow/rules/drafters.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/report.smk"
+include: "workflow/rules/checks.smk"
 
 
 rule all:

@@ -1,4 +1,5 @@
-"""Command line: ``python -m harness run|train|methods|summarize|figures|report|export-specbench|divergence ...``."""
+"""Command line: ``python -m harness run|train|methods|summarize|figures|report|export-specbench|divergence|
+measure|metrics ...``."""
 
 from __future__ import annotations
 
@@ -42,18 +43,17 @@ def _run_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    from harness.engine_runtime import EngineOptions
+    from harness.engine.runtime import EngineOptions
     from harness.runner import RunConfig, run
-    from harness.sampling import SamplingConfig
-    from methods import get_method
+    from harness.engine.method_spec import parse_method_options
+    from harness.verify.sampling import SamplingConfig
 
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    spec = get_method(args.method)
     options = parse_key_values(args.opt)
-    spec.parse_options(options)  # fail on a bad option before loading any model
+    parse_method_options(args.method, options)  # fail on a bad option before loading any model
     engine = parse_options(EngineOptions, parse_key_values(args.engine), "the engine (--engine)")
     if engine.cuda_graphs != "off" and not args.device.startswith("cuda"):
         raise DraftcountError(f"--engine cuda_graphs={engine.cuda_graphs} needs a CUDA device, not --device {args.device}")
@@ -91,10 +91,10 @@ def _train_parser(subparsers: argparse._SubParsersAction) -> None:
 def _cmd_train(args: argparse.Namespace) -> int:
     import json
 
-    from harness.drafter_training import DrafterTrainRequest, write_metrics
-    from methods import get_method
+    from harness.engine.method_spec import method_spec
+    from harness.training.drafters import DrafterTrainRequest, write_metrics
 
-    spec = get_method(args.method)
+    spec = method_spec(args.method)
     if spec.train is None:
         raise DraftcountError(f"method '{args.method}' has no trained drafter")
     if args.threads:
@@ -115,7 +115,7 @@ def _cmd_train(args: argparse.Namespace) -> int:
 
 
 def _cmd_summarize(args: argparse.Namespace) -> int:
-    from harness.aggregate import write_summary
+    from harness.analysis.summary import write_summary
 
     missing = [str(path) for path in args.records if not path.is_file()]
     if missing:
@@ -128,7 +128,7 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
 
 
 def _cmd_figures(args: argparse.Namespace) -> int:
-    from harness.figures import write_figures
+    from harness.analysis.figures import write_figures
 
     for path in (args.summary, args.depth):
         if not path.is_file():
@@ -141,7 +141,7 @@ def _cmd_figures(args: argparse.Namespace) -> int:
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
-    from harness.report import write_report
+    from harness.analysis.report import write_report
 
     for path in [args.summary, *args.records, *(args.metrics or [])]:
         if not path.is_file():
@@ -153,7 +153,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_export_specbench(args: argparse.Namespace) -> int:
-    from harness.specbench import export_records
+    from harness.analysis.specbench import export_records
 
     for path in args.records:
         if not path.is_file():
@@ -164,7 +164,7 @@ def _cmd_export_specbench(args: argparse.Namespace) -> int:
 
 
 def _cmd_divergence(args: argparse.Namespace) -> int:
-    from harness.divergence import divergence_table
+    from harness.analysis.divergence import divergence_table
 
     for path in args.records:
         if not path.is_file():
@@ -210,12 +210,51 @@ def _reporting_parsers(subparsers: argparse._SubParsersAction) -> None:
 def _cmd_methods(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from methods import available_methods, get_method
+    from harness.catalog import catalog
+    from harness.engine.method_spec import method_spec
 
-    for name in available_methods():
-        spec = get_method(name)
-        fields = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(spec.options_type))
-        print(f"{name:10s} {spec.summary}" + (f"  [options: {fields}]" if fields else ""))
+    for name, item in catalog().items():
+        needs = {"draft": " (needs --draft)", "drafter": " (needs --drafter)"}.get(item.needs or "", "")
+        line = f"{name:10s} {item.summary}{needs}"
+        if not args.names_only:
+            fields = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(method_spec(name).options))
+            line += f"  [options: {fields}]" if fields else ""
+        print(line)
+    return 0
+
+
+def _measure_parser(subparsers: argparse._SubParsersAction) -> None:
+    from harness.measure import MEASUREMENTS
+
+    measure = subparsers.add_parser(
+        "measure", help="benchmark scripts: " + ", ".join(MEASUREMENTS),
+        description="\n".join(f"  {name:15s} {what}" for name, (_, what) in MEASUREMENTS.items()),
+        formatter_class=argparse.RawDescriptionHelpFormatter)
+    measure.add_argument("name", choices=list(MEASUREMENTS), help="the measurement (its own --help lists its flags)")
+    measure.add_argument("arguments", nargs=argparse.REMAINDER, help="its flags")
+    metrics = subparsers.add_parser("metrics", help="the summary's columns and their definitions (docs/metrics.md)")
+    metrics.add_argument("--out", type=Path, help="write the markdown page here instead of printing it")
+
+
+def _cmd_measure(args: argparse.Namespace) -> int:
+    import importlib
+
+    from harness.measure import MEASUREMENTS
+
+    module = importlib.import_module(MEASUREMENTS[args.name][0])
+    return int(module.main(args.arguments, prog=f"python -m harness measure {args.name}") or 0)
+
+
+def _cmd_metrics(args: argparse.Namespace) -> int:
+    from harness.analysis.metrics import metrics_markdown
+
+    page = metrics_markdown()
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(page, encoding="utf-8")
+        print(f"wrote {args.out}")
+    else:
+        print(page, end="")
     return 0
 
 
@@ -224,12 +263,14 @@ def main(argv: list[str] | None = None) -> int:
     subparsers = parser.add_subparsers(dest="command", required=True)
     _run_parser(subparsers)
     _train_parser(subparsers)
-    subparsers.add_parser("methods", help="list the registered methods and their options")
+    methods = subparsers.add_parser("methods", help="list the catalog's methods and their options")
+    methods.add_argument("--names-only", action="store_true", help="without options (imports no method code)")
     _reporting_parsers(subparsers)
+    _measure_parser(subparsers)
     args = parser.parse_args(argv)
     handlers = {"run": _cmd_run, "train": _cmd_train, "methods": _cmd_methods, "summarize": _cmd_summarize,
                 "figures": _cmd_figures, "report": _cmd_report, "export-specbench": _cmd_export_specbench,
-                "divergence": _cmd_divergence}
+                "divergence": _cmd_divergence, "measure": _cmd_measure, "metrics": _cmd_metrics}
     try:
         return handlers[args.command](args)
     except DraftcountError as error:

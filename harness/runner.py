@@ -16,16 +16,17 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from harness.adapter import DraftAdapter
-from harness.engine import Generation, generate
+from harness.engine.adapter import DraftAdapter
+from harness.engine.method_spec import BuildInputs, build_adapter
+from harness.engine.loop import Generation, generate
 from harness.errors import DraftcountError
-from harness.models import LoadedModel, load_model
+from harness.backend.models import LoadedModel, load_model
 from harness.options import options_as_dict
-from harness.prompts import Prompt, encode_turn, load_prompts, longest_sequence
-from harness.records import SCHEMA_VERSION, atomic_jsonl, environment, write_record
-from harness.sampling import SamplingConfig, make_generator
-from harness.engine_runtime import EngineOptions, EngineRuntime, warm_up, without_captures
-from harness.timing import timer_name
+from harness.data.prompts import Prompt, encode_turn, load_prompts, longest_sequence
+from harness.store.records import SCHEMA_VERSION, atomic_jsonl, environment, write_record
+from harness.verify.sampling import SamplingConfig, make_generator
+from harness.engine.runtime import EngineOptions, EngineRuntime, warm_up, without_captures
+from harness.backend.device import timer_name
 
 
 @dataclass(frozen=True)
@@ -77,8 +78,6 @@ def eos_ids(target: LoadedModel) -> frozenset[int]:
 
 
 def _build_contenders(config: RunConfig, target: LoadedModel, draft: LoadedModel | None) -> list[_Contender]:
-    from methods import BuildInputs, build_adapter
-
     inputs = BuildInputs(target=target, draft=draft, drafter_dir=Path(config.drafter) if config.drafter else None)
     adapter, options = build_adapter(config.method, config.method_options, inputs)
     contenders = [_Contender("method", config.method, adapter, options)]
@@ -102,7 +101,7 @@ def _record(config: RunConfig, target: LoadedModel, draft: LoadedModel | None, c
         "role": contender.role,
         "compared_method": config.method,
         "method_options": options_as_dict(contender.options),
-        "method_details": getattr(contender.adapter, "details", {}),
+        "method_details": dict(contender.adapter.details),
         "pair_id": f"{prompt.id}#{turn}",
         "models": {
             "target": config.target,

@@ -1,16 +1,56 @@
-"""What the workflow runs, as pure functions of its config: variants, prompt sets, and the command lines of
-bench and drafter-training jobs. Used by the Snakemake rules and by workflow/scripts/gpu_check.py, so both
-run exactly the same commands."""
+"""What the workflow runs, as pure functions of its config and the method catalog: variants, prompt sets, engine
+passes, and the command lines of bench and drafter-training jobs (used by the Snakemake rules; torch-free)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 from typing import Any
 
+from harness.catalog import catalog, entry, method_names
+
 BUILTIN_DATASETS = ("humaneval", "stdlib_code")
 WORKFLOW_ONLY_KEYS = ("method", "drafter", "ablation")
-NEEDS_DRAFT_LM = {"sd", "tree_sd"}  # methods that run a draft LM
-NEEDS_DRAFTER = {"eagle", "lyanna"}  # methods that run a trained drafter
+
+
+def needs_draft_lm(method: str) -> bool:
+    """The method runs a draft LM (``--draft``)."""
+    return entry(method).needs == "draft"
+
+
+def needs_drafter(method: str) -> bool:
+    """The method runs a trained drafter directory (``--drafter``)."""
+    return entry(method).needs == "drafter"
+
+
+def variant_table(config: dict) -> dict[str, dict[str, Any]]:
+    """bench.methods, plus an implied variant named after every catalog method that no configured variant runs
+    (its default options): what ``bench_<method>`` runs for a method the config leaves out, so a method listed in
+    the catalog is benchmarked without touching the config. The default target runs only configured variants."""
+    variants = dict(config["bench"]["methods"])
+    configured = {settings.get("method", name) for name, settings in variants.items()}
+    for name in method_names():
+        if name not in configured and name not in variants:
+            variants[name] = {}
+    unknown = sorted({settings.get("method", name) for name, settings in variants.items()} - set(catalog()))
+    if unknown:
+        raise ValueError(f"bench.methods runs method {unknown[0]!r}, which is not in the catalog "
+                         f"(methods/__init__.py): {', '.join(catalog())}")
+    return variants
+
+
+def implied_variants(config: dict) -> list[str]:
+    """The variants ``variant_table`` adds for catalog methods that bench.methods leaves out."""
+    return [name for name in variant_table(config) if name not in config["bench"]["methods"]]
+
+
+def method_variants(config: dict, method: str, ablation: bool = False) -> list[str]:
+    """What ``bench_<method>`` (``ablate_<method>``) runs: the method's configured main (ablation) variants to
+    run, or its implied default variant when the config runs the method under no variant at all."""
+    chosen = [name for name in variant_names(config)
+              if variant_method(config, name) == method and is_ablation(config, name) == ablation]
+    if not chosen and not ablation and method in implied_variants(config):
+        return [method]
+    return chosen
 
 
 def variant_names(config: dict) -> list[str]:
@@ -25,16 +65,20 @@ def variant_names(config: dict) -> list[str]:
     return names
 
 
+def variant_settings(config: dict, variant: str) -> dict[str, Any]:
+    return variant_table(config)[variant]
+
+
 def variant_method(config: dict, variant: str) -> str:
-    return config["bench"]["methods"][variant].get("method", variant)
+    return variant_settings(config, variant).get("method", variant)
 
 
 def variant_drafter(config: dict, variant: str) -> str:
-    return config["bench"]["methods"][variant].get("drafter", variant_method(config, variant))
+    return variant_settings(config, variant).get("drafter", variant_method(config, variant))
 
 
 def is_ablation(config: dict, variant: str) -> bool:
-    return bool(config["bench"]["methods"][variant].get("ablation", False))
+    return bool(variant_settings(config, variant).get("ablation", False))
 
 
 def main_variants(config: dict) -> list[str]:
@@ -54,12 +98,23 @@ def temperature_names(config: dict) -> list[str]:
 def variant_options(config: dict, variant: str, temperature: str, work_dir: Path) -> dict[str, Any]:
     """The method options of a variant; `tree_file: auto` becomes the Sequoia tree searched for the
     temperature with the variant's `tree_budget` (auto: the latency-chosen budget)."""
-    options = {key: value for key, value in config["bench"]["methods"][variant].items()
+    options = {key: value for key, value in variant_settings(config, variant).items()
                if key not in WORKFLOW_ONLY_KEYS}
     budget = options.pop("tree_budget", "auto")
     if options.get("tree_file") == "auto":
         options["tree_file"] = str(Path(work_dir) / "tree" / f"sequoia-t{temperature}-b{budget}.json")
     return options
+
+
+def with_engine_pass(config: dict, engine_pass: str | None) -> dict:
+    """``config`` with engine pass ``engine_pass``'s switches (bench.passes) over bench.engine; itself for None."""
+    if engine_pass is None:
+        return config
+    passes = config["bench"].get("passes", {})
+    if engine_pass not in passes:
+        raise ValueError(f"engine pass {engine_pass!r} is not under bench.passes ({', '.join(passes) or 'none'})")
+    bench = {**config["bench"], "engine": {**config["bench"].get("engine", {}), **passes[engine_pass]}}
+    return {**config, "bench": bench}
 
 
 def dataset_prompts(config: dict, dataset: str, work_dir: Path) -> str:
@@ -125,4 +180,5 @@ def train_arguments(config: dict, drafter: str, target: str, data: str, heldout:
         "--steps", str(settings.get("steps", 1000)), "--time-budget-s", str(settings.get("time_budget_s", 0)),
         "--device", str(config["bench"].get("device", "cpu")),
         *_option_arguments(settings.get("options", {})),
+        *(["--opt", f"objective={settings['objective']}"] if "objective" in settings else []),
     ]

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from harness.adapter import NoDrafts
-from methods import BuildInputs, MethodSpec, register
+from harness.engine.adapter import NoDrafts
+from harness.engine.method_spec import BuildInputs, MethodSpec
+from harness.measure.costs import NO_DRAFTING
 
 
 @dataclass(frozen=True)
@@ -13,15 +14,12 @@ class AutoregressiveOptions:
     """The baseline has no options."""
 
 
-def _build(options: AutoregressiveOptions, inputs: BuildInputs) -> NoDrafts:
-    return NoDrafts()
+class ArAdapter(NoDrafts):
+    """A root-only tree every step: one target forward per token."""
 
 
-SPEC = register(
-    MethodSpec(
-        name="ar",
-        summary="autoregressive baseline: one target forward per token",
-        options_type=AutoregressiveOptions,
-        build=_build,
-    )
-)
+def _build(options: AutoregressiveOptions, inputs: BuildInputs) -> ArAdapter:
+    return ArAdapter()
+
+
+METHOD = MethodSpec(options=AutoregressiveOptions, build=_build, cost=NO_DRAFTING)

@@ -12,13 +12,13 @@ from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from harness import LoadedModel, SamplingConfig, generate
-from harness.adapter import StepContext
-from harness.drafting import choose_children
-from harness.forward import LMOutput, positions, run_model
-from harness.kv_cache import new_cache
-from harness.sampling import align_vocab, logits_to_probs, make_generator
-from harness.engine_runtime import EngineOptions, EngineRuntime
-from harness.tree import TokenTree
+from harness.engine.adapter import AdapterBase, StepContext
+from harness.engine.drafting import choose_children
+from harness.backend.forward import LMOutput, positions, run_model
+from harness.backend.kv_cache import new_cache
+from harness.verify.sampling import align_vocab, logits_to_probs, make_generator
+from harness.engine.runtime import EngineOptions, EngineRuntime
+from harness.trees.tree import TokenTree
 from harness.verify import Verdict, verify_tree
 
 
@@ -102,7 +102,7 @@ def save_model_dir(path: Path, model: LlamaForCausalLM, tokenizer: PreTrainedTok
     return path
 
 
-class PathTreeDrafter:
+class PathTreeDrafter(AdapterBase):
     """A multi-draft tree drafter for verifier tests: every node's children come from the draft LM run on its path.
 
     mode 'iid': children drawn independently from the draft distribution (with

@@ -8,8 +8,8 @@ import torch
 
 from harness import DraftcountError, SamplingConfig, generate, load_model
 from harness.cli import main
-from harness.models import check_same_tokenizer
-from methods import BuildInputs, build_adapter, get_method
+from harness.backend.models import check_same_tokenizer
+from harness.engine.method_spec import BuildInputs, build_adapter, method_spec, parse_method_options
 
 
 def test_missing_model_path(tmp_path):
@@ -41,14 +41,14 @@ def test_prompt_longer_than_context(model_dirs):
 
 
 def test_unknown_method_and_option():
-    with pytest.raises(DraftcountError, match="unknown method 'nope'; known methods: ar, eagle, lyanna, sd, tree_sd"):
-        get_method("nope")
+    with pytest.raises(DraftcountError, match="unknown method 'nope'; known methods: ar, sd, tree_sd, eagle, lyanna"):
+        method_spec("nope")
     with pytest.raises(DraftcountError, match="unknown option 'gama' for method 'sd'; valid options: gamma"):
-        get_method("sd").parse_options({"gama": 3})
+        parse_method_options("sd", {"gama": 3})
     with pytest.raises(DraftcountError, match="must be int"):
-        get_method("sd").parse_options({"gamma": "three"})
+        parse_method_options("sd", {"gamma": "three"})
     with pytest.raises(DraftcountError, match="gamma"):
-        get_method("sd").parse_options({"gamma": 0})
+        parse_method_options("sd", {"gamma": 0})
 
 
 def test_sd_without_draft(random_pair):

@@ -6,10 +6,6 @@
 # tree_file: auto stands for the Sequoia tree the workflow searched for that temperature, with
 # the budget in tree_budget (auto: the one maximising estimated tokens/s on this machine).
 
-NEEDS_DRAFT_LM = plan.NEEDS_DRAFT_LM
-NEEDS_DRAFTER = plan.NEEDS_DRAFTER
-
-
 def variant_method(variant):
     return plan.variant_method(config, variant)
 
@@ -23,29 +19,30 @@ def is_ablation(variant):
 
 
 def variants_of(method, ablation=False):
-    return [variant for variant in method_names()
-            if variant_method(variant) == method and is_ablation(variant) == ablation]
+    return plan.method_variants(config, method, ablation)
 
 
 def variant_options(variant, temperature):
     return plan.variant_options(config, variant, temperature, WORK)
 
 
-def bench_outputs(variants=None):
-    """Raw records of the given variants (default: all): ablations on bench.ablation_datasets."""
+def bench_outputs(variants=None, engine_pass=None):
+    """Raw records of the given variants (default: all): ablations on bench.ablation_datasets. ``engine_pass``:
+    those of an engine pass (bench.passes) under raw-<pass>/ instead of the default pass's raw/."""
+    raw = "raw" if engine_pass is None else f"raw-{engine_pass}"
     outputs = []
-    for variant in method_names() if variants is None else variants:
-        outputs += expand(results("raw/{variant}/{dataset}-t{temperature}.jsonl"), variant=variant,
+    for variant in variant_names() if variants is None else variants:
+        outputs += expand(results(raw + "/{variant}/{dataset}-t{temperature}.jsonl"), variant=variant,
                           dataset=plan.variant_datasets(config, variant), temperature=temperatures())
     return outputs
 
 
 def bench_inputs(wildcards):
     inputs = {"target": target_model()}
-    if variant_method(wildcards.variant) in NEEDS_DRAFT_LM:
-        inputs["draft"] = draft_model()
     method = variant_method(wildcards.variant)
-    if method in NEEDS_DRAFTER:
+    if plan.needs_draft_lm(method):
+        inputs["draft"] = draft_model()
+    if plan.needs_drafter(method):
         inputs["drafter"] = drafter_dir(variant_drafter(wildcards.variant))
     if wildcards.dataset == "stdlib_code":
         inputs["prompts"] = work("prompts/stdlib_code.jsonl")
@@ -56,8 +53,10 @@ def bench_inputs(wildcards):
 
 
 def bench_arguments(wildcards, input):
-    arguments = plan.run_arguments(config, wildcards.variant, wildcards.dataset, wildcards.temperature, WORK,
-                                   input.target, input.get("draft"), input.get("drafter"))
+    """The `python -m harness run` arguments of one job; an engine pass's switches over bench.engine."""
+    arguments = plan.run_arguments(plan.with_engine_pass(config, wildcards.get("pass")), wildcards.variant,
+                                   wildcards.dataset, wildcards.temperature, WORK, input.target, input.get("draft"),
+                                   input.get("drafter"))
     return shlex.join(arguments)
 
 
@@ -69,7 +68,7 @@ rule bench:
     params:
         arguments=bench_arguments,
     wildcard_constraints:
-        variant="|".join(method_names()),
+        variant="|".join(variant_names() + plan.implied_variants(config)),
         temperature=r"[0-9.]+",
     threads: config["bench"].get("threads", config["threads"])
     resources:
@@ -80,33 +79,23 @@ rule bench:
         "python -m harness run {params.arguments} --threads {threads} --no-progress --out {output}"
 
 
-rule bench_ar:
-    input:
-        bench_outputs(variants_of("ar")),
+# The same benchmark under another engine setting (bench.passes: name -> engine switches), into raw-<pass>/.
+if engine_passes():
+
+    use rule bench as bench_pass with:
+        output:
+            results("raw-{pass,%s}/{variant}/{dataset}-t{temperature}.jsonl" % "|".join(engine_passes())),
 
 
-rule bench_sd:
-    input:
-        bench_outputs(variants_of("sd")),
+# bench_<method>: every main variant of a catalog method; ablate_<method>: its ablation and budget-sweep variants;
+# train_<method> (drafters.smk): its trained drafters
+for _method in catalog_methods():
 
-
-rule bench_tree_sd:
-    input:
-        bench_outputs(variants_of("tree_sd")),
-
-
-rule bench_lyanna:
-    input:
-        bench_outputs(variants_of("lyanna")),
-
-
-rule bench_eagle:
-    input:
-        bench_outputs(variants_of("eagle")),
-
-
-# ablate_<method>: the method's ablation and budget-sweep variants (ablate_lyanna: the paper's switches)
-for _method in sorted({variant_method(variant) for variant in method_names()}):
+    rule:
+        name:
+            f"bench_{_method}"
+        input:
+            bench_outputs(variants_of(_method)),
 
     rule:
         name:

@@ -1,10 +1,11 @@
-# Paths and helpers shared by the rules (what to run is decided in harness/workflow_plan.py, shared with
-# workflow/scripts/gpu_check.py).
+# Paths and helpers shared by the rules (what to run is decided in harness/workflow_plan.py from the config and
+# the method catalog, methods/__init__.py).
 import json
 import shlex
 from pathlib import Path
 
 from harness import workflow_plan as plan
+from harness.catalog import method_names as catalog_methods
 
 WORK = Path(config["work_dir"])
 RESULTS = Path(config["results_dir"])
@@ -55,9 +56,15 @@ def as_json(value):
     return "'" + json.dumps(value).replace("'", "'\\''") + "'"
 
 
-def method_names():
-    """The variants to run: every entry of bench.methods, or only those listed in bench.only."""
+def variant_names():
+    """The variants to run: bench.methods plus a default variant of every catalog method it leaves out, or
+    only those listed in bench.only."""
     return plan.variant_names(config)
+
+
+def engine_passes():
+    """The engine passes (bench.passes): name -> engine switches over bench.engine, each a benchmark of its own."""
+    return list(config["bench"].get("passes", {}))
 
 
 def temperatures():

@@ -61,11 +61,12 @@ rule train_drafter:
         " --no-progress --out {output.drafter} --metrics {output.metrics}"
 
 
-rule train_eagle:
-    input:
-        expand(work("drafters/{drafter}"), drafter=drafters_of("eagle")),
+# train_<method>: every configured drafter of a catalog method that trains one (needs: drafter)
+for _method in catalog_methods():
+    if plan.needs_drafter(_method):
 
-
-rule train_lyanna:
-    input:
-        expand(work("drafters/{drafter}"), drafter=drafters_of("lyanna")),
+        rule:
+            name:
+                f"train_{_method}"
+            input:
+                expand(work("drafters/{drafter}"), drafter=drafters_of(_method)),

@@ -10,7 +10,7 @@ def main_variants():
 def training_metrics():
     """Metrics files of the models and drafters the workflow trained (none for user-supplied ones)."""
     paths = [] if external_models() else [work("metrics/target.json"), work("metrics/draft.json")]
-    used = {variant_drafter(variant) for variant in method_names() if variant_method(variant) in NEEDS_DRAFTER}
+    used = {variant_drafter(variant) for variant in variant_names() if plan.needs_drafter(variant_method(variant))}
     return paths + [work(f"metrics/drafter-{name}.json") for name in trained_drafters() if name in used]
 
 

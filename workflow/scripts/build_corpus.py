@@ -3,7 +3,7 @@ train/held-out by document."""
 import json
 from pathlib import Path
 
-from harness.corpus import build_jsonl_corpus, build_stdlib_corpus
+from harness.data.corpus import build_jsonl_corpus, build_stdlib_corpus
 
 settings = snakemake.params.corpus  # noqa: F821  (provided by Snakemake)
 out_dir = Path(snakemake.output.summary).parent  # noqa: F821

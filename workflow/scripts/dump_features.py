@@ -3,9 +3,9 @@ from pathlib import Path
 
 import torch
 
-from harness.features import dump_features
-from harness.lm_data import load_tokens
-from harness.models import load_model
+from harness.training.features import dump_features
+from harness.data.token_streams import load_tokens
+from harness.backend.models import load_model
 
 torch.set_num_threads(snakemake.threads)  # noqa: F821
 settings = snakemake.params.features  # noqa: F821

@@ -1,7 +1,7 @@
 """Rule code_prompts: code-completion prompts cut from held-out standard-library files."""
 from pathlib import Path
 
-from harness.code_prompts import write_code_prompts
+from harness.data.code_prompts import write_code_prompts
 
 settings = snakemake.params.prompts  # noqa: F821
 count = write_code_prompts(

@@ -4,11 +4,11 @@ from pathlib import Path
 
 import torch
 
-from harness.acceptance import rank_acceptance
-from harness.drafting import choose_children
-from harness.lm_data import even_windows, load_tokens
-from harness.models import load_model
-from harness.sampling import SamplingConfig
+from harness.measure.acceptance import rank_acceptance
+from harness.engine.drafting import choose_children
+from harness.data.token_streams import even_windows, load_tokens
+from harness.backend.models import load_model
+from harness.verify.sampling import SamplingConfig
 
 torch.set_num_threads(snakemake.threads)  # noqa: F821
 settings = snakemake.params.tree  # noqa: F821

@@ -4,8 +4,8 @@ from pathlib import Path
 
 import torch
 
-from harness.acceptance import forward_latency
-from harness.models import load_model
+from harness.measure.latency import target_latencies
+from harness.backend.models import load_model
 
 torch.set_num_threads(snakemake.threads)  # noqa: F821
 settings = snakemake.params.tree  # noqa: F821
@@ -17,8 +17,8 @@ prefix = settings.get("latency_prefix", 256)
 summary = {
     "device": str(target.device),
     "prefix_tokens": prefix,
-    "target": forward_latency(target, sizes, prefix, settings.get("latency_repeats", 7)),
-    "draft_step": forward_latency(draft, [4], prefix, settings.get("latency_repeats", 7))[4],
+    "target": target_latencies(target.model, prefix, sizes, settings.get("latency_repeats", 7)),
+    "draft_step": target_latencies(draft.model, prefix, [4], settings.get("latency_repeats", 7))[4],
 }
 Path(snakemake.output[0]).write_text(json.dumps(summary, indent=2) + "\n")  # noqa: F821
 print(json.dumps(summary, indent=2))

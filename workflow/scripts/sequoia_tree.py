@@ -2,7 +2,7 @@
 import json
 from pathlib import Path
 
-from harness.tree_search import choose_budget, optimal_tree
+from harness.trees.sequoia import choose_budget, optimal_tree
 
 settings = snakemake.params.tree  # noqa: F821
 acceptance = json.loads(Path(snakemake.input.acceptance).read_text())  # noqa: F821

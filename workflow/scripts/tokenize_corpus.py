@@ -3,8 +3,8 @@ from pathlib import Path
 
 from transformers import AutoTokenizer
 
-from harness.corpus import load_documents
-from harness.lm_data import save_tokens, tokenize_documents
+from harness.data.corpus import load_documents
+from harness.data.token_streams import save_tokens, tokenize_documents
 
 tokenizer = AutoTokenizer.from_pretrained(snakemake.input.tokenizer)  # noqa: F821
 tokens = tokenize_documents(tokenizer, load_documents(Path(snakemake.input.documents)))  # noqa: F821

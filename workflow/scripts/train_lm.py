@@ -4,7 +4,7 @@ from pathlib import Path
 
 import torch
 
-from harness.zoo_training import train_zoo_lm
+from harness.training.zoo_training import train_zoo_lm
 
 torch.set_num_threads(snakemake.threads)  # noqa: F821
 inputs, params = snakemake.input, snakemake.params  # noqa: F821

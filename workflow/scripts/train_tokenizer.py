@@ -1,8 +1,8 @@
 """Rule tokenizer: byte-level BPE on the training split, saved for AutoTokenizer."""
 from pathlib import Path
 
-from harness.corpus import load_documents
-from harness.zoo import train_tokenizer
+from harness.data.corpus import load_documents
+from harness.training.zoo import train_tokenizer
 
 settings = snakemake.params.tokenizer  # noqa: F821
 tokenizer = train_tokenizer(

@@ -1,0 +1,128 @@
+"""The metric table: every column of the summary table, with its formula, its format and its definition.
+
+The summary (``harness.analysis.summary``) writes exactly these columns in this order, the report's results table
+and its definitions come from the rows marked for the report, and ``docs/metrics.md`` is this table as a page
+(``python -m harness metrics --out docs/metrics.md``; a test keeps it in step). Adding a metric: compute it in
+``summarize`` and add its row here. Sums run over the turns of one variant x dataset x temperature (the method's
+own turns; its paired `ar` turns only in the speedups).
+"""
+
+from __future__ import annotations
+
+import textwrap
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Metric:
+    """name: the summary column. formula: how it is computed from the per-turn counters. definition: what it
+    means. label, fmt, scale: its column in the report's results table (no label: not in that table); the value
+    shown is ``fmt.format(value / scale)``."""
+
+    name: str
+    formula: str
+    definition: str
+    label: str = ""
+    fmt: str = "{:.2f}"
+    scale: float = 1.0
+    in_summary: bool = True  # False: a column only the report shows (built from summary columns)
+
+
+USEFUL_DRAFTER_FLOPS = "drafter_useful_flops"  # the counters' extra that drafter-FLOP waste is computed from
+
+METRICS: tuple[Metric, ...] = (
+    Metric("variant", "the variant's name (bench.methods)", "a configuration of a method"),
+    Metric("method", "the catalog method the variant runs", "the method"),
+    Metric("dataset", "the prompt set", "the dataset"),
+    Metric("temperature", "sampling temperature (0 = greedy)", "the temperature"),
+    Metric("turns", "count of the method's generated turns", "generations measured (prompts x turns)"),
+    Metric("tokens_per_s", "sum(new_tokens) / sum(wall_seconds)",
+           "new tokens (trimmed at EOS, counted the same way for every method) over the wall time of the "
+           "generation, prefill included; warm-up generations are not timed. The timer is named in every raw "
+           "record (`timer`: `perf_counter` on CPU, CUDA events on a GPU)", "tokens/s", "{:.1f}"),
+    Metric("speedup_paired_mean", "mean over turns of tokens_per_s(method) / tokens_per_s(ar), same prompt",
+           "for every prompt, the method's tokens/s over `ar`'s on the same prompt in the same process (the two "
+           "run interleaved, prompt by prompt, with the same sampling settings, seeds, dtype and device); the "
+           "mean of these paired ratios", "speedup"),
+    Metric("speedup_ci", "[speedup_ci_low, speedup_ci_high]",
+           "percentile bootstrap 95% interval of the paired speedup (2,000 resamples, fixed seed)",
+           "95% interval", "{}", in_summary=False),
+    Metric("speedup_total", "(sum(new_tokens) / sum(wall_seconds)) / (the same for the paired ar turns)",
+           "the ratio of total tokens/s of the method and of its paired `ar` turns", "speedup (totals)"),
+    Metric("speedup_ci_low", "2.5th percentile of 2,000 bootstrap means of the paired ratios",
+           "lower end of the paired speedup's 95% interval"),
+    Metric("speedup_ci_high", "97.5th percentile of 2,000 bootstrap means of the paired ratios",
+           "upper end of the paired speedup's 95% interval"),
+    Metric("tau", "sum(new_tokens) / sum(target forwards)",
+           "acceptance length: new tokens per target forward pass, the bonus token included and the prefill "
+           "forward counted (see docs/methods.md for how this maps to EAGLE's, Spec-Bench's and SGLang's). A "
+           "method that runs the target twice per step (`lyanna` with `verify_fusion=off`) can have tau below 1",
+           "tau"),
+    Metric("accepted_per_step", "sum(accepted draft tokens) / sum(verification steps)",
+           "accepted draft tokens per verification step, without the bonus token (gpt-fast's convention)",
+           "accepted/step"),
+    Metric("token_waste", "1 - sum(accepted draft tokens) / sum(draft tokens sent to verification)",
+           "the share of drafted tokens (tree nodes, root excluded) that verification rejected", "token waste"),
+    Metric("drafter_flop_waste", "1 - sum(useful drafter FLOPs) / sum(drafter FLOPs)",
+           "the share of drafter FLOPs whose output never reached an accepted token or a state the drafter "
+           "reused. FLOPs are analytic: 2 x parameters x tokens processed, plus attention", "drafter-FLOP waste"),
+    Metric("drafter_flops_per_accepted", "sum(drafter FLOPs) / sum(accepted draft tokens)",
+           "drafter FLOPs (all of them) per accepted draft token", "drafter MFLOPs/accepted", "{:.1f}", 1e6),
+    Metric("drafter_wasted_flops_per_accepted", "sum(drafter FLOPs - useful drafter FLOPs) / sum(accepted)",
+           "wasted drafter FLOPs per accepted draft token"),
+    Metric("verify_waste", "1 - (sum(accepted) + sum(verification steps)) / sum(verified tokens)",
+           "verified tokens that were neither an accepted draft nor a step's root / all verified tokens",
+           "verify waste"),
+    Metric("flops_per_token", "(sum(target FLOPs) + sum(drafter FLOPs)) / sum(new_tokens)",
+           "all FLOPs (target, prefill included, and drafter) per emitted token"),
+    Metric("verified_per_step", "sum(verified tokens) / sum(verification steps)",
+           "tokens the target processes per verification step (the tree size, root included)"),
+    Metric("drafter_useful_flops_per_token", "sum(useful drafter FLOPs) / sum(new_tokens)",
+           "drafter FLOPs that led to an emitted token, per emitted token"),
+    Metric("drafter_wasted_flops_per_token", "sum(drafter FLOPs - useful drafter FLOPs) / sum(new_tokens)",
+           "drafter FLOPs thrown away, per emitted token"),
+    Metric("verify_useful_flops_per_token",
+           "target FLOPs x (verified / all target tokens) x (accepted + roots) / verified / sum(new_tokens)",
+           "verification FLOPs (the target's, prefill excluded, shared by token count) spent on accepted drafts "
+           "and roots, per emitted token"),
+    Metric("verify_wasted_flops_per_token",
+           "target FLOPs x (verified / all target tokens) x rejected / verified / sum(new_tokens)",
+           "verification FLOPs spent on rejected nodes, per emitted token"),
+    Metric("options", "the variant's method options and drafter, as JSON", "how the variant was configured"),
+    Metric("efficiency", "speedup_paired_mean / tau",
+           "how much of the bound speedup = tau (free, perfect drafting) was realised", "efficiency"),
+)
+
+
+def summary_columns() -> list[str]:
+    """The summary table's columns, in order."""
+    return [metric.name for metric in METRICS if metric.in_summary]
+
+
+def report_metrics() -> list[Metric]:
+    """The report's results-table columns, in order."""
+    return [metric for metric in METRICS if metric.label]
+
+
+def report_definitions() -> str:
+    """The report's definitions of its results-table columns (markdown list)."""
+    return "".join(f"- **{metric.label}**: {metric.definition}.\n" for metric in report_metrics())
+
+
+def metrics_markdown(width: int = 118) -> str:
+    """docs/metrics.md: every summary column with its formula and definition (lines of at most ``width``)."""
+    lines = [
+        "# Metrics",
+        "",
+        "Generated from `harness/analysis/metrics.py` by `python -m harness metrics --out docs/metrics.md`;",
+        "do not edit by hand. Every column of `results/tables/summary.csv`, in order. Sums run over the turns of",
+        "one variant x dataset x temperature (the method's own turns; its paired `ar` turns only in the speedups).",
+        "A label in brackets is the column's heading in the report's results table.",
+        "",
+    ]
+    for metric in METRICS:
+        heading = f"## `{metric.name}`" + (f" ({metric.label})" if metric.label else "")
+        lines += [heading + ("" if metric.in_summary else ", report only"), ""]
+        lines += textwrap.wrap(f"Formula: {metric.formula}.", width) + [""]
+        lines += textwrap.wrap(metric.definition[0].upper() + metric.definition[1:] + ".", width) + [""]
+    return "\n".join(lines).rstrip("\n") + "\n"

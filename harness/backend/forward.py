@@ -1,0 +1,171 @@
+"""One counted forward pass: every model call of every method goes through here.
+
+Each call adds its forward count, processed tokens and FLOP estimate to a
+ForwardTally, so target and drafter work are measured the same way for all
+methods.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+
+import torch
+from torch.nn import functional
+from transformers import DynamicCache
+
+from harness.backend.cuda_graphs import GraphedForwards
+from harness.errors import DraftcountError
+from harness.backend.kv_cache import cache_argument
+from harness.backend.models import LoadedModel
+
+
+@dataclass
+class ForwardTally:
+    forwards: int = 0
+    tokens: int = 0
+    flops: float = 0.0
+
+    def add(self, new_tokens: int, flops: float) -> None:
+        self.forwards += 1
+        self.tokens += new_tokens
+        self.flops += flops
+
+
+@dataclass
+class LMOutput:
+    logits: torch.Tensor  # (B, q, V) or (B, logits_to_keep, V)
+    hidden_states: tuple[torch.Tensor | None, ...] | None  # embeddings + every layer, when asked for (None
+    # at the layers not kept: see ``run_model``'s ``hidden_layers``)
+    flops: float = 0.0  # this forward's FLOP estimate (already added to the tally)
+
+
+def run_model(
+    lm: LoadedModel,
+    input_ids: torch.Tensor,
+    cache: DynamicCache,
+    position_ids: torch.Tensor,
+    tally: ForwardTally,
+    attention_bias: torch.Tensor | None = None,
+    logits_to_keep: int = 0,
+    output_hidden_states: bool = False,
+    graphs: GraphedForwards | None = None,
+    hidden_layers: tuple[int, ...] | None = None,
+) -> LMOutput:
+    """Run ``lm`` on ``input_ids`` (B, q) at ``position_ids`` (B, q), extending ``cache``.
+
+    ``attention_bias`` is an additive float mask (B, 1, q, W) over the last W
+    of the past + q keys (a token tree's nodes, say); the keys before them (the
+    cached prefix) are visible to every query. None: causal attention.
+    ``logits_to_keep`` > 0 computes logits only for the last that many
+    positions. With ``output_hidden_states``, ``hidden_layers`` names the
+    hidden states kept (indices into embeddings + every layer, negative from
+    the end; None: all): the others are None in the output, and a graphed
+    forward copies out only the kept ones. With ``graphs`` (a static cache)
+    the forward is replayed from a CUDA graph of its shape
+    (``harness.backend.cuda_graphs``; prefills run eagerly).
+    """
+    past = cache.get_seq_length()
+    new_tokens = input_ids.shape[-1]
+    total = lm.hidden_state_count if output_hidden_states else 0
+    kept = kept_layers(hidden_layers, total) if output_hidden_states else ()
+
+    def eager() -> tuple[torch.Tensor, ...]:
+        return _forward_outputs(lm, input_ids, cache, position_ids, prefix_visible(attention_bias, past + new_tokens),
+                                logits_to_keep, kept, total)
+
+    if graphs is not None:
+        logits, *states = graphs.run(
+            ("lm", logits_to_keep, kept), cache, past, new_tokens, attention_bias,
+            {"input_ids": input_ids, "position_ids": position_ids},
+            lambda inputs, mask: _forward_outputs(lm, inputs["input_ids"], cache, inputs["position_ids"], mask,
+                                                  logits_to_keep, kept, total), eager)
+    else:
+        logits, *states = eager()
+    logits_tokens = min(logits_to_keep, new_tokens) if logits_to_keep > 0 else new_tokens
+    flops = count_forward(lm, tally, new_tokens, past, logits_tokens)
+    hidden = spread_layers(states, kept, total) if output_hidden_states else None
+    return LMOutput(logits=logits, hidden_states=hidden, flops=flops)
+
+
+def kept_layers(layers: tuple[int, ...] | None, total: int) -> tuple[int, ...]:
+    """``layers`` (negative: from the end; None: all) as sorted indices into ``total`` hidden states."""
+    if layers is None:
+        return tuple(range(total))
+    outside = [index for index in layers if not -total <= index < total]
+    if outside:
+        raise DraftcountError(f"hidden-state layers {outside} do not exist: the model has {total} hidden states "
+                              "(embeddings + every layer)")
+    return tuple(sorted({index % total for index in layers}))
+
+
+def spread_layers(states: list[torch.Tensor], kept: tuple[int, ...], total: int) -> tuple[torch.Tensor | None, ...]:
+    """The kept hidden states back at their indices among ``total``, None elsewhere."""
+    by_index = dict(zip(kept, states, strict=True))
+    return tuple(by_index.get(index) for index in range(total))
+
+
+def prefix_visible(bias: torch.Tensor | None, keys: int) -> torch.Tensor | None:
+    """A mask over the last W of ``keys`` keys widened to all of them, the earlier keys visible (0)."""
+    if bias is None or bias.shape[-1] == keys:
+        return bias
+    return functional.pad(bias, (keys - bias.shape[-1], 0))
+
+
+def causal_bias(past: int, count: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor | None:
+    """Full mask (1, 1, count, past + count) for ``count`` consecutive positions after ``past`` cached ones,
+    built on ``device``; None for a single query (it sees everything)."""
+    if count == 1:
+        return None
+    bias = torch.zeros((count, past + count), dtype=dtype, device=device)
+    bias[:, past:] = torch.full((count, count), torch.finfo(dtype).min, dtype=dtype, device=device).triu(1)
+    return bias[None, None]
+
+
+DrafterCall = Callable[[dict[str, torch.Tensor], torch.Tensor | None], torch.Tensor]
+
+
+def run_drafter(call: DrafterCall, cache: DynamicCache, inputs: dict[str, torch.Tensor], count: int,
+                bias: torch.Tensor | None, dtype: torch.dtype, graphs: GraphedForwards | None = None,
+                key: Hashable = "drafter") -> torch.Tensor:
+    """A drafter module's forward over ``count`` new positions on ``cache``: ``call(inputs, full mask)``.
+
+    ``bias`` follows ``run_model``'s convention (a mask over the last keys, the earlier ones visible; None:
+    causal). Eager, or replayed from a CUDA graph of its shape with ``graphs`` (a static cache)."""
+    past = cache.get_seq_length()
+
+    def eager() -> tuple[torch.Tensor]:
+        device = next(iter(inputs.values())).device
+        mask = causal_bias(past, count, dtype, device) if bias is None else prefix_visible(bias, past + count)
+        return (call(inputs, mask),)
+
+    if graphs is not None:
+        return graphs.run(key, cache, past, count, bias, inputs, lambda buffers, mask: (call(buffers, mask),),
+                          eager)[0]
+    return eager()[0]
+
+
+def _forward_outputs(lm: LoadedModel, input_ids: torch.Tensor, cache: DynamicCache, position_ids: torch.Tensor,
+                     mask: torch.Tensor | None, logits_to_keep: int, kept: tuple[int, ...],
+                     total: int) -> tuple[torch.Tensor, ...]:
+    """The model's logits, then the hidden states at the ``kept`` indices (of embeddings + every layer)."""
+    output = lm.model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, use_cache=True,
+                      logits_to_keep=logits_to_keep, output_hidden_states=bool(kept), **cache_argument(lm.model, cache))
+    if not kept:
+        return (output.logits,)
+    if len(output.hidden_states) != total:
+        raise DraftcountError(f"the model returned {len(output.hidden_states)} hidden states; its configuration "
+                              f"says {total} (embeddings + every layer)")
+    return (output.logits, *(output.hidden_states[index] for index in kept))
+
+
+def count_forward(lm: LoadedModel, tally: ForwardTally, new_tokens: int, past: int, logits_tokens: int) -> float:
+    """Add one forward of ``new_tokens`` queries after ``past`` cached positions to ``tally``; return its FLOPs."""
+    flops = lm.cost.forward_flops(new_tokens, past + new_tokens, logits_tokens)
+    tally.add(new_tokens, flops)
+    return flops
+
+
+def positions(start: int, count: int, device: torch.device) -> torch.Tensor:
+    """(1, count) position ids start, start+1, ..."""
+    return torch.arange(start, start + count, device=device).unsqueeze(0)

@@ -1,0 +1,92 @@
+"""KV-cache operations: create, crop, keep an accepted tree path.
+
+Works on transformers' DynamicCache and on the preallocated cache of
+``harness.backend.static_cache``. Both hold keys/values of shape (batch, heads, seq,
+head_dim) per layer (``cache.layers[i].keys/values``; for the static cache,
+views of its buffers). Only full-attention layers are supported:
+sliding-window or linear-attention layers cannot drop speculative entries.
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+
+import torch
+from transformers import DynamicCache, PretrainedConfig
+
+from harness.errors import DraftcountError
+from harness.backend.static_cache import PreallocatedLayer
+from harness.backend.device import index_on
+
+
+def new_cache(config: PretrainedConfig) -> DynamicCache:
+    return DynamicCache(config=config)
+
+
+@functools.cache
+def _cache_keyword(module_type: type) -> str:
+    parameters = inspect.signature(module_type.forward).parameters
+    return "cache" if "cache" in parameters else "past_key_values"
+
+
+def cache_argument(module: torch.nn.Module, cache: DynamicCache | None) -> dict[str, DynamicCache | None]:
+    """``{keyword: cache}`` for calling ``module``: the keyword is ``cache`` where its forward takes one
+    (transformers 5.24 renamed it, and drops ``past_key_values`` in 5.40), else ``past_key_values``."""
+    return {_cache_keyword(type(module)): cache}
+
+
+def cache_length(cache: DynamicCache) -> int:
+    return cache.get_seq_length()
+
+
+def _full_attention_layers(cache: DynamicCache) -> list:
+    layers = list(cache.layers)
+    for layer in layers:
+        if getattr(layer, "is_sliding", False) or not hasattr(layer, "keys"):
+            raise DraftcountError(
+                f"KV cache layer type {type(layer).__name__} is not supported (full-attention layers only)"
+            )
+    return layers
+
+
+def crop_cache(cache: DynamicCache, length: int) -> None:
+    """Keep the first ``length`` positions of every layer (a layer no longer than that is left as it is: no
+    view is made, so an autoregressive step's crop costs no op)."""
+    for layer in _full_attention_layers(cache):
+        if isinstance(layer, PreallocatedLayer):
+            layer.set_length(min(length, layer.length))
+        elif getattr(layer, "is_initialized", True) and layer.keys is not None and layer.keys.numel() \
+                and layer.keys.shape[-2] > length:
+            layer.keys = layer.keys[..., :length, :]
+            layer.values = layer.values[..., :length, :]
+
+
+def keep_tree_path(cache: DynamicCache, prefix_len: int, path_nodes: list[int]) -> None:
+    """After a tree forward, keep the prefix plus the given tree nodes (in order), drop the rest.
+
+    ``path_nodes`` are node indices relative to the tree (0 = root). A path that
+    is a run 0, 1, ..., k-1 (always so for chains) is a plain crop; any other
+    path is gathered into place (in the static cache's own buffers).
+    """
+    kept = prefix_len + len(path_nodes)
+    if list(path_nodes) == list(range(len(path_nodes))):
+        crop_cache(cache, kept)
+        return
+    layers = _full_attention_layers(cache)
+    index = index_on([prefix_len + node for node in path_nodes], layers[0].keys.device) if layers else None
+    for layer in layers:
+        layer.keys[..., prefix_len:kept, :] = layer.keys.index_select(-2, index)
+        layer.values[..., prefix_len:kept, :] = layer.values.index_select(-2, index)
+    crop_cache(cache, kept)
+
+
+def append_entries(cache: DynamicCache, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:
+    """Append saved keys/values (one (B, heads, n, dim) tensor per layer) after every layer's entries; in
+    place in a static cache when they were saved from where they now belong."""
+    for layer, layer_keys, layer_values in zip(_full_attention_layers(cache), keys, values):
+        if isinstance(layer, PreallocatedLayer):
+            layer.append(layer_keys, layer_values)
+        else:
+            layer.keys = torch.cat([layer.keys, layer_keys], dim=-2)
+            layer.values = torch.cat([layer.values, layer_values], dim=-2)

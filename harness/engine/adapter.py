@@ -1,0 +1,125 @@
+"""The narrow contract between the engine and a method.
+
+An adapter proposes draft trees and keeps its own drafter state; the engine
+owns the target, its KV cache, verification, timing and counters. One adapter
+instance serves many generations: ``begin`` resets it for each one.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import TYPE_CHECKING, Any, Protocol
+
+import torch
+from transformers import PretrainedConfig
+from transformers.cache_utils import Cache
+
+from harness.engine.counters import GenerationCounters
+from harness.backend.forward import LMOutput
+from harness.backend.kv_cache import new_cache
+from harness.verify.sampling import SamplingConfig
+from harness.trees.tree import TokenTree, root_only
+from harness.verify.verdict import Verdict
+
+if TYPE_CHECKING:
+    from harness.backend.cuda_graphs import GraphedForwards
+    from harness.engine.runtime import EngineRuntime
+
+
+@dataclass
+class StepContext:
+    """What a method may read while it drafts: sampling settings, the random generator, the counters, and
+    the run's engine runtime (where a drafter gets its KV cache and, with CUDA graphs, its graph runner)."""
+
+    sampling: SamplingConfig
+    generator: torch.Generator | None
+    counters: GenerationCounters
+    target_vocab_size: int
+    runtime: EngineRuntime | None = None  # None: dynamic caches, eager forwards
+    max_sequence: int = 0  # the longest the sequence can grow in this generation (prompt + new tokens + 1)
+
+    def drafter_cache(self, owner: object, config: PretrainedConfig, lookahead: int, dtype: torch.dtype,
+                      device: torch.device) -> Cache:
+        """An empty KV cache for ``owner``'s drafter, which holds at most the sequence plus ``lookahead``
+        positions: static (and reused across generations) under ``kv_cache=static``, else a DynamicCache."""
+        if self.runtime is None:
+            return new_cache(config)
+        return self.runtime.drafter_cache(owner, config, self.max_sequence, lookahead, dtype, device)
+
+    def drafter_graphs(self, owner: object, config: PretrainedConfig, device: torch.device,
+                       dtype: torch.dtype) -> GraphedForwards | None:
+        """``owner``'s CUDA-graph runner for the fixed-shape steps of its drafter (a model of ``config``) under
+        ``cuda_graphs=on``, else None."""
+        return self.runtime.drafter_graphs(owner, config, device, dtype) if self.runtime is not None else None
+
+
+class DraftAdapter(Protocol):
+    """What a method implements: every attribute and hook the engine reads is declared here.
+
+    wants_target_hidden_states: the engine returns the target's hidden states
+        (embeddings + every layer) with each target forward.
+    target_hidden_layers: the hidden states the adapter reads (a tuple of
+        indices into them, negative from the end), or None for all of them;
+        the others are then None, and a graphed verify forward copies out
+        only those.
+    max_draft_nodes: the most draft nodes (root excluded) one tree may hold;
+        used to check that generation fits the target's context.
+    separate_root_forward: False (fused verification): the root and the
+        drafts go through one target forward. True (unfused): the engine runs
+        the root through the target alone and calls ``observe_root`` before
+        ``propose``, then verifies the drafts in a second forward.
+    details: a JSON-friendly dict recorded with every result (the tree shape
+        it drafts, say).
+    """
+
+    wants_target_hidden_states: bool
+    target_hidden_layers: tuple[int, ...] | None
+    max_draft_nodes: int
+    separate_root_forward: bool
+    details: Mapping[str, Any]
+
+    def begin(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> None:
+        """Start a generation: ``prompt_ids`` (B, L) were just prefilled into the target."""
+
+    def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
+        """Draft a tree whose root is ``sequence[:, -1]`` (the newest token, not yet in the target's cache)."""
+
+    def observe_root(self, ctx: StepContext, root_out: LMOutput) -> None:
+        """Unfused verification only: the target's forward over the root, before ``propose``."""
+
+    def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
+        """Learn what was accepted; ``target_out`` is the target's forward over ``tree``."""
+
+
+class AdapterBase:
+    """The defaults of ``DraftAdapter``: no hidden states, fused verification, no details, and nothing to do at
+    ``begin``, ``observe_root`` and ``commit``. Adapters inherit from it and override what they need; ``propose``
+    is theirs to write."""
+
+    wants_target_hidden_states: bool = False
+    target_hidden_layers: tuple[int, ...] | None = None
+    max_draft_nodes: int = 0
+    separate_root_forward: bool = False
+
+    details: Mapping[str, Any] = MappingProxyType({})  # an adapter sets its own dict
+
+    def begin(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> None:
+        pass
+
+    def observe_root(self, ctx: StepContext, root_out: LMOutput) -> None:
+        pass
+
+    def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
+        pass
+
+
+class NoDrafts(AdapterBase):
+    """Drafts nothing: every tree is just its root, so each step is one autoregressive target forward.
+
+    The `ar` baseline, and any plain greedy/sampled continuation the harness needs.
+    """
+
+    def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
+        return root_only(sequence[0, -1])

@@ -1,0 +1,103 @@
+"""Per-turn counters that every method fills the same way (DESIGN section 5)."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+
+from harness.backend.forward import ForwardTally
+from harness.analysis.metrics import USEFUL_DRAFTER_FLOPS
+from harness.trees.tree import TokenTree
+from harness.verify.verdict import Verdict
+
+
+@dataclass
+class GenerationCounters:
+    """Raw counts of one generated turn.
+
+    new_tokens: tokens emitted (EOS included, trimmed at EOS and max_new_tokens).
+    step_tokens: tokens produced by each target forward before trimming
+        (1 for the prefill, accepted drafts + 1 for every verification step).
+    step_accepted: accepted draft tokens per verification step (no bonus).
+    accepted_by_depth / drafted_by_depth: draft nodes per tree depth (index 0 =
+        depth 1) sent to verification, and those accepted.
+    extra: method-specific counters (named by the method, summed per turn).
+    """
+
+    new_tokens: int = 0
+    wall_seconds: float = 0.0
+    prefill_seconds: float = 0.0
+    target: ForwardTally = field(default_factory=ForwardTally)
+    drafter: ForwardTally = field(default_factory=ForwardTally)
+    drafted_tokens: int = 0
+    accepted_tokens: int = 0
+    tried_tokens: int = 0
+    step_tokens: list[int] = field(default_factory=list)
+    step_accepted: list[int] = field(default_factory=list)
+    drafted_by_depth: list[int] = field(default_factory=list)
+    accepted_by_depth: list[int] = field(default_factory=list)
+    stop_reason: str = ""
+    extra: dict[str, float] = field(default_factory=dict)
+
+    def record_prefill(self) -> None:
+        self.step_tokens.append(1)
+
+    def record_step(self, tree: TokenTree, verdict: Verdict) -> None:
+        self.drafted_tokens += tree.num_drafts
+        self.accepted_tokens += verdict.num_accepted
+        self.tried_tokens += verdict.tried
+        self.step_accepted.append(verdict.num_accepted)
+        self.step_tokens.append(verdict.num_accepted + 1)
+        depths = tree.depths
+        for node in range(1, tree.size):
+            _bump(self.drafted_by_depth, depths[node] - 1)
+        for depth in range(1, len(verdict.path)):
+            _bump(self.accepted_by_depth, depth - 1)
+
+    def add_extra(self, name: str, amount: float) -> None:
+        self.extra[name] = self.extra.get(name, 0) + amount
+
+    @property
+    def tau(self) -> float:
+        """Acceptance length: new tokens per target forward (bonus token included)."""
+        return self.new_tokens / self.target.forwards if self.target.forwards else 0.0
+
+    def as_dict(self) -> dict:
+        data = asdict(self)
+        data["tau"] = self.tau
+        return data
+
+
+def _bump(values: list[int], index: int) -> None:
+    while len(values) <= index:
+        values.append(0)
+    values[index] += 1
+
+
+class DrafterWork:
+    """Drafter FLOPs of one round, per unit of work (a fed tree node, a backbone state).
+
+    ``charge`` books a forward's FLOPs evenly over the units it computed;
+    ``settle`` adds the FLOPs of the units that turned out useful (their output
+    reached an accepted token or is reused) to the counters' useful drafter
+    FLOPs and forgets the round, but for units carried to the next round
+    undecided. Drafter-FLOP waste = 1 - useful / all drafter FLOPs.
+    """
+
+    def __init__(self) -> None:
+        self.flops: dict[object, float] = {}
+
+    def charge(self, units: list, flops: float) -> None:
+        for unit in units:
+            self.flops[unit] = self.flops.get(unit, 0.0) + flops / len(units)
+
+    def settle(self, counters: GenerationCounters, useful_units, carried_units=()) -> None:
+        """Add the useful units' FLOPs; ``carried_units`` keep theirs for the next round's ``settle`` (work
+        whose use that round decides), the rest are forgotten (wasted)."""
+        counters.add_extra(USEFUL_DRAFTER_FLOPS, sum(self.flops.get(unit, 0.0) for unit in set(useful_units)))
+        carried = set(carried_units)
+        self.flops = {unit: flops for unit, flops in self.flops.items() if unit in carried}
+
+
+def count_useful_drafter_flops(counters: GenerationCounters, flops: float) -> None:
+    """Drafter work that is useful whatever is accepted (feeding accepted tokens, context)."""
+    counters.add_extra(USEFUL_DRAFTER_FLOPS, flops)

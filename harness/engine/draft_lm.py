@@ -1,0 +1,101 @@
+"""Drafting with a small LM over a static tree shape: the shared engine of `sd` and `tree_sd`.
+
+Every step the draft LM expands the shape level by level: one forward feeds all
+nodes of a level that have children, with a tree attention mask over its own
+KV cache (prefix + the tree nodes fed so far), so branches are never re-run.
+Children are the draft's top-c tokens (greedy) or c tokens sampled from its
+warped distribution, with replacement (SpecInfer) or without (Sequoia: each
+later sibling is drawn from q with the earlier siblings removed, and carries
+that reduced q to the verifier). After verification the draft cache keeps the
+accepted nodes it has fed. A chain shape gives standard speculative decoding.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.engine.adapter import AdapterBase, StepContext
+from harness.engine.counters import DrafterWork, count_useful_drafter_flops
+from harness.engine.drafting import ChildChooser, choose_children
+from harness.backend.forward import LMOutput, positions, run_model
+from harness.backend.kv_cache import keep_tree_path, new_cache
+from harness.backend.models import LoadedModel
+from harness.trees.tree import TokenTree, children_of, depths_of, root_only, tree_attention_bias
+from harness.verify.verdict import Verdict
+
+
+class DraftLMAdapter(AdapterBase):
+    """A draft LM expanding a fixed tree shape each step (see the module docstring)."""
+
+    wants_target_hidden_states = False
+
+    def __init__(self, draft: LoadedModel, shape: tuple[int, ...], replacement: bool,
+                 chooser: ChildChooser = choose_children) -> None:
+        self.draft = draft
+        self.shape = shape
+        self.shape_children = children_of(shape)
+        self.depth = max(depths_of(shape))
+        self.replacement = replacement
+        self.chooser = chooser
+        self.max_draft_nodes = len(shape) - 1
+        self.details = {"tree_parents": list(shape), "tree_depth": self.depth, "replacement": replacement}
+        self.cache = new_cache(draft.config)
+        self.graphs = None
+        self.cached_len = 0
+        self.fed_offset: dict[int, int] = {}
+        self.root_cached_len = 0
+        self.work = DrafterWork()
+
+    def begin(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> None:
+        self.cache = ctx.drafter_cache(self, self.draft.config, len(self.shape), self.draft.dtype, self.draft.device)
+        self.graphs = ctx.drafter_graphs(self, self.draft.config, self.draft.device, self.draft.dtype)
+        self.cached_len = 0
+
+    def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
+        if not self.shape_children[0]:  # an empty shape (a tree search may choose one): nothing to draft
+            self.fed_offset, self.root_cached_len = {}, self.cached_len
+            return root_only(sequence[0, -1])
+        device = self.draft.device
+        unseen = sequence[:, self.cached_len :].to(device)
+        out = run_model(self.draft, unseen, self.cache, positions(self.cached_len, unseen.shape[-1], device),
+                        ctx.counters.drafter, logits_to_keep=1, graphs=self.graphs)
+        count_useful_drafter_flops(ctx.counters, out.flops)  # the accepted tokens' KV: kept whatever happens
+        prefix_len = sequence.shape[-1]  # the draft cache now holds the sequence, root included
+        root = sequence[0, -1]
+        tokens, parents, probs = [root], [-1], [None]
+        node_logits = {0: out.logits[0, -1]}
+        frontier = [(0, 0)]  # (shape node, tree node)
+        fed: list[int] = []
+        for depth in range(1, self.depth + 1):
+            level = []
+            for shape_node, tree_node in frontier:
+                kids = self.shape_children[shape_node]
+                if not kids:
+                    continue
+                for kid, (token, q) in zip(kids, self.chooser(node_logits[tree_node], len(kids), ctx, self.replacement)):
+                    tokens.append(token.to(root.device))
+                    parents.append(tree_node)
+                    probs.append(q)
+                    level.append((kid, len(tokens) - 1))
+            frontier = level
+            to_feed = [tree_node for shape_node, tree_node in level if self.shape_children[shape_node]]
+            if not to_feed:
+                break
+            bias = tree_attention_bias(tuple(parents), fed, to_feed, self.draft.dtype, device)
+            out = run_model(
+                self.draft, torch.stack([tokens[node] for node in to_feed]).to(device)[None], self.cache,
+                torch.full((1, len(to_feed)), prefix_len - 1 + depth, device=device), ctx.counters.drafter,
+                attention_bias=bias, graphs=self.graphs,
+            )
+            self.work.charge(to_feed, out.flops)
+            node_logits.update({node: out.logits[0, index] for index, node in enumerate(to_feed)})
+            fed.extend(to_feed)
+        self.fed_offset = {node: offset for offset, node in enumerate(fed)}
+        self.root_cached_len = prefix_len
+        return TokenTree(torch.stack(tokens), tuple(parents), probs)
+
+    def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
+        kept = [self.fed_offset[node] for node in verdict.path[1:] if node in self.fed_offset]
+        self.work.settle(ctx.counters, verdict.path[1:])  # a fed node's KV is kept iff it was accepted
+        keep_tree_path(self.cache, self.root_cached_len, kept)
+        self.cached_len = self.root_cached_len + len(kept)

@@ -1,0 +1,170 @@
+"""The generation loop shared by every method, one function per step (gpt-fast style).
+
+``prefill`` (prompt -> first token) -> repeat ``decode_step`` { ``draft_and_run_target``: the adapter drafts a
+tree rooted at the newest token and the target runs over the whole tree in one forward; ``accept``: the verifier
+decides, the cache keeps the accepted path, the adapter learns the verdict } until EOS or max_new_tokens.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers.cache_utils import Cache
+
+from harness.engine.adapter import DraftAdapter, StepContext
+from harness.engine.counters import GenerationCounters
+from harness.errors import DraftcountError
+from harness.backend.forward import LMOutput, positions, run_model
+from harness.backend.kv_cache import keep_tree_path
+from harness.backend.models import LoadedModel
+from harness.verify.sampling import SamplingConfig, next_token
+from harness.engine.runtime import EngineRuntime
+from harness.backend.device import Stopwatch
+from harness.backend.device import to_device
+from harness.trees.tree import TokenTree, check_batch_size_one, tree_attention_bias
+from harness.verify import DEFAULT_VERIFIER, VERIFIERS, Verifier
+
+
+@dataclass
+class Generation:
+    output_ids: list[int]
+    counters: GenerationCounters
+
+
+def check_fits_context(target: LoadedModel, prompt_len: int, max_new_tokens: int, lookahead: int, name: str) -> None:
+    """The prompt, the new tokens and one draft tree must fit the target's context."""
+    context = target.context_length
+    needed = prompt_len + max_new_tokens + lookahead
+    if prompt_len == 0:
+        raise DraftcountError(f"prompt {name} is empty")
+    if context is not None and needed > context:
+        raise DraftcountError(
+            f"prompt {name} is {prompt_len} tokens; with max_new_tokens={max_new_tokens} and "
+            f"{lookahead} draft tokens it needs {needed} positions, more than the model's context of {context}"
+        )
+
+
+def trim_output(tokens: list[int], eos_token_ids: frozenset[int], max_new_tokens: int) -> tuple[list[int], str]:
+    """Cut after the first EOS (kept) and at max_new_tokens; say why generation stopped."""
+    for index, token in enumerate(tokens[:max_new_tokens]):
+        if token in eos_token_ids:
+            return tokens[: index + 1], "eos"
+    return tokens[:max_new_tokens], "max_new_tokens"
+
+
+def _verify_root_apart(runtime: EngineRuntime, adapter: DraftAdapter, ctx: StepContext, sequence: torch.Tensor,
+                       cache, hidden: bool, layers: tuple[int, ...] | None) -> tuple[TokenTree, LMOutput]:
+    """Unfused verification: the root (the token the last step resampled) gets a target forward of its own,
+    whose output the adapter sees before it drafts; then the drafts get a second forward (both graphed like the
+    fused verify forward under ``cuda_graphs``)."""
+    target = runtime.target
+    prefix_len = sequence.shape[-1] - 1
+    root_out = run_model(target, sequence[:, -1:], cache, positions(prefix_len, 1, target.device), ctx.counters.target,
+                         output_hidden_states=hidden, graphs=runtime.graphs, hidden_layers=layers)
+    adapter.observe_root(ctx, root_out)
+    tree = adapter.propose(ctx, sequence)
+    tree.resolve()  # the drafts' mask is built from the shape on the host: a read that fusion avoids
+    if tree.size == 1:
+        return tree, root_out
+    drafts = list(range(1, tree.size))
+    bias = tree_attention_bias(tree.parents, [0], drafts, target.dtype, target.device)
+    rest = run_model(target, tree.tokens[1:].unsqueeze(0), cache, tree.position_ids(prefix_len)[:, 1:],
+                     ctx.counters.target, attention_bias=bias, output_hidden_states=hidden, graphs=runtime.graphs,
+                     hidden_layers=layers)
+    states = None
+    if hidden:
+        states = tuple(None if a is None else torch.cat([a, b], dim=1)
+                       for a, b in zip(root_out.hidden_states, rest.hidden_states))
+    return tree, LMOutput(torch.cat([root_out.logits, rest.logits], dim=1), states, root_out.flops + rest.flops)
+
+
+def prefill(runtime: EngineRuntime, adapter: DraftAdapter, ctx: StepContext, prompt_ids: torch.Tensor,
+            cache: Cache) -> tuple[torch.Tensor, int]:
+    """The prompt through the target; the first new token; the adapter started. Returns the sequence so far and
+    the first token (read on the host before the adapter starts, as part of the prefill)."""
+    target = runtime.target
+    hidden = adapter.wants_target_hidden_states
+    prompt_len = prompt_ids.shape[-1]
+    out = run_model(
+        target, prompt_ids, cache, positions(0, prompt_len, target.device), ctx.counters.target,
+        logits_to_keep=0 if hidden else 1, output_hidden_states=hidden, hidden_layers=adapter.target_hidden_layers,
+    )
+    first = next_token(out.logits[:, -1], ctx.sampling, ctx.generator)
+    first_id = int(first.item())
+    ctx.counters.record_prefill()
+    adapter.begin(ctx, prompt_ids, out)
+    return torch.cat([prompt_ids, first.reshape(1, 1)], dim=-1), first_id
+
+
+def draft_and_run_target(runtime: EngineRuntime, adapter: DraftAdapter, ctx: StepContext, sequence: torch.Tensor,
+                         cache: Cache) -> tuple[TokenTree, LMOutput]:
+    """The adapter's tree rooted at the newest token, and the target's forward over it (one forward when fused,
+    root and drafts apart when the adapter asks for ``separate_root_forward``)."""
+    hidden, layers = adapter.wants_target_hidden_states, adapter.target_hidden_layers
+    if adapter.separate_root_forward:
+        return _verify_root_apart(runtime, adapter, ctx, sequence, cache, hidden, layers)
+    tree = adapter.propose(ctx, sequence)
+    return tree, runtime.verify(tree, cache, sequence.shape[-1] - 1, ctx.counters.target, hidden, layers)
+
+
+def accept(verify: Verifier, adapter: DraftAdapter, ctx: StepContext, tree: TokenTree, target_out: LMOutput,
+           cache: Cache, prefix_len: int) -> list[int]:
+    """Verify the tree, keep the accepted path in the target's cache, count, tell the adapter; the new tokens."""
+    verdict = verify(tree, target_out.logits[0], ctx.sampling, ctx.generator)
+    keep_tree_path(cache, prefix_len, list(verdict.path))
+    ctx.counters.record_step(tree, verdict)
+    adapter.commit(ctx, tree, verdict, target_out)
+    return list(verdict.new_tokens)
+
+
+def decode_step(runtime: EngineRuntime, adapter: DraftAdapter, ctx: StepContext, sequence: torch.Tensor,
+                cache: Cache, verify: Verifier) -> list[int]:
+    """One speculative step: draft a tree, run the target over it, accept what verification keeps."""
+    tree, target_out = draft_and_run_target(runtime, adapter, ctx, sequence, cache)
+    return accept(verify, adapter, ctx, tree, target_out, cache, sequence.shape[-1] - 1)
+
+
+def generate(
+    target: LoadedModel,
+    adapter: DraftAdapter,
+    prompt_ids: torch.Tensor,
+    max_new_tokens: int,
+    sampling: SamplingConfig,
+    eos_token_ids: frozenset[int] = frozenset(),
+    generator: torch.Generator | None = None,
+    verify: Verifier = VERIFIERS[DEFAULT_VERIFIER],
+    prompt_name: str = "",
+    runtime: EngineRuntime | None = None,
+) -> Generation:
+    """Generate up to ``max_new_tokens`` tokens after ``prompt_ids`` (1, L) with ``adapter`` drafting.
+
+    ``runtime`` says how the target runs (KV cache kind, CUDA graphs, compile); default: plain eager with a
+    DynamicCache. Pass one runtime to every generation of a run so its static cache and graphs are reused.
+    """
+    check_batch_size_one(prompt_ids, "generate")
+    if max_new_tokens < 1:
+        raise DraftcountError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    prompt_len = prompt_ids.shape[-1]
+    check_fits_context(target, prompt_len, max_new_tokens, adapter.max_draft_nodes, prompt_name or "(unnamed)")
+    runtime = runtime or EngineRuntime(target)
+    target = runtime.target
+    counters = GenerationCounters()
+    ctx = StepContext(sampling, generator, counters, target.vocab_size, runtime, prompt_len + max_new_tokens + 1)
+    prompt_ids = prompt_ids.to(target.device)
+    with torch.inference_mode():
+        stopwatch = Stopwatch(target.device)
+        cache = runtime.cache_for(ctx.max_sequence, adapter.max_draft_nodes)
+        sequence, first_id = prefill(runtime, adapter, ctx, prompt_ids, cache)
+        produced = [first_id]
+        counters.prefill_seconds = stopwatch.elapsed()
+        while len(produced) < max_new_tokens and not eos_token_ids.intersection(produced[-1:]):
+            step_tokens = decode_step(runtime, adapter, ctx, sequence, cache, verify)
+            produced.extend(step_tokens)
+            if eos_token_ids.intersection(step_tokens):
+                break
+            sequence = torch.cat([sequence, to_device(torch.tensor([step_tokens]), sequence.device)], dim=-1)
+        counters.wall_seconds = stopwatch.elapsed()
+    output, counters.stop_reason = trim_output(produced, eos_token_ids, max_new_tokens)
+    counters.new_tokens = len(output)
+    return Generation(output_ids=output, counters=counters)

@@ -1,0 +1,16 @@
+"""Measurements behind ``python -m harness measure <name>``: our ``ar`` against ``generate()``, the overhead
+switches, step costs, the host-sync audit, the 8B-shape projection; and the latency and acceptance measurements
+Sequoia's tree is chosen from.
+
+``MEASUREMENTS`` maps each subcommand to the module whose ``main(argv)`` runs it.
+"""
+
+from __future__ import annotations
+
+MEASUREMENTS: dict[str, tuple[str, str]] = {
+    "ar-vs-generate": ("harness.measure.ar_vs_generate", "our ar against model.generate() on the same model"),
+    "overheads": ("harness.measure.overheads", "each overhead switch against its absence, interleaved"),
+    "step-costs": ("harness.measure.step_costs", "seconds of each phase of a decoding step, per method"),
+    "host-sync": ("harness.measure.host_sync_audit", "host synchronisations per decoding step, per method"),
+    "project-8b": ("harness.measure.project_8b", "latencies at Llama-3.1-8B shapes and projected speedups"),
+}

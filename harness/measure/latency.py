@@ -1,0 +1,74 @@
+"""Latency of one forward per tree size: the one measurement behind Sequoia's latency-chosen budget (rule
+measure_latency) and the 8B-shape projection (``python -m harness measure project-8b``).
+
+A timed forward runs as ``timing`` says: ``eager`` (forwards launched from Python on transformers' DynamicCache),
+``static`` (the same on a preallocated KV cache) or ``cuda_graphs`` (replayed from a CUDA graph on that static
+cache). Every time is a median of ``harness.backend.device.median_seconds``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+from transformers import PretrainedConfig, PreTrainedModel
+from transformers.cache_utils import Cache
+
+from harness.backend.device import median_seconds
+from harness.backend.forward import prefix_visible
+from harness.backend.kv_cache import cache_argument, crop_cache, new_cache
+from harness.backend.static_cache import new_static_cache
+from harness.trees.tree import depths_of, tree_attention_bias
+
+TIMINGS = ("eager", "static", "cuda_graphs")  # how a timed forward runs; see ``timing_cache``
+
+
+def check_timing(timing: str) -> None:
+    if timing not in TIMINGS:
+        raise ValueError(f"timing must be one of {', '.join(TIMINGS)}, not {timing!r}")
+
+
+def timing_cache(config: PretrainedConfig, capacity: int, dtype: torch.dtype, device: torch.device,
+                 timing: str) -> Cache:
+    """The KV cache a timed forward runs on: transformers' DynamicCache under ``eager`` (forwards launched from
+    Python, the cache grown by concatenation), a preallocated (static) one under ``static`` (the same
+    forwards, written in place) and ``cuda_graphs`` (replayed from a CUDA graph): the two steps apart, so
+    each one's effect shows on its own."""
+    check_timing(timing)
+    return new_cache(config) if timing == "eager" else new_static_cache(config, capacity, dtype, device)
+
+
+def wide_tree(nodes: int, fan_out: int = 4) -> tuple[int, ...]:
+    """Parents of a ``nodes``-node tree filled breadth first with ``fan_out`` children per node."""
+    return (-1,) + tuple((index - 1) // fan_out for index in range(1, nodes))
+
+
+@torch.no_grad()
+def target_latencies(model: PreTrainedModel, prefix: int, sizes: list[int], repeats: int,
+                     timing: str = "eager") -> dict[int, float]:
+    """Seconds of one forward of ``size`` tree tokens (a wide tree, tree mask) after a ``prefix``-token cache
+    (run as ``timing`` says: see ``timing_cache``)."""
+    device = next(model.parameters()).device
+    vocab = model.config.vocab_size
+    cache = timing_cache(model.config, prefix + max(sizes), model.dtype, device, timing)
+    cached = cache_argument(model, cache)
+    model(input_ids=torch.randint(vocab, (1, prefix), device=device), use_cache=True, **cached)
+    latencies = {}
+    for size in sizes:
+        parents = wide_tree(size)
+        bias = prefix_visible(tree_attention_bias(parents, [], list(range(size)), model.dtype, device), prefix + size)
+        position_ids = (prefix + torch.tensor(depths_of(parents))).to(device)[None]
+        input_ids = torch.randint(vocab, (1, size), device=device)
+
+        def forward() -> None:
+            model(input_ids=input_ids, attention_mask=bias, position_ids=position_ids, use_cache=True, **cached)
+            crop_cache(cache, prefix)
+
+        latencies[size] = timed_seconds(forward, device, repeats, timing)
+    return latencies
+
+
+def timed_seconds(run: Callable[[], object], device: torch.device, repeats: int, timing: str = "eager") -> float:
+    """Median seconds of ``run`` under ``timing`` (its cache is ``timing_cache``'s business)."""
+    check_timing(timing)
+    return median_seconds(run, device, repeats, graphed=timing == "cuda_graphs")

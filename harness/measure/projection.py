@@ -1,0 +1,96 @@
+"""Latencies at realistic shapes (random weights) and the speedups they project from measured acceptance.
+
+The target is shaped like Llama-3.1-8B, the draft LM like Llama-3.2-1B, and every method with a drafter of its
+own measures one drafter step at the target's width with the code it runs (its cost model, ``METHOD.cost``,
+``harness.measure.costs``). Latencies are
+medians of repeated forwards after warm-up, timed with CUDA events on a GPU (``perf_counter``
+elsewhere). A summary table's measured acceptance (tau and tokens verified per step, from the small
+models) then gives, per variant,
+
+    step seconds   = drafting seconds (the method's cost model) + target(tokens verified per step)
+    projected      = (accepted drafts per step + 1) x target(1) / step seconds
+
+a projection at 8B scale under the assumption that acceptance carries over: not a measurement.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pandas as pd
+import torch
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
+
+from harness.catalog import method_names
+from harness.engine.method_spec import method_spec
+from harness.errors import DraftcountError
+from harness.measure.costs import Latencies
+
+SHAPES: dict[str, dict[str, int]] = {
+    "llama-3.1-8b": {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
+                     "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256},
+    "llama-3.2-1b": {"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 16,
+                     "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 128256},
+}
+
+
+def scaled_shape(shape: dict[str, int], divisor: int) -> dict[str, int]:
+    """The shape with widths, heads, layers and vocabulary divided by ``divisor`` (for CPU checks)."""
+    if divisor < 1:
+        raise ValueError(f"divisor must be >= 1, got {divisor}")
+    return {key: max(1, value // divisor) for key, value in shape.items()}
+
+
+def random_llama(shape: dict[str, int], dtype: torch.dtype, device: str) -> LlamaForCausalLM:
+    """A randomly initialised Llama of ``shape``, built directly in ``dtype`` on ``device``."""
+    config = LlamaConfig(**shape, max_position_embeddings=16384, tie_word_embeddings=False)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = LlamaForCausalLM(config)
+    finally:
+        torch.set_default_dtype(previous)
+    return model.eval()
+
+
+def project_speedups(summary: pd.DataFrame, latencies: Latencies) -> pd.DataFrame:
+    """Per summary row: the drafting and verification seconds of a step at the measured shapes, and the
+    projected speedup, next to the measured (small-model) tau and speedup."""
+    rows = []
+    for _, row in summary.iterrows():
+        options = json.loads(row.get("options") or "{}")
+        drafting = drafting_seconds(row.method, options, latencies)
+        verify = latencies.target_at(max(1.0, row.verified_per_step))
+        step = drafting + verify
+        tokens_per_step = row.accepted_per_step + 1
+        rows.append({
+            "variant": row.variant, "method": row.method, "dataset": row.dataset, "temperature": row.temperature,
+            "tau": row.tau, "verified_per_step": row.verified_per_step,
+            "measured_speedup": row.get("speedup_paired_mean", math.nan),
+            "draft_ms": drafting * 1e3, "verify_ms": verify * 1e3,
+            "projected_speedup": tokens_per_step * latencies.target_at(1) / step,
+        })
+    return pd.DataFrame(rows)
+
+
+def drafting_seconds(method: str, options: dict, latencies: Latencies) -> float:
+    """One step's drafting seconds by the method's own cost model (``METHOD.cost``); nan for a method that
+    has none or that the catalog does not know."""
+    try:
+        cost = method_spec(method).cost
+    except DraftcountError:
+        return math.nan
+    return math.nan if cost is None else float(cost.drafting_seconds(options, latencies))
+
+
+def drafter_step_latencies(target: PreTrainedModel, top_k: int, prefix: int, repeats: int,
+                           timing: str = "eager") -> dict[str, float]:
+    """Every catalog method's own drafter step (its cost model's ``step_latency``) at ``target``'s shape."""
+    steps = {}
+    for name in method_names():
+        cost = method_spec(name).cost
+        if cost is not None and cost.step_latency is not None:
+            steps[cost.component] = cost.step_latency(target, top_k, prefix, repeats, timing)
+    return steps

@@ -1,0 +1,92 @@
+"""Where a speculative step's time goes: drafting (propose), bookkeeping (commit) and the rest (target forward +
+verification), per method, interleaved prompt by prompt in one process. Explains a speedup: a method beats `ar`
+only when tau * (ar's ms per token) exceeds its ms per step.
+
+    python -m harness measure step-costs --target work/models/target --draft work/models/draft \
+        --drafter eagle=work/drafters/eagle --drafter lyanna=work/drafters/lyanna --prompts work/prompts/stdlib_code.jsonl
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import torch
+
+from harness.verify.sampling import SamplingConfig
+from harness.engine.loop import generate
+from harness.backend.models import load_model
+from harness.data.prompts import encode_turn, load_prompts
+from harness.engine.method_spec import BuildInputs, build_adapter
+
+
+def timed(adapter, totals: dict[str, float]):
+    """Wrap propose/commit of ``adapter`` to add their wall time to ``totals``."""
+    for name in ("propose", "commit"):
+        original = getattr(adapter, name)
+
+        def wrapper(*args, original=original, name=name):
+            started = time.perf_counter()
+            result = original(*args)
+            totals[name] += time.perf_counter() - started
+            return result
+
+        setattr(adapter, name, wrapper)
+    return adapter
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--target", required=True)
+    parser.add_argument("--draft")
+    parser.add_argument("--drafter", action="append", default=[], metavar="METHOD=DIR")
+    parser.add_argument("--prompts", required=True)
+    parser.add_argument("--limit", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args(argv)
+    torch.set_num_threads(args.threads)
+    target = load_model(args.target)
+    draft = load_model(args.draft) if args.draft else None
+    methods = {"ar": ("ar", {}, None)}
+    if draft is not None:
+        methods["sd"] = ("sd", {"gamma": 4}, None)
+    for item in args.drafter:
+        method, _, directory = item.partition("=")
+        methods[method] = (method, {}, Path(directory))
+    adapters = {name: build_adapter(method, options, BuildInputs(target, draft, directory))[0]
+                for name, (method, options, directory) in methods.items()}
+    totals = {name: defaultdict(float) for name in adapters}
+    for name, adapter in adapters.items():
+        timed(adapter, totals[name])
+    prompts = load_prompts(args.prompts, None, args.limit)
+    sampling = SamplingConfig(args.temperature)
+    for index, prompt in enumerate(prompts):
+        ids = torch.tensor([encode_turn(target.tokenizer, [], prompt.turns[0])])
+        order = list(adapters) if index % 2 == 0 else list(adapters)[::-1]
+        for name in order:
+            result = generate(target, adapters[name], ids, args.max_new_tokens, sampling,
+                              generator=torch.Generator().manual_seed(index))
+            counters = result.counters
+            totals[name]["wall"] += counters.wall_seconds - counters.prefill_seconds
+            totals[name]["steps"] += len(counters.step_accepted)
+            totals[name]["tokens"] += counters.new_tokens - 1
+    ar_ms_per_token = 1000 * totals["ar"]["wall"] / totals["ar"]["tokens"]
+    print(f"{'method':10s} {'tau':>5s} {'ms/step':>8s} {'draft':>7s} {'commit':>7s} {'target+verify':>13s} "
+          f"{'ms/token':>9s} {'speedup':>8s}")
+    for name, total in totals.items():
+        steps = total["steps"]
+        tau = total["tokens"] / steps
+        per_step = 1000 * total["wall"] / steps
+        draft_ms, commit_ms = 1000 * total["propose"] / steps, 1000 * total["commit"] / steps
+        per_token = 1000 * total["wall"] / total["tokens"]
+        print(f"{name:10s} {tau:5.2f} {per_step:8.2f} {draft_ms:7.2f} {commit_ms:7.2f} "
+              f"{per_step - draft_ms - commit_ms:13.2f} {per_token:9.2f} {ar_ms_per_token / per_token:8.2f}")
+
+
+if __name__ == "__main__":
+    main()

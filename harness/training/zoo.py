@@ -1,0 +1,148 @@
+"""The default model zoo, built from data every machine has: a byte-level BPE tokenizer,
+a Llama target trained on the corpus, a smaller draft LM distilled from the target.
+
+Everything is saved with ``save_pretrained`` so it loads through the same
+AutoModelForCausalLM / AutoTokenizer path real checkpoints use, and every model
+directory carries ``draftcount.json`` saying how it was made.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+from harness.store.atomic import atomic_path
+from harness.data.corpus import Document
+from harness.errors import DraftcountError
+from harness.store.records import environment
+
+BOS, EOS = "<|bos|>", "<|endoftext|>"
+PROVENANCE = "draftcount.json"
+
+
+@dataclass(frozen=True)
+class LlamaShape:
+    hidden_size: int
+    num_layers: int
+    num_heads: int
+    intermediate_size: int
+    context: int = 1024
+    num_kv_heads: int | None = None
+    tie_embeddings: bool = False
+
+    def config(self, vocab_size: int, bos_id: int, eos_id: int) -> LlamaConfig:
+        if self.hidden_size % self.num_heads:
+            raise DraftcountError(f"hidden_size {self.hidden_size} is not a multiple of num_heads {self.num_heads}")
+        return LlamaConfig(
+            vocab_size=vocab_size, hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
+            num_hidden_layers=self.num_layers, num_attention_heads=self.num_heads,
+            num_key_value_heads=self.num_kv_heads or self.num_heads, max_position_embeddings=self.context,
+            bos_token_id=bos_id, eos_token_id=eos_id, pad_token_id=eos_id, tie_word_embeddings=self.tie_embeddings,
+            rope_theta=10000.0,
+        )
+
+
+def train_tokenizer(documents: list[Document], vocab_size: int, out_dir: Path, max_bytes: int) -> PreTrainedTokenizerFast:
+    """Byte-level BPE on up to ``max_bytes`` of the documents; BOS is prepended on encode."""
+    if vocab_size < 300:
+        raise DraftcountError(f"vocab_size must be >= 300 (256 bytes + merges + specials), got {vocab_size}")
+
+    def texts():
+        used = 0
+        for document in documents:
+            if used >= max_bytes:
+                return
+            used += len(document.text)
+            yield document.text
+
+    tokenizer = Tokenizer(models.BPE())
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=[EOS, BOS], initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=True,
+    )
+    tokenizer.train_from_iterator(texts(), trainer)
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single=f"{BOS} $A", pair=f"{BOS} $A $B", special_tokens=[(BOS, tokenizer.token_to_id(BOS))]
+    )
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token=BOS, eos_token=EOS, pad_token=EOS)
+    save_directory(out_dir, fast.save_pretrained)
+    return fast
+
+
+def new_llama(shape: LlamaShape, tokenizer: PreTrainedTokenizerFast, seed: int) -> LlamaForCausalLM:
+    torch.manual_seed(seed)
+    config = shape.config(len(tokenizer), tokenizer.bos_token_id, tokenizer.eos_token_id)
+    model = LlamaForCausalLM(config)
+    model.generation_config.eos_token_id = tokenizer.eos_token_id
+    model.generation_config.bos_token_id = tokenizer.bos_token_id
+    model.generation_config.pad_token_id = tokenizer.eos_token_id
+    return model
+
+
+def next_token_loss(model: LlamaForCausalLM, windows: torch.Tensor) -> torch.Tensor:
+    return model(input_ids=windows, labels=windows).loss
+
+
+def distillation_loss(draft: LlamaForCausalLM, target: LlamaForCausalLM, windows: torch.Tensor,
+                      temperature: float = 1.0) -> torch.Tensor:
+    """KL(target || draft) per position at ``temperature``, scaled by temperature**2."""
+    with torch.no_grad():
+        teacher = target(input_ids=windows).logits.float()
+    student = draft(input_ids=windows).logits.float()
+    teacher_logp = F.log_softmax(teacher / temperature, dim=-1)
+    student_logp = F.log_softmax(student / temperature, dim=-1)
+    kl = (teacher_logp.exp() * (teacher_logp - student_logp)).sum(-1).mean()
+    return kl * temperature**2
+
+
+@torch.no_grad()
+def heldout_perplexity(model: LlamaForCausalLM, windows: torch.Tensor, batch_size: int = 8) -> float:
+    losses = []
+    for start in range(0, windows.shape[0], batch_size):
+        batch = windows[start : start + batch_size]
+        losses.append(model(input_ids=batch, labels=batch).loss.float() * batch.shape[0])
+    return float(torch.exp(torch.stack(losses).sum() / windows.shape[0]))
+
+
+@torch.no_grad()
+def top1_agreement(target: LlamaForCausalLM, draft: LlamaForCausalLM, windows: torch.Tensor, batch_size: int = 8) -> float:
+    """Fraction of positions where the draft's argmax equals the target's."""
+    agree = total = 0
+    for start in range(0, windows.shape[0], batch_size):
+        batch = windows[start : start + batch_size]
+        agree += int((target(input_ids=batch).logits.argmax(-1) == draft(input_ids=batch).logits.argmax(-1)).sum())
+        total += batch.numel()
+    return agree / total
+
+
+def repetition_rate(tokens: list[int], n: int = 4) -> float:
+    """1 - distinct n-grams / n-grams: 0 for text that never repeats an n-gram, near 1 for loops."""
+    grams = [tuple(tokens[i : i + n]) for i in range(len(tokens) - n + 1)]
+    return 1.0 - len(set(grams)) / len(grams) if grams else 0.0
+
+
+def save_directory(out_dir: Path, save: Callable[[Path], None]) -> None:
+    """Save into ``out_dir.partial`` and rename, so ``out_dir`` only ever holds a complete save."""
+    with atomic_path(out_dir) as partial:
+        save(partial)
+
+
+def save_model(out_dir: Path, model: LlamaForCausalLM, tokenizer: PreTrainedTokenizerFast, provenance: dict) -> None:
+    def save(path: Path) -> None:
+        model.save_pretrained(path)
+        tokenizer.save_pretrained(path)
+        (path / PROVENANCE).write_text(json.dumps(
+            {**provenance, "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **environment()}, indent=2, default=str
+        ) + "\n")
+
+    save_directory(out_dir, save)

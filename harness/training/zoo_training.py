@@ -1,0 +1,87 @@
+"""Training and evaluating the zoo's target and draft LMs (called by workflow/scripts/train_lm.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer
+
+from harness.engine.adapter import NoDrafts
+from harness.engine.loop import generate
+from harness.data.token_streams import even_windows, load_tokens, random_windows
+from harness.backend.models import wrap_model
+from harness.verify.sampling import SamplingConfig
+from harness.training.loop import TrainConfig, batches_from_step, train
+from harness.training.zoo import (
+    LlamaShape, distillation_loss, heldout_perplexity, new_llama, next_token_loss, repetition_rate, save_model,
+    top1_agreement,
+)
+
+
+def degeneracy(model, tokenizer, heldout: torch.Tensor, prompts: int, new_tokens: int) -> dict:
+    """Greedy continuations of held-out snippets: mean 4-gram repetition rate and the share of looping ones."""
+    lm = wrap_model(model, tokenizer)
+    adapter = NoDrafts()
+    rates = []
+    for window in even_windows(heldout, prompts, 32):
+        output = generate(lm, adapter, window[None], new_tokens, SamplingConfig()).output_ids
+        rates.append(repetition_rate(output))
+    return {"repetition_rate": sum(rates) / len(rates), "looping_share": sum(r > 0.5 for r in rates) / len(rates)}
+
+
+def train_zoo_lm(role: str, tokenizer_dir: Path, train_tokens: Path, heldout_tokens: Path, corpus_summary: Path,
+                 model_config: dict, evaluation: dict, out_dir: Path, metrics_path: Path, checkpoint: Path,
+                 teacher_dir: Path | None = None, progress: bool = True, device: str = "cpu") -> dict:
+    """Train the target (next-token loss) or the draft (distillation from ``teacher_dir``) on ``device``,
+    save, evaluate."""
+    tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
+    tokens = load_tokens(train_tokens)
+    heldout = load_tokens(heldout_tokens)
+    shape = LlamaShape(**model_config["shape"])
+    train_settings = dict(model_config["train"])
+    batch_size = train_settings.pop("batch_size", 16)
+    seq_len = train_settings.pop("seq_len", 256)
+    config = TrainConfig(**train_settings)
+    model = new_llama(shape, tokenizer, config.seed).to(device)
+    teacher = None
+    if teacher_dir is not None:
+        teacher = AutoModelForCausalLM.from_pretrained(teacher_dir).to(device).eval()
+        teacher.requires_grad_(False)
+    temperature = model_config.get("distill_temperature", 1.0)
+
+    def loss_fn(step: int) -> tuple[torch.Tensor, int]:
+        windows = batches_from_step(step, config.seed,
+                                    lambda g: random_windows(tokens, batch_size, seq_len, g)).to(device)
+        if teacher is None:
+            return next_token_loss(model, windows), windows.numel()
+        return distillation_loss(model, teacher, windows, temperature), windows.numel()
+
+    corpus = json.loads(Path(corpus_summary).read_text())
+    fingerprint = {"role": role, "shape": model_config["shape"], "batch_size": batch_size, "seq_len": seq_len,
+                   "corpus": corpus["splits"]["train"]["sha256"], "vocab": len(tokenizer),
+                   "distill_temperature": temperature if teacher is not None else None}
+    result = train(model, loss_fn, config, checkpoint=checkpoint, fingerprint=fingerprint,
+                   description=f"train {role}", progress=progress)
+
+    windows = even_windows(heldout, evaluation["heldout_windows"], evaluation["window_len"]).to(device)
+    metrics = {
+        "role": role,
+        "parameters": sum(p.numel() for p in model.parameters()),
+        "training": result.as_dict(),
+        "tokens_per_second": result.tokens / result.seconds if result.seconds else 0.0,
+        "heldout_perplexity": heldout_perplexity(model, windows),
+        "degeneracy": degeneracy(model, tokenizer, heldout, evaluation["degeneracy_prompts"],
+                                 evaluation["degeneracy_tokens"]),
+    }
+    if teacher is not None:
+        metrics["top1_agreement_with_target"] = top1_agreement(teacher, model, windows)
+        metrics["target_parameters"] = sum(p.numel() for p in teacher.parameters())
+        metrics["parameter_ratio"] = metrics["target_parameters"] / metrics["parameters"]
+    provenance = {"kind": f"zoo-{role}", "config": model_config, "fingerprint": fingerprint,
+                  "corpus": corpus, "metrics": metrics}
+    save_model(out_dir, model, tokenizer, provenance)
+    metrics_path.parent.mkdir(parents=True, exist_ok=True)
+    metrics_path.write_text(json.dumps(metrics, indent=2) + "\n")
+    return metrics

@@ -1,0 +1,151 @@
+"""The shared verifier: greedy and lossless sampling verification of a token tree.
+
+A chain is a tree of width one, an autoregressive step a tree with only its
+root: all go through ``verify_tree``.
+
+Sampling (multi-draft speculative sampling, as in SpecInfer / EAGLE): at a
+node with target distribution p, its children are tried in order; child x
+drawn from q is accepted with probability min(1, p(x)/q(x)); on rejection
+p <- norm(max(0, p - q)) and the next child is tried. A deterministic draft
+(q = None) counts as q = one-hot(x). When every child is rejected, the bonus
+token is drawn from what is left of p. With children drawn independently from
+q (with replacement), or from q with earlier siblings removed (without
+replacement, the drafter then supplies that reduced q), the output follows the
+target's distribution exactly.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+import torch
+
+from harness.verify.sampling import SamplingConfig, logits_to_probs, residual_distribution, sample_from_probs
+from harness.backend.device import index_on
+from harness.trees.tree import TokenTree
+from harness.verify.verdict import Verdict
+
+ResidualFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
+
+
+
+
+def verify_tree(
+    tree: TokenTree,
+    logits: torch.Tensor,
+    sampling: SamplingConfig,
+    generator: torch.Generator | None,
+    residual: ResidualFn = residual_distribution,
+) -> Verdict:
+    """Verify ``tree`` against the target's ``logits`` (n, V), one row per tree node."""
+    if logits.shape[0] != tree.size:
+        raise ValueError(f"need one row of logits per tree node ({tree.size}), got {logits.shape[0]}")
+    if sampling.is_greedy:
+        return _verify_greedy(tree, logits)
+    return _verify_sampling(tree, logits, sampling, generator, residual)
+
+
+def _verify_greedy(tree: TokenTree, logits: torch.Tensor) -> Verdict:
+    # the step's one host read: the tree's tokens and the target's choices together (and a deferred tree's shape)
+    tokens, target_choice = tree.read_with([tree.tokens.to(logits.device), logits.argmax(dim=-1)])
+    children = tree.children
+    node, path, tried = 0, [0], 0
+    while True:
+        wanted = target_choice[node]
+        match = None
+        for child in children[node]:
+            tried += 1
+            if tokens[child] == wanted:
+                match = child
+                break
+        if match is None:
+            return Verdict(tuple(path), tuple(tokens[i] for i in path[1:]), wanted, tried)
+        node = match
+        path.append(node)
+
+
+def _verify_sampling(
+    tree: TokenTree,
+    logits: torch.Tensor,
+    sampling: SamplingConfig,
+    generator: torch.Generator | None,
+    residual: ResidualFn,
+) -> Verdict:
+    """Every acceptance test and every possible bonus draw of the tree, computed together on the device; the
+    host then walks the tree from one read (the step's one host synchronisation).
+
+    Child c (token x, drawn from q) of node v, tried after its earlier siblings were rejected, is accepted when
+    u_c * q(x) < p'(x), p' being v's target distribution after those rejections (``residual`` applied once per
+    rejected sibling); the walk stops at the first node none of whose children is accepted, and the bonus token
+    is node v's draw from p' after all its children. Each test and draw uses its own random numbers, so the
+    outcome has the distribution of trying children one by one."""
+    probs = logits_to_probs(logits, sampling)
+    deterministic = all(q is None for q in tree.draft_probs[1:])
+    if deterministic and residual is residual_distribution:
+        target_mass, draft_mass, bonus_probs = one_hot_tests(tree.parents_on(probs.device), tree.tokens.to(probs.device),
+                                                              probs)
+    else:
+        target_mass, draft_mass, bonus_probs = residual_tests(tree, probs, residual)
+    uniforms = torch.rand(tree.size, generator=generator, device=probs.device)
+    accepted = (uniforms * draft_mass < target_mass) & (draft_mass > 0)  # q(x) = 0: never drafted in truth
+    bonus = sample_from_probs(bonus_probs, generator)
+    tokens, accepted_flags, bonus_tokens = tree.read_with([tree.tokens.to(probs.device), accepted.long(), bonus])
+    children = tree.children
+    node, path, tried = 0, [0], 0
+    while True:
+        accepted_child = None
+        for child in children[node]:
+            tried += 1
+            if accepted_flags[child]:
+                accepted_child = child
+                break
+        if accepted_child is None:
+            return Verdict(tuple(path), tuple(tokens[i] for i in path[1:]), bonus_tokens[node], tried)
+        node = accepted_child
+        path.append(node)
+
+
+def residual_tests(tree: TokenTree, probs: torch.Tensor,
+                   residual: ResidualFn) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Per node c: p'(x_c) and q(x_c) of its acceptance test (see ``_verify_sampling``), and per node v the
+    distribution its bonus is drawn from; the residual applied sibling rank by sibling rank, all nodes at once."""
+    tree.resolve()  # a tree grown on the device (its own read: only custom residuals take this path for those)
+    size, vocab = probs.shape
+    tokens = tree.tokens.to(probs.device)
+    one_hot = torch.nn.functional.one_hot(tokens, vocab).to(probs.dtype)
+    drafts = torch.stack([q.to(probs.device, probs.dtype) if q is not None else one_hot[node]
+                          for node, q in enumerate(tree.draft_probs)])
+    remaining = probs.clone()
+    target_mass, draft_mass = probs.new_zeros(size), probs.new_ones(size)
+    children = tree.children
+    for rank in range(max(len(kids) for kids in children)):
+        parents = [node for node, kids in enumerate(children) if len(kids) > rank]
+        parent_index = index_on(parents, probs.device)
+        child_index = index_on([children[node][rank] for node in parents], probs.device)
+        child_tokens = tokens[child_index]
+        target_mass[child_index] = remaining[parent_index, child_tokens]
+        draft_mass[child_index] = drafts[child_index, child_tokens]
+        remaining[parent_index] = residual(remaining[parent_index], drafts[child_index])
+    return target_mass, draft_mass, remaining
+
+
+def one_hot_tests(parents: torch.Tensor, tokens: torch.Tensor,
+                  probs: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``residual_tests`` for deterministic drafts (q = one-hot) in closed form, from the parents (root -1) on the
+    device, so that a tree whose shape is still there needs no read: rejecting x zeroes p(x) and renormalises, so
+    child c is tested with p(x_c) / (1 - mass of its distinct earlier siblings' tokens) (0 for a repeated token),
+    i.e. accepted when u * (1 - that mass) < p(x_c); a node's bonus comes from p with all its children's tokens
+    removed (p itself if nothing is left)."""
+    size, vocab = probs.shape
+    order = torch.arange(size, device=probs.device)
+    is_child = parents >= 0
+    parent = parents.clamp(min=0)
+    sibling_before = (parents[:, None] == parents[None, :]) & is_child[:, None] & (order[None, :] < order[:, None])
+    repeated = (sibling_before & (tokens[None, :] == tokens[:, None])).any(dim=1)
+    edge = torch.where(is_child & ~repeated, probs[parent, tokens], probs.new_zeros(()))
+    draft_mass = (1.0 - sibling_before.to(probs.dtype) @ edge).clamp_min(0.0)
+    keep = torch.ones(size * vocab, dtype=probs.dtype, device=probs.device)
+    keep.scatter_reduce_(0, parent * vocab + tokens, (~is_child).to(probs.dtype), reduce="amin")
+    left = probs * keep.view(size, vocab)
+    total = left.sum(dim=-1, keepdim=True)
+    bonus_probs = torch.where(total > 0, left / total.clamp_min(torch.finfo(left.dtype).tiny), probs)
+    return edge, torch.where(is_child, draft_mass, probs.new_ones(())), bonus_probs

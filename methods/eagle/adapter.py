@@ -1,0 +1,150 @@
+"""`eagle`: an EAGLE head drafting EAGLE-2 dynamic trees, verified by the shared verifier.
+
+Each round the head first catches up on the accepted tokens, fed with the
+target's true features (one forward over the pairs (f_p, x_{p+1}) it has not
+seen); its last output gives the root's children. The tree then grows
+beam-style (``harness.trees.beam``): the k best frontier nodes of a depth are
+fed together, each with the predicted feature that produced it and with a tree
+mask over the head's KV cache, and the budget's best nodes by cumulative
+log-probability are verified. The head's cache keeps only the true-feature
+prefix: entries of tree nodes (built on predicted features) are dropped after
+verification, and the accepted tokens are re-fed with the target's features
+next round, as EAGLE does.
+
+Drafter FLOPs count as useful for the catch-up forward and for a tree node
+whose children included an accepted token.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from transformers import DynamicCache
+
+from harness.engine.adapter import AdapterBase, StepContext
+from harness.trees.beam import BeamShape, BeamTree, Frontier, frontier_attention_bias, grow_beam_tree
+from harness.engine.counters import DrafterWork, count_useful_drafter_flops
+from harness.backend.forward import LMOutput, positions, run_drafter
+from harness.backend.kv_cache import crop_cache
+from harness.backend.models import LoadedModel, ModelCost
+from harness.backend.device import index_on
+from harness.trees.tree import TokenTree
+from harness.verify.verdict import Verdict
+from harness.engine.method_spec import BuildInputs
+from harness.training.features import feature_indices, feature_rows
+from methods.eagle.head import EagleHead, load_head
+
+
+@dataclass(frozen=True)
+class EagleOptions:
+    top_k: int = 4  # children per expanded node, and nodes expanded per depth
+    depth: int = 5
+    budget: int = 24  # draft nodes verified per step (root excluded)
+
+    def __post_init__(self) -> None:
+        BeamShape(self.top_k, self.depth, self.budget)
+
+
+class HeadRunner:
+    """The head on the target's device and dtype, its FLOP cost, and the target's LM head for its logits."""
+
+    def __init__(self, module: torch.nn.Module, target: LoadedModel, cost: ModelCost) -> None:
+        self.module = module.to(target.device, target.dtype).eval()
+        self.lm_head = target.model.get_output_embeddings()
+        self.cost = cost
+        self.device = target.device
+        self.dtype = target.dtype
+
+    def logprobs(self, hidden: torch.Tensor) -> torch.Tensor:
+        return torch.log_softmax(self.lm_head(hidden).float(), dim=-1)
+
+
+class EagleAdapter(AdapterBase):
+    """The `eagle` adapter (see the module docstring)."""
+
+    wants_target_hidden_states = True
+
+    def __init__(self, head: EagleHead, target: LoadedModel, shape: BeamShape) -> None:
+        self.runner = HeadRunner(head, target, head.cost(target.model.get_output_embeddings().weight.numel()))
+        self.head = self.runner.module
+        self.target_hidden_layers = feature_indices(head.features)
+        self.shape = shape
+        self.max_draft_nodes = shape.max_nodes
+        self.details = {"top_k": shape.top_k, "depth": shape.depth, "budget": shape.budget,
+                        "fusion": head.features.fusion, "feature_layers": list(head.features.layers),
+                        "drafter_parameters": head.trainable_parameters()}
+        self._reset()
+
+    def _reset(self, ctx: StepContext | None = None) -> None:
+        lookahead = (self.shape.depth - 1) * self.shape.top_k + 1  # the tree's fed frontiers
+        self.cache = (ctx.drafter_cache(self, self.head.config, lookahead, self.runner.dtype, self.runner.device)
+                      if ctx is not None else DynamicCache(config=self.head.config))
+        self.graphs = (ctx.drafter_graphs(self, self.head.config, self.runner.device, self.runner.dtype)
+                       if ctx is not None else None)
+        self.pending = torch.empty(0)  # true features of positions fed_len.. not yet fed
+        self.fed_len = 0
+        self.beam: BeamTree | None = None
+        self.work = DrafterWork()  # nothing charged in an earlier (say, failed) generation carries over
+
+    def _features(self, hidden_states: tuple[torch.Tensor | None, ...], index: torch.Tensor | slice) -> torch.Tensor:
+        rows = [state[0, index] for state in feature_rows(hidden_states, self.head.features)]
+        return self.head.input_features(rows)
+
+    def _forward(self, ctx: StepContext, features: torch.Tensor, tokens: torch.Tensor, position_ids: torch.Tensor,
+                 bias: torch.Tensor | None, logits_rows: int) -> tuple[torch.Tensor, float]:
+        past = self.cache.get_seq_length()
+
+        def call(inputs: dict[str, torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
+            return self.head(inputs["features"][None], inputs["tokens"][None], inputs["position_ids"], self.cache,
+                             mask)[0]
+
+        hidden = run_drafter(call, self.cache, {"features": features, "tokens": tokens, "position_ids": position_ids},
+                             tokens.shape[0], bias, self.runner.dtype, self.graphs, key="head")
+        flops = self.runner.cost.forward_flops(tokens.shape[0], past + tokens.shape[0], logits_rows)
+        ctx.counters.drafter.add(tokens.shape[0], flops)
+        return hidden, flops
+
+    def begin(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> None:
+        self._reset(ctx)
+        self.pending = self._features(prefill.hidden_states, slice(None))
+
+    def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
+        count = self.pending.shape[0]
+        tokens = sequence[0, self.fed_len + 1 : self.fed_len + 1 + count]
+        hidden, flops = self._forward(
+            ctx, self.pending, tokens, positions(self.fed_len, count, self.runner.device), None, logits_rows=1,
+        )
+        count_useful_drafter_flops(ctx.counters, flops)
+        self.fed_len += count
+        root_hidden = hidden[-1]
+        outputs: list[torch.Tensor] = []  # per expanded depth: the head's outputs for that frontier
+        frontiers: list[Frontier] = []
+
+        def expand(frontier: Frontier) -> torch.Tensor:
+            frontiers.append(frontier)
+            k = frontier.tokens.shape[0]
+            inputs = root_hidden.expand(k, -1) if not outputs else outputs[-1].index_select(0, frontier.parent_rows)
+            bias = frontier_attention_bias(frontiers, self.fed_len, self.runner.dtype)
+            position_ids = torch.full((1, k), self.fed_len + frontier.depth - 1, device=self.runner.device)
+            out, cost = self._forward(ctx, inputs, frontier.tokens, position_ids, bias, logits_rows=k)
+            self.work.charge([(frontier.depth, row) for row in range(k)], cost)
+            outputs.append(out)
+            return self.runner.logprobs(out)
+
+        self.beam = grow_beam_tree(sequence[0, -1], self.runner.logprobs(root_hidden), expand, self.shape)
+        return self.beam.tree
+
+    def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
+        self.work.settle(ctx.counters, [self.beam.parent_slots[node] for node in verdict.path[1:]])
+        crop_cache(self.cache, self.fed_len)  # drop the tree nodes' entries: they were built on predicted features
+        index = index_on(verdict.path, target_out.logits.device)
+        self.pending = self._features(target_out.hidden_states, index)
+
+
+def build(options: EagleOptions, inputs: BuildInputs) -> EagleAdapter:
+    target = inputs.target
+    embedding = target.model.get_input_embeddings().weight
+    head = load_head(Path(inputs.drafter_dir), int(embedding.shape[1]), target.vocab_size, embedding)
+    return EagleAdapter(head, target, BeamShape(options.top_k, options.depth, options.budget))

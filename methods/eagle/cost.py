@@ -1,0 +1,50 @@
+"""EAGLE's cost model for the projection: a catch-up forward on the accepted tokens, then one expansion of top-k
+nodes per depth (depth + 1 head steps), each measured as one head step over ``top_k`` frontier nodes."""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel
+
+from harness.backend.kv_cache import crop_cache
+from harness.measure.costs import CostModel, Latencies, option
+from harness.measure.latency import timed_seconds, timing_cache
+from harness.training.features import FeatureSpec
+from methods.eagle.head import new_head
+
+COMPONENT = "eagle_step"
+
+
+@torch.no_grad()
+def step_latency(target: PreTrainedModel, top_k: int, prefix: int, repeats: int,
+                 timing: str = "eager") -> float:
+    """One EAGLE-2 expansion: the head on ``top_k`` frontier nodes (tree mask over its cache) + their logits."""
+    device = next(target.parameters()).device
+    lm_head = target.get_output_embeddings().weight
+    head = new_head(target.config, lm_head.shape[0], target.get_input_embeddings().weight,
+                    FeatureSpec("none", ("last",)), seed=0).to(device, target.dtype).eval()
+    hidden = target.config.hidden_size
+    cache = timing_cache(head.config, prefix + top_k, target.dtype, device, timing)
+    head(torch.randn(1, prefix, hidden, device=device, dtype=target.dtype),
+         torch.randint(lm_head.shape[0], (1, prefix), device=device),
+         torch.arange(prefix, device=device)[None], cache)
+    features = torch.randn(1, top_k, hidden, device=device, dtype=target.dtype)
+    tokens = torch.randint(lm_head.shape[0], (1, top_k), device=device)
+    positions = torch.full((1, top_k), prefix, device=device)
+    bias = torch.full((1, 1, top_k, prefix + top_k), torch.finfo(target.dtype).min, device=device, dtype=target.dtype)
+    bias[..., :prefix] = 0
+    bias[0, 0, torch.arange(top_k), prefix + torch.arange(top_k)] = 0
+
+    def step() -> None:
+        states = head(features, tokens, positions, cache, bias)
+        torch.log_softmax((states @ lm_head.T).float(), dim=-1)
+        crop_cache(cache, prefix)
+
+    return timed_seconds(step, device, repeats, timing)
+
+
+def drafting_seconds(options: dict, latencies: Latencies) -> float:
+    return (int(option(options, "depth", 5)) + 1) * latencies.step(COMPONENT)
+
+
+COST = CostModel(drafting_seconds, step_latency, COMPONENT)

@@ -1,0 +1,105 @@
+"""Training an EAGLE head: ``python -m harness train --method eagle --target T --data D --out DIR``.
+
+fusion=none (EAGLE-1/2): the head sees the target's last feature f_p and the
+token x_{p+1} and is trained to predict f_{p+1} (smooth-L1 regression) and the
+target's next-token distribution softmax(lm_head(f_{p+1})) (soft
+cross-entropy). fusion=eagle3: the features of a low, middle and high layer are
+concatenated and projected, and the loss is soft cross-entropy alone, over
+``unroll_steps`` training-time-test steps: step k feeds the head its own
+outputs of step k-1 in place of true features, with the attention mask of
+drafting k positions ahead, weighted by ``step_decay``**k. Any fusion may be
+unrolled; EAGLE-1/2 use one step.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Literal
+
+import torch
+import torch.nn.functional as F
+
+from harness.training.drafters import (
+    DrafterLoopOptions, DrafterTrainRequest, drafter_provenance, feature_source, fit_drafter, frozen_target,
+    heldout_batch, shift_right, unrolled_forward,
+)
+from harness.training.objectives import token_loss
+from harness.training.features import layer_key
+from harness.data.token_streams import load_tokens
+from harness.options import parse_options
+from harness.training.zoo import save_directory
+from harness.training.features import choose_features
+from methods.eagle.head import EagleHead, new_head, save_head
+
+
+@dataclass(frozen=True)
+class EagleTrainOptions(DrafterLoopOptions):
+    fusion: Literal["none", "eagle3"] = "none"
+    feature_layers: tuple[str, ...] = ()  # default: ('last',) for none, a low/middle/high layer for eagle3
+    unroll_steps: int = 0  # 0 = 1 for fusion none (EAGLE-1/2), 3 for eagle3
+    step_decay: float = 0.8
+    regression_weight: float = 1.0  # fusion none only
+    ce_weight: float = 0.1
+
+    @property
+    def steps_unrolled(self) -> int:
+        return self.unroll_steps or (3 if self.fusion == "eagle3" else 1)
+
+
+def unrolled_outputs(head: EagleHead, batch: dict[str, torch.Tensor], steps: int) -> list[torch.Tensor]:
+    """Head outputs (B, T-1, H) of each unrolled step for pairs (feature p, token p + 1)."""
+    tokens = batch["input_ids"][:, 1:]
+    features = head.input_features([batch[layer_key(layer)][:, :-1] for layer in head.features.layers])
+
+    def step_forward(inputs, position_ids, cache, bias):
+        return head(inputs, tokens, position_ids, cache, bias)
+
+    return unrolled_forward(step_forward, features, shift_right, steps, head.config)
+
+
+def eagle_loss(head: EagleHead, lm_head: torch.nn.Module, batch: dict[str, torch.Tensor],
+               options: EagleTrainOptions) -> torch.Tensor:
+    following = batch["last"][:, 1:]  # f_{p+1}: what the output at p should be
+    with torch.no_grad():
+        target_probs = torch.softmax(lm_head(following).float(), dim=-1)
+    total = following.new_zeros(())
+    for step, out in enumerate(unrolled_outputs(head, batch, options.steps_unrolled)):
+        mask = (torch.arange(out.shape[1], device=out.device) >= step).float()[None].expand(out.shape[0], -1)
+        loss = options.ce_weight * token_loss(options.objective)(lm_head(out), target_probs, mask)
+        if head.features.fusion == "none" and options.regression_weight > 0:
+            regression = F.smooth_l1_loss(out, following, reduction="none").mean(-1)
+            loss = loss + options.regression_weight * (regression * mask).sum() / mask.sum()
+        total = total + options.step_decay**step * loss
+    return total
+
+
+@torch.no_grad()
+def head_agreement(head: EagleHead, lm_head: torch.nn.Module, batch: dict[str, torch.Tensor], steps: int) -> list[float]:
+    """Per unrolled step: how often the head's top-1 equals the target's (teacher-forced prefix)."""
+    wanted = lm_head(batch["last"][:, 1:]).argmax(-1)
+    agreement = []
+    for step, out in enumerate(unrolled_outputs(head, batch, steps)):
+        hits = (lm_head(out).argmax(-1) == wanted)[:, step:]
+        agreement.append(float(hits.float().mean()))
+    return agreement
+
+
+def train_eagle(request: DrafterTrainRequest) -> dict:
+    """Train (or, with 0 steps, just initialise) an EAGLE head and save it to ``request.out``."""
+    options = parse_options(EagleTrainOptions, request.options, "eagle training")
+    target = frozen_target(request)
+    spec = choose_features(options.fusion, options.feature_layers, target.config.num_hidden_layers)
+    layers = list(dict.fromkeys([*spec.layers, "last"]))
+    source = feature_source(request, target, layers, options.seq_len)
+    embedding = target.model.get_input_embeddings().weight.detach()
+    head = new_head(target.config, target.vocab_size, embedding, spec, options.seed).to(target.device)
+    lm_head = target.model.get_output_embeddings()
+    result = fit_drafter(head, lambda batch: eagle_loss(head, lm_head, batch, options), source, target, request, options)
+    metrics = {"method": "eagle", "trainable_parameters": head.trainable_parameters(), "options": asdict(options),
+               "train": result.as_dict(), "target": request.target, "data": str(request.data)}
+    if request.heldout is not None:
+        batch = heldout_batch(load_tokens(request.heldout), target, layers, options.seq_len)
+        metrics["heldout_top1_agreement_by_step"] = head_agreement(head, lm_head, batch, max(2, options.steps_unrolled))
+    provenance = drafter_provenance(request, result)
+    save_directory(request.out, lambda path: save_head(head.cpu(), path, provenance))
+    return metrics

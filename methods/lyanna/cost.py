@@ -1,0 +1,45 @@
+"""Lyanna's cost model for the projection: a catch-up and one step per depth, each one backbone state whatever
+the number of nodes (depth + 1 depth steps), each measured as one state, its LM-head logits and the token-info
+logits of ``top_k`` nodes."""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel
+
+from harness.backend.kv_cache import crop_cache
+from harness.measure.costs import CostModel, Latencies, option
+from harness.measure.latency import timed_seconds, timing_cache
+from methods.lyanna.model import LyannaArch, new_drafter
+
+COMPONENT = "lyanna_depth"
+
+
+@torch.no_grad()
+def step_latency(target: PreTrainedModel, top_k: int, prefix: int, repeats: int,
+                 timing: str = "eager") -> float:
+    """One Lyanna depth: one backbone state, its LM-head logits, and the token-info logits of ``top_k`` nodes."""
+    device = next(target.parameters()).device
+    drafter = new_drafter(target, LyannaArch(), None, seed=0).to(device, target.dtype).eval()
+    hidden = target.config.hidden_size
+    cache = timing_cache(drafter.config, prefix + 1, target.dtype, device, timing)
+    drafter(torch.randn(1, prefix, hidden, device=device, dtype=target.dtype),
+            torch.arange(prefix, device=device)[None], cache)
+    state_input = torch.randn(1, 1, hidden, device=device, dtype=target.dtype)
+    position = torch.full((1, 1), prefix, device=device)
+    parents = torch.randint(drafter.full_vocab, (1, top_k), device=device)
+
+    def depth() -> None:
+        states = drafter(drafter.own_inputs(state_input), position, cache)
+        logits = drafter.node_logits(states[:, -1:], parents, drafter.state_logits(states[:, -1:]))
+        torch.log_softmax(logits.float(), dim=-1)
+        crop_cache(cache, prefix)
+
+    return timed_seconds(depth, device, repeats, timing)
+
+
+def drafting_seconds(options: dict, latencies: Latencies) -> float:
+    return (int(option(options, "depth", 5)) + 1) * latencies.step(COMPONENT)
+
+
+COST = CostModel(drafting_seconds, step_latency, COMPONENT)

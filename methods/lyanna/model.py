@@ -1,0 +1,204 @@
+"""The Lyanna drafter (DESIGN section 3): a hidden-state backbone plus token-information injection.
+
+Backbone: the target's features are projected (``proj``; EAGLE-3-style fusion of
+a low, middle and high layer first when asked for) and run through one decoder
+layer that autoregresses on hidden states only: at a position whose feature is
+known the input is the target's feature, at a speculative position it is the
+backbone's own previous output. No token embedding enters it, so the K states of
+a round are shared by every branch of the tree and stay valid whichever tokens
+are accepted.
+
+Injection (``inject``):
+- ``token_info`` (the paper's): logits of a node = LM-head logits of its
+  depth's state + a low-rank vocabulary bias of its parent token: parent ->
+  r-dim trainable embedding -> RMS-normalised -> r x |V| up-projection.
+- ``feature``: the LM head applied to state + MLP([state; embedding(parent)]).
+
+Vocabulary compression: ``vocab_ids`` (a buffer) restricts the drafter's output
+to a subset of the vocabulary (chosen by token frequency); tokens outside it are
+never drafted, which keeps verification lossless.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+from safetensors.torch import load_file, save_file
+from torch import nn
+from transformers import DynamicCache, LlamaConfig
+from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
+
+from harness.store.atomic import atomic_path
+from harness.errors import DraftcountError
+from harness.backend.kv_cache import cache_argument
+from harness.backend.models import ModelCost
+from harness.training.drafters import META_FILE, head_config, init_linear_layers
+from harness.training.features import FeatureSpec
+
+
+@dataclass(frozen=True)
+class LyannaArch:
+    inject: Literal["token_info", "feature"] = "token_info"
+    rank: int = 64  # token-info embedding width r
+    fusion: Literal["none", "eagle3"] = "none"
+    feature_layers: tuple[int | str, ...] = ("last",)
+    intermediate_size: int = 0  # backbone MLP width; 0 = the target's
+
+    def __post_init__(self) -> None:
+        FeatureSpec(self.fusion, self.feature_layers)
+        if self.rank < 1:
+            raise DraftcountError(f"token-info rank must be >= 1, got {self.rank}")
+
+    @property
+    def features(self) -> FeatureSpec:
+        return FeatureSpec(self.fusion, self.feature_layers)
+
+
+class LyannaModel(nn.Module):
+    """Backbone + injector; the target's LM head rows (of the kept vocabulary) are a frozen buffer."""
+
+    def __init__(self, config: LlamaConfig, arch: LyannaArch, lm_head_weight: torch.Tensor,
+                 embedding: torch.Tensor, vocab_ids: torch.Tensor | None) -> None:
+        super().__init__()
+        config._attn_implementation = "sdpa"
+        self.config, self.arch = config, arch
+        hidden = config.hidden_size
+        self.fuse = nn.Linear(3 * hidden, hidden, bias=False) if arch.fusion == "eagle3" else None
+        self.proj = nn.Linear(hidden, hidden, bias=True)
+        self.layers = nn.ModuleList([LlamaDecoderLayer(config, layer_idx=0)])
+        self.rotary_emb = LlamaRotaryEmbedding(config)
+        ids = vocab_ids if vocab_ids is not None else torch.arange(lm_head_weight.shape[0])
+        self.register_buffer("vocab_ids", ids.long().clone())
+        self.register_buffer("lm_head_rows", lm_head_weight.detach()[ids].clone(), persistent=False)
+        self.full_vocab = int(lm_head_weight.shape[0])
+        kept = ids.shape[0]
+        if arch.inject == "token_info":
+            self.parent_embed = nn.Embedding(self.full_vocab, arch.rank)
+            self.parent_norm = nn.RMSNorm(arch.rank, eps=1e-6)
+            self.parent_up = nn.Linear(arch.rank, kept, bias=False)
+        else:
+            self.register_buffer("token_embed", embedding.detach().clone(), persistent=False)
+            self.inject_mlp = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.SiLU(), nn.Linear(hidden, hidden))
+
+    @property
+    def compressed(self) -> bool:
+        return self.vocab_ids.shape[0] < self.full_vocab
+
+    def true_inputs(self, rows: list[torch.Tensor]) -> torch.Tensor:
+        """Backbone inputs at positions whose target features are known."""
+        return self.proj(self.fuse(torch.cat(rows, dim=-1)) if self.fuse is not None else rows[0])
+
+    def own_inputs(self, states: torch.Tensor) -> torch.Tensor:
+        """Backbone inputs at speculative positions: its own previous outputs."""
+        return self.proj(states)
+
+    def forward(self, inputs: torch.Tensor, position_ids: torch.Tensor, cache: DynamicCache | None = None,
+                attention_bias: torch.Tensor | None = None) -> torch.Tensor:
+        """(B, q, H) next-position states from projected inputs (B, q, H) at ``position_ids``."""
+        rotary = self.rotary_emb(inputs, position_ids)
+        out = self.layers[0](inputs, attention_mask=attention_bias, position_ids=position_ids,
+                             use_cache=cache is not None, position_embeddings=rotary,
+                             **cache_argument(self.layers[0], cache))
+        return out[0] if isinstance(out, tuple) else out
+
+    def state_logits(self, states: torch.Tensor) -> torch.Tensor:
+        """LM-head logits (..., kept vocabulary) of backbone states, before any token information."""
+        return states @ self.lm_head_rows.T
+
+    def node_logits(self, states: torch.Tensor, parents: torch.Tensor, base: torch.Tensor | None = None) -> torch.Tensor:
+        """Draft logits (..., kept vocabulary) of nodes with the given states and parent tokens.
+
+        ``states`` (..., H) broadcasts against ``parents`` (...). ``base`` may pass
+        ``state_logits(states)`` when it is already computed (token_info only).
+        """
+        if self.arch.inject == "token_info":
+            base = self.state_logits(states) if base is None else base
+            return base + self.parent_up(self.parent_norm(self.parent_embed(parents)))
+        states = states.expand(*parents.shape, states.shape[-1])
+        mixed = states + self.inject_mlp(torch.cat([states, self.token_embed[parents].to(states.dtype)], dim=-1))
+        return self.state_logits(mixed)
+
+    def to_full_vocab(self, logits: torch.Tensor) -> torch.Tensor:
+        """Kept-vocabulary logits -> full-vocabulary logits (-inf for tokens never drafted)."""
+        if not self.compressed:
+            return logits
+        full = logits.new_full((*logits.shape[:-1], self.full_vocab), float("-inf"))
+        full[..., self.vocab_ids] = logits
+        return full
+
+    def trainable_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters() if p.requires_grad)
+
+    def backbone_cost(self) -> ModelCost:
+        body = sum(p.numel() for m in (self.fuse, self.proj, self.layers) if m is not None for p in m.parameters())
+        return ModelCost(body_params=body, head_params=int(self.lm_head_rows.numel()), num_layers=1,
+                         attention_width=self.config.num_attention_heads * self.config.head_dim)
+
+    def injection_flops(self, nodes: int) -> float:
+        """FLOPs of the draft logits of ``nodes`` nodes beyond their depth's state logits."""
+        kept, hidden = self.lm_head_rows.shape
+        if self.arch.inject == "token_info":
+            return 2.0 * nodes * self.arch.rank * kept + nodes * kept
+        mlp = sum(p.numel() for p in self.inject_mlp.parameters())
+        return 2.0 * nodes * (mlp + kept * hidden)
+
+
+def lyanna_config(target_config, vocab_size: int, intermediate_size: int) -> LlamaConfig:
+    config = head_config(target_config, vocab_size)
+    if intermediate_size:
+        config.intermediate_size = intermediate_size
+    return config
+
+
+def new_drafter(target_model, arch: LyannaArch, vocab_ids: torch.Tensor | None, seed: int) -> LyannaModel:
+    """A freshly initialised drafter for ``target_model`` (its LM head and embedding stay frozen buffers)."""
+    torch.manual_seed(seed)
+    lm_head = target_model.get_output_embeddings().weight
+    config = lyanna_config(target_model.config, int(lm_head.shape[0]), arch.intermediate_size)
+    drafter = LyannaModel(config, arch, lm_head, target_model.get_input_embeddings().weight, vocab_ids)
+    init_linear_layers(drafter, config.initializer_range)
+    if arch.inject == "token_info":
+        nn.init.zeros_(drafter.parent_up.weight)  # start as the bare state logits
+    return drafter
+
+
+def save_drafter(drafter: LyannaModel, out_dir: Path, provenance: dict) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    drafter.config.save_pretrained(out_dir)
+    state = {name: tensor.detach().cpu().contiguous() for name, tensor in drafter.state_dict().items()}
+    with atomic_path(out_dir / "model.safetensors") as partial:
+        save_file(state, str(partial))
+    arch = {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(drafter.arch).items()}
+    meta = {"method": "lyanna", "arch": arch, "kept_vocabulary": int(drafter.vocab_ids.shape[0]),
+            "trainable_parameters": drafter.trainable_parameters(), **provenance}
+    with atomic_path(out_dir / META_FILE) as partial:
+        partial.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+
+
+def load_drafter(directory: Path, target_model) -> LyannaModel:
+    directory = Path(directory)
+    meta_path = directory / META_FILE
+    if not meta_path.is_file() or not (directory / "model.safetensors").is_file():
+        raise DraftcountError(f"drafter directory {directory} holds no Lyanna drafter ({META_FILE}, model.safetensors)")
+    meta = json.loads(meta_path.read_text())
+    if meta.get("method") != "lyanna":
+        raise DraftcountError(f"drafter {directory} was trained for method {meta.get('method')!r}, not 'lyanna'")
+    arch_fields = dict(meta["arch"])
+    arch_fields["feature_layers"] = tuple(arch_fields["feature_layers"])
+    arch = LyannaArch(**arch_fields)
+    state = load_file(str(directory / "model.safetensors"))
+    lm_head = target_model.get_output_embeddings().weight
+    config = LlamaConfig.from_pretrained(directory)
+    if config.hidden_size != lm_head.shape[1] or config.vocab_size != lm_head.shape[0]:
+        raise DraftcountError(
+            f"Lyanna drafter {directory} was built for width {config.hidden_size} and vocabulary {config.vocab_size}; "
+            f"the target has {lm_head.shape[1]} and {lm_head.shape[0]}")
+    drafter = LyannaModel(config, arch, lm_head, target_model.get_input_embeddings().weight, state["vocab_ids"])
+    missing, unexpected = drafter.load_state_dict(state, strict=False)
+    if missing or unexpected:
+        raise DraftcountError(f"Lyanna drafter {directory}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+    return drafter.eval()

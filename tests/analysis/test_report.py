@@ -1,0 +1,195 @@
+"""Tables, figures, report and Spec-Bench export from synthetic records with known numbers."""
+
+import json
+import re
+
+import matplotlib.image
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.analysis.summary import compute_breakdown, depth_acceptance, records_frame, summarize, write_summary
+from harness.errors import DraftcountError
+from harness.analysis.figures import FIGURES, budget_families, variant_colors, write_figures
+from harness.store.records import SCHEMA_VERSION
+from harness.analysis.report import write_report
+from harness.analysis.specbench import export_records
+
+ENVIRONMENT = {
+    "hardware": {"cpu": "Test CPU", "cpu_count": 2, "torch_threads": 1, "gpus": [], "platform": "Linux"},
+    "versions": {"python": "3.11", "torch": "2.13.0"}, "git_revision": "abc123", "device": "cpu",
+    "dtype": "float32", "max_new_tokens": 8, "seed": 0, "timer": "perf_counter", "created": "2026-11-22T10:00:00+0000",
+}
+
+
+def make_record(variant, method, role, prompt, temperature, new_tokens, seconds, steps, dataset="code", options=None,
+                drafted_per_step=4, drafter="work/drafters/x"):
+    """A record whose steps each accept ``steps[i]`` drafts (ar: all zero, one token per forward)."""
+    accepted = sum(steps)
+    depth = max(steps, default=0)
+    accepted_by_depth = [sum(1 for s in steps if s > d) for d in range(depth)]
+    drafted = 0 if method == "ar" else drafted_per_step * len(steps)
+    verified = len(steps) + drafted
+    return {
+        **ENVIRONMENT, "schema_version": SCHEMA_VERSION, "method": method, "variant": variant, "role": role,
+        "compared_method": variant, "dataset": dataset, "category": dataset, "prompt_id": prompt, "turn": 0,
+        "pair_id": f"{prompt}#0", "prompt_tokens": 10, "sampling": {"temperature": temperature},
+        "method_options": options or {}, "method_details": {"drafter_parameters": 1000},
+        "models": {"target": "work/models/target", "target_parameters": 5_000_000,
+                   "drafter": drafter if method in ("eagle", "lyanna") else None},
+        "output_text": f"answer to {prompt}",
+        "counters": {
+            "new_tokens": new_tokens, "wall_seconds": seconds, "accepted_tokens": accepted,
+            "drafted_tokens": drafted, "step_accepted": steps, "step_tokens": [s + 1 for s in steps],
+            "accepted_by_depth": accepted_by_depth, "drafted_by_depth": [],
+            "target": {"forwards": len(steps) + 1, "tokens": 10 + verified, "flops": 100.0 * (10 + verified)},
+            "drafter": {"forwards": len(steps), "tokens": drafted, "flops": 50.0 * drafted},
+            "extra": {"drafter_useful_flops": 50.0 * accepted},
+        },
+    }
+
+
+def write_runs(folder):
+    """ar, sd and two eagle variants (budgets 4 and 8) on one dataset at T = 0 and 1; two prompts each."""
+    paths = []
+    plans = {
+        "ar": ("ar", {}, 0.0),
+        "sd": ("sd", {"gamma": 4}, 0.5),
+        "eagle": ("eagle", {"budget": 4, "top_k": 2}, 0.3),
+        "eagle_b8": ("eagle", {"budget": 8, "top_k": 2}, 0.25),
+    }
+    for variant, (method, options, seconds) in plans.items():
+        for temperature in (0.0, 1.0):
+            records = []
+            for index, prompt in enumerate(("p1", "p2")):
+                steps = [0] * 8 if method == "ar" else [3, 1, 2, 0][: 2 + index]
+                new_tokens = 8 if method == "ar" else sum(steps) + len(steps) + 1
+                records.append(make_record(variant, method, "method", prompt, temperature, new_tokens,
+                                           seconds + 0.1 * index if method != "ar" else 1.0, steps,
+                                           options=options))
+                if method != "ar":
+                    records.append(make_record("ar", "ar", "baseline", prompt, temperature, 8, 1.0 + 0.1 * index,
+                                               [0] * 8))
+            path = folder / "raw" / variant / f"code-t{temperature:g}.jsonl"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text("".join(json.dumps(record) + "\n" for record in records))
+            paths.append(path)
+    return paths
+
+
+def test_depth_acceptance_and_breakdown_by_hand(tmp_path):
+    frame = records_frame(write_runs(tmp_path))
+    depth = depth_acceptance(frame).set_index(["variant", "temperature", "depth"])
+    # sd steps: p1 [3, 1], p2 [3, 1, 2] -> 5 steps; depth 1 reached by all 5 steps and accepted by 5,
+    # depth 2: accepted by 3 (3, 3, 2), depth 3: by 2 (3, 3)
+    assert depth.loc[("sd", 0.0, 1)].reached == 5 and depth.loc[("sd", 0.0, 1)].accepted == 5
+    assert depth.loc[("sd", 0.0, 2)].rate == pytest.approx(3 / 5)
+    assert depth.loc[("sd", 0.0, 3)].rate == pytest.approx(2 / 3)
+    assert "ar" not in depth.index.get_level_values("variant")
+    group = frame[(frame.variant == "sd") & (frame.role == "method") & (frame.temperature == 0.0)]
+    parts = compute_breakdown(group)
+    emitted = group.new_tokens.sum()  # (4 + 2 + 1) + (6 + 3 + 1) = 17
+    assert emitted == 17
+    assert parts["drafter_useful_flops_per_token"] == pytest.approx(50 * 10 / 17)
+    assert parts["drafter_wasted_flops_per_token"] == pytest.approx(50 * (20 - 10) / 17)
+    verified = 25  # 5 roots + 20 drafts
+    verify_flops = 100.0 * (20 + 25) * verified / (20 + 25)
+    assert parts["verify_useful_flops_per_token"] == pytest.approx(verify_flops * (10 + 5) / verified / 17)
+    assert parts["verify_wasted_flops_per_token"] == pytest.approx(verify_flops * 10 / verified / 17)
+
+
+def test_figures_render_every_panel(tmp_path):
+    paths = write_runs(tmp_path)
+    write_summary(paths, tmp_path / "summary.csv", tmp_path / "depth.csv")
+    written = write_figures(tmp_path / "summary.csv", tmp_path / "depth.csv", tmp_path / "figures",
+                            main=["ar", "sd", "eagle"])
+    assert sorted(path.name for path in written) == sorted(f"{n}.{s}" for n in FIGURES for s in ("pdf", "png"))
+    for path in written:
+        if path.suffix == ".png":
+            image = matplotlib.image.imread(path)
+            assert image.shape[0] > 200 and image.shape[1] > 300
+            assert image[..., :3].std() > 0.05  # something was drawn
+    summary = pd.read_csv(tmp_path / "summary.csv")
+    assert list(budget_families(summary).values()) == [["eagle", "eagle_b8"]]
+    colors = variant_colors(summary)
+    assert colors["eagle"] != colors["eagle_b8"] and len(set(colors.values())) == len(colors)
+    with pytest.raises(DraftcountError, match="unknown figure"):
+        write_figures(tmp_path / "summary.csv", tmp_path / "depth.csv", tmp_path / "figures", names=["nope"])
+    with pytest.raises(DraftcountError, match="no rows"):
+        write_figures(tmp_path / "summary.csv", tmp_path / "depth.csv", tmp_path / "figures", main=["medusa"])
+
+
+def report_cells(text: str, variant: str, dataset: str, temperature: str) -> dict[str, str]:
+    """The cells of one row of the report's results tables, by column header."""
+    header = None
+    for line in text.splitlines():
+        if line.startswith("| variant |"):
+            header = [cell.strip() for cell in line.strip("|").split("|")]
+        elif header and line.startswith(f"| {variant} | {dataset} | {temperature} |"):
+            return dict(zip(header, (cell.strip() for cell in line.strip("|").split("|"))))
+    raise AssertionError(f"no row {variant}/{dataset}/{temperature} in the report")
+
+
+def test_report_numbers_match_the_tables_and_the_records(tmp_path):
+    paths = write_runs(tmp_path)
+    table = write_summary(paths, tmp_path / "tables" / "summary.csv", tmp_path / "tables" / "depth.csv")
+    write_figures(tmp_path / "tables" / "summary.csv", tmp_path / "tables" / "depth.csv", tmp_path / "figures",
+                  main=["ar", "sd", "eagle"])
+    metrics = tmp_path / "drafter-eagle.json"
+    metrics.write_text(json.dumps({"trainable_parameters": 1000, "heldout_top1_agreement_by_depth": [0.5, 0.25],
+                                   "train": {"steps": 7, "seconds": 3.0, "stopped_by": "steps"}}))
+    text = write_report(tmp_path / "tables" / "summary.csv", paths, tmp_path / "figures", tmp_path / "report.md",
+                        main=["ar", "sd", "eagle"], metrics_paths=[metrics])
+    assert (tmp_path / "report.md").read_text() == text
+    csv = pd.read_csv(tmp_path / "tables" / "summary.csv").set_index(["variant", "temperature"])
+    for variant in ("sd", "eagle", "eagle_b8"):
+        cells = report_cells(text, variant, "code", "1")
+        row = csv.loc[(variant, 1.0)]
+        assert cells["tau"] == f"{row.tau:.2f}" and cells["speedup"] == f"{row.speedup_paired_mean:.2f}"
+        assert cells["95% interval"] == f"[{row.speedup_ci_low:.2f}, {row.speedup_ci_high:.2f}]"
+    # one number recomputed from the raw records: sd's tau at T = 1 (new tokens per target forward)
+    records = [json.loads(line) for line in (tmp_path / "raw" / "sd" / "code-t1.jsonl").read_text().splitlines()]
+    mine = [record["counters"] for record in records if record["role"] == "method"]
+    tau = sum(c["new_tokens"] for c in mine) / sum(c["target"]["forwards"] for c in mine)
+    assert report_cells(text, "sd", "code", "1")["tau"] == f"{tau:.2f}"
+    assert "### Ablations and budget sweeps" in text and "| eagle_b8 | code | 0 |" in text
+    assert "Test CPU" in text and "`abc123`" in text and "code 2" in text
+    assert "top-1 agreement by depth 0.50, 0.25" in text
+    for name in FIGURES:
+        assert f"![{name}](figures/{name}.png)" in text
+    assert len(table) == 8
+
+
+def test_specbench_answer_files(tmp_path):
+    paths = write_runs(tmp_path)
+    written = export_records(tmp_path / "raw" / "sd" / "code-t0.jsonl", tmp_path / "specbench")
+    assert sorted(path.name for path in written) == ["sd.ar.jsonl", "sd.jsonl"]
+    method = [json.loads(line) for line in (tmp_path / "specbench" / "code-t0" / "model_answer" / "sd.jsonl").open()]
+    baseline = [json.loads(line) for line in
+                (tmp_path / "specbench" / "code-t0" / "model_answer" / "sd.ar.jsonl").open()]
+    assert [line["question_id"] for line in method] == ["p1", "p2"] and baseline[0]["model_id"] == "ar"
+    choice = method[1]["choices"][0]
+    assert set(method[1]) == {"question_id", "category", "answer_id", "model_id", "tstamp", "choices"}
+    assert choice["new_tokens"] == [10] and choice["accept_lengths"] == [4, 2, 3]
+    assert choice["decoding_steps"] == [3] and choice["turns"] == ["answer to p2"]
+    # Spec-Bench's speed.py: mean of per-question tokens/s over the baseline's
+    speeds = [sum(a["choices"][0]["new_tokens"]) / sum(a["choices"][0]["wall_time"]) for a in method]
+    speeds0 = [sum(a["choices"][0]["new_tokens"]) / sum(a["choices"][0]["wall_time"]) for a in baseline]
+    assert np.mean(speeds) / np.mean(speeds0) == pytest.approx((7 / 0.5 + 10 / 0.6) / (8 / 1.0 + 8 / 1.1))
+    summary = summarize(records_frame(paths)).set_index(["variant", "temperature"])
+    assert summary.loc[("sd", 0.0)].speedup_paired_mean == pytest.approx(
+        np.mean([(7 / 0.5) / (8 / 1.0), (10 / 0.6) / (8 / 1.1)]))
+    assert re.fullmatch(r"sd:p1#0", method[0]["answer_id"])
+
+
+def test_reporting_commands_name_a_missing_input(tmp_path, capsys):
+    from harness.cli import main
+
+    missing = tmp_path / "nope.csv"
+    assert main(["figures", "--summary", str(missing), "--depth", str(missing), "--out-dir", str(tmp_path)]) == 2
+    assert "no table" in capsys.readouterr().err
+    assert main(["report", str(tmp_path / "raw.jsonl"), "--summary", str(missing), "--figures", str(tmp_path),
+                 "--out", str(tmp_path / "report.md")]) == 2
+    assert "no file" in capsys.readouterr().err
+    assert main(["export-specbench", str(tmp_path / "raw.jsonl"), "--out-dir", str(tmp_path)]) == 2
+    assert "no records file" in capsys.readouterr().err

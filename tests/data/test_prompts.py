@@ -1,0 +1,77 @@
+"""Prompt loaders on the offline copies in ../shared/data, HumanEval, text files; chat templates."""
+
+import pytest
+
+from harness.errors import DraftcountError
+from harness.data.prompts import Prompt, encode_turn, load_prompts, longest_sequence
+
+
+def test_spec_bench(shared_data):
+    prompts = load_prompts(str(shared_data / "spec_bench" / "question.jsonl"))
+    assert len(prompts) == 480
+    assert len({prompt.category for prompt in prompts}) == 13
+    assert len(prompts[0].turns) == 2
+
+
+def test_mt_bench_directory_category_and_limit(shared_data):
+    prompts = load_prompts(str(shared_data / "mt_bench"), category="coding,math")
+    assert len(prompts) == 20 and {prompt.category for prompt in prompts} == {"coding", "math"}
+    assert len(load_prompts(str(shared_data / "mt_bench"), limit=5)) == 5
+
+
+def test_gsm8k(shared_data):
+    prompts = load_prompts(str(shared_data / "gsm8k" / "test.jsonl"), limit=3)
+    assert len(prompts) == 3 and prompts[0].turns[0].startswith("Janet")
+    assert len(load_prompts(str(shared_data / "gsm8k" / "test.jsonl"))) == 1319
+
+
+def test_humaneval():
+    prompts = load_prompts("humaneval")
+    assert len(prompts) == 164 and prompts[0].id == "HumanEval/0" and "def " in prompts[0].turns[0]
+
+
+def test_text_file(tmp_path):
+    path = tmp_path / "mine.txt"
+    path.write_text("first prompt\n\nsecond\\nline\n")
+    prompts = load_prompts(str(path))
+    assert [prompt.turns[0] for prompt in prompts] == ["first prompt", "second\nline"]
+
+
+@pytest.mark.parametrize("spec,message", [
+    ("nonexistent.jsonl", "neither a known name"),
+    ("BAD_CATEGORY", "category 'nope' not in"),
+    ("EMPTY_LAYOUT", "unknown record layout"),
+])
+def test_bad_prompt_sets(tmp_path, shared_data, spec, message):
+    if spec == "BAD_CATEGORY":
+        with pytest.raises(DraftcountError, match=message):
+            load_prompts(str(shared_data / "mt_bench"), category="nope")
+        return
+    if spec == "EMPTY_LAYOUT":
+        spec = str(tmp_path / "odd.jsonl")
+        (tmp_path / "odd.jsonl").write_text('{"text": "x"}\n')
+    with pytest.raises(DraftcountError, match=message):
+        load_prompts(spec)
+
+
+def test_encode_turn_with_and_without_chat_template(tokenizer):
+    plain = encode_turn(tokenizer, [("q1", "a1")], "q2")
+    assert tokenizer.decode(plain) == "q1\n\na1\n\nq2"
+    templated = tokenizer.__class__(tokenizer_object=tokenizer.backend_tokenizer, eos_token="<eos>")
+    templated.chat_template = "{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}{% if add_generation_prompt %}[assistant]{% endif %}"
+    ids = encode_turn(templated, [("q1", "a1")], "q2")
+    assert templated.decode(ids) == "[user]q1[assistant]a1[user]q2[assistant]"
+
+
+def test_longest_sequence_bounds_every_turn_of_a_run(tokenizer):
+    """The positions a run reserves before its warm-up cover every turn, earlier answers at max_new_tokens."""
+    prompts = [Prompt(id="a", category="c", turns=("a short question",)),
+               Prompt(id="b", category="c", turns=("first question here", "and a second, longer question?"))]
+    max_new = 12
+    bound = longest_sequence(tokenizer, prompts, max_new)
+    vocabulary = [token for token in tokenizer.get_vocab() if token.isalpha()][:50]
+    for words in range(1, 40):  # an answer that decodes to text re-encoding to about max_new tokens or more
+        answer = tokenizer.decode(tokenizer(" ".join(vocabulary[:words]), add_special_tokens=False)["input_ids"][:max_new])
+        history = [(prompts[1].turns[0], answer)]
+        assert len(encode_turn(tokenizer, history, prompts[1].turns[1])) + max_new + 1 <= bound
+    assert bound >= len(encode_turn(tokenizer, [], prompts[0].turns[0])) + max_new + 1

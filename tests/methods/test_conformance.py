@@ -1,0 +1,103 @@
+"""The conformance suite: every method of the catalog, through the same lossless checks.
+
+A method is tested by being listed in ``methods/__init__.py``: it is built with its default options from what its
+catalog entry says it needs (nothing, a draft LM, or a drafter its own trainer writes for the test's target), then
+
+- greedy: in float32 it emits exactly the tokens `ar` emits, on prompts of a briefly trained Markov language;
+- sampling: on a vocabulary of 6, the distribution of its first three tokens equals the target's (every 3-token
+  continuation enumerated, a chi-square test at ALPHA; a correct method fails by chance with probability 1e-3).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+from harness import SamplingConfig, generate, wrap_model
+from harness.backend.models import LoadedModel, load_model
+from harness.catalog import entry, method_names
+from harness.data.token_streams import save_tokens
+from harness.engine.method_spec import BuildInputs, build_adapter, method_spec
+from harness.training.drafters import DrafterTrainRequest
+from tests.helpers import (
+    chi_square_pvalue, exact_distribution, make_llama, markov_batches, sampled_distribution, train_briefly,
+)
+
+METHODS = method_names()
+ALPHA = 1e-3
+GREEDY = SamplingConfig()
+
+
+class Zoo:
+    """A target saved to disk, a draft LM, a token stream, and drafters trained on demand (one per method)."""
+
+    def __init__(self, root: Path, target_model, draft_model, vocab: int, train_steps: int) -> None:
+        self.root = root
+        target_model.save_pretrained(root / "target")
+        self.target = load_model(str(root / "target"), with_tokenizer=False)
+        self.draft = wrap_model(draft_model)
+        batches = markov_batches(vocab, 32, 48, seed=5)
+        save_tokens(root / "tokens.pt", torch.cat([next(batches).flatten() for _ in range(2)]))
+        self.train_steps = train_steps
+        self.drafters: dict[str, Path] = {}
+
+    def drafter(self, method: str) -> Path:
+        if method not in self.drafters:
+            out = self.root / f"drafter-{method}"
+            request = DrafterTrainRequest(method=method, target=str(self.root / "target"), data=self.root / "tokens.pt",
+                                          out=out, steps=self.train_steps, progress=False,
+                                          options={"seq_len": "48", "batch_size": "8", "lr": "3e-3"})
+            method_spec(method).train(request)
+            self.drafters[method] = out
+        return self.drafters[method]
+
+    def inputs(self, method: str) -> BuildInputs:
+        needs = entry(method).needs
+        return BuildInputs(self.target, self.draft if needs == "draft" else None,
+                           self.drafter(method) if needs == "drafter" else None)
+
+
+@pytest.fixture(scope="module")
+def markov_zoo(tmp_path_factory) -> Zoo:
+    """A briefly trained Markov-language target (3 layers, width 48) and a smaller trained draft LM."""
+    target = train_briefly(make_llama(vocab=48, hidden=48, layers=3, heads=4, seed=2), steps=150, seed=0)
+    draft = train_briefly(make_llama(vocab=48, hidden=24, layers=1, heads=2, seed=3), steps=150, seed=0)
+    return Zoo(tmp_path_factory.mktemp("conformance-greedy"), target, draft, 48, train_steps=60)
+
+
+@pytest.fixture(scope="module")
+def small_vocab_zoo(tmp_path_factory) -> Zoo:
+    """Peaked, disagreeing random models on 6 tokens, so drafts are often rejected and often accepted."""
+    target = make_llama(vocab=6, hidden=16, layers=1, heads=2, seed=0, init_range=1.0)
+    draft = make_llama(vocab=6, hidden=16, layers=1, heads=2, seed=1, init_range=1.0)
+    return Zoo(tmp_path_factory.mktemp("conformance-sampling"), target, draft, 6, train_steps=0)
+
+
+def _prompts(count: int = 12) -> list[torch.Tensor]:
+    return [row[None] for row in next(markov_batches(48, count, 6 + count % 5, seed=7))]
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_greedy_output_equals_ar(markov_zoo: Zoo, method: str):
+    target: LoadedModel = markov_zoo.target
+    ar, _ = build_adapter("ar", {}, BuildInputs(target, None, None))
+    adapter, _ = build_adapter(method, {}, markov_zoo.inputs(method))
+    drafted = 0
+    for prompt in _prompts():
+        expected = generate(target, ar, prompt, 32, GREEDY).output_ids
+        result = generate(target, adapter, prompt, 32, GREEDY)
+        assert result.output_ids == expected, f"{method} left ar's greedy output on prompt {prompt.tolist()}"
+        drafted += result.counters.drafted_tokens
+    assert method == "ar" or drafted > 0, f"{method} drafted nothing: the test would not exercise verification"
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_sampled_distribution_equals_the_target(small_vocab_zoo: Zoo, method: str):
+    sampling = SamplingConfig(1.0)
+    target = small_vocab_zoo.target
+    adapter, _ = build_adapter(method, {}, small_vocab_zoo.inputs(method))
+    exact = exact_distribution(target, [1, 2, 3], 3, sampling)
+    counts = sampled_distribution(target, adapter, [1, 2, 3], 3, sampling, 2500, seed=0)
+    assert chi_square_pvalue(counts, exact) > ALPHA

@@ -1,0 +1,73 @@
+"""End to end through the CLI: records, pairing with ar, atomic output."""
+
+import subprocess
+import sys
+
+import pytest
+
+from harness.store.records import SCHEMA_VERSION, atomic_jsonl, read_records, write_record
+
+
+def test_run_sd_paired_with_ar(model_dirs, tmp_path, shared_data):
+    out = tmp_path / "raw" / "sd.jsonl"
+    result = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "--method", "sd", "--target", str(model_dirs["target"]),
+         "--draft", str(model_dirs["draft"]), "--prompts", str(shared_data / "mt_bench"), "--limit", "3",
+         "--max-new-tokens", "12", "--opt", "gamma=3", "--pair-with-ar", "--out", str(out), "--no-progress"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    records = read_records(out)
+    assert len(records) == 3 * 2 * 2  # prompts x turns x (sd, ar)
+    assert not out.with_name(out.name + ".partial").exists()
+    by_pair = {}
+    for record in records:
+        assert record["schema_version"] == SCHEMA_VERSION
+        for key in ("method_options", "models", "dataset", "sampling", "seed", "dtype", "device", "versions",
+                    "git_revision", "hardware", "timer", "output_ids", "output_text", "counters"):
+            assert key in record, key
+        assert record["graphs_captured"] == 0 and record["timing_reruns"] == 0  # no CUDA graphs here
+        assert record["counters"]["new_tokens"] == len(record["output_ids"]) <= 12
+        by_pair.setdefault(record["pair_id"], {})[record["method"]] = record
+    assert len(by_pair) == 6
+    for pair in by_pair.values():
+        assert pair["sd"]["output_ids"] == pair["ar"]["output_ids"]  # greedy: lossless
+        assert pair["sd"]["generation_seed"] == pair["ar"]["generation_seed"]
+        assert pair["sd"]["method_options"] == {"gamma": 3} and pair["ar"]["role"] == "baseline"
+        assert pair["sd"]["method_details"]["tree_parents"] == [-1, 0, 1, 2]  # a chain of gamma drafts
+        assert pair["sd"]["variant"] == "sd" and pair["ar"]["variant"] == "ar"
+
+
+def test_methods_listing():
+    result = subprocess.run([sys.executable, "-m", "harness", "methods"], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0 and "ar" in result.stdout and "gamma=4" in result.stdout
+
+
+def test_atomic_jsonl_leaves_nothing_on_failure(tmp_path):
+    out = tmp_path / "x.jsonl"
+    with pytest.raises(RuntimeError):
+        with atomic_jsonl(out) as handle:
+            write_record(handle, {"schema_version": SCHEMA_VERSION})
+            raise RuntimeError("killed")
+    assert not out.exists() and not list(tmp_path.iterdir())
+    with atomic_jsonl(out) as handle:
+        write_record(handle, {"schema_version": SCHEMA_VERSION, "a": 1})
+    assert read_records(out) == [{"schema_version": SCHEMA_VERSION, "a": 1}]
+
+
+def test_planning_and_reporting_start_without_torch():
+    """Every Snakemake call imports the planner, and the summary, figure, report and export jobs read records only:
+    none of them may load torch or transformers (a few seconds per process, the bulk of a small job)."""
+    code = ("import sys, contextlib, io\n"
+            "from harness import workflow_plan, DraftcountError\n"
+            "from harness.analysis import summary, figures, report, specbench, divergence, metrics\n"
+            "from harness.cli import main\n"
+            "with contextlib.redirect_stdout(io.StringIO()), contextlib.suppress(SystemExit):\n"
+            "    main(['summarize', '--help'])\n"
+            "print(sorted(name for name in ('torch', 'transformers') if name in sys.modules))\n")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]"
+    first_use = "import sys, harness; harness.SamplingConfig; print('torch' in sys.modules)"
+    touched = subprocess.run([sys.executable, "-c", first_use], capture_output=True, text=True, timeout=120)
+    assert touched.stdout.strip() == "True", touched.stderr  # the package's names still import on first use

@@ -1,0 +1,95 @@
+"""The architecture, checked from the imports: each package of ``harness`` imports only packages below it, the
+torch-free parts stay torch-free, and ``harness`` never imports ``methods`` (it reads the catalog by name).
+
+Layers, lowest first (a package may import its own modules and any lower layer):
+ -1  errors
+  0  options, catalog (the method registry), store (atomic files, records)
+  1  backend (models, forward, caches, graphs, device), data (prompts, corpus, token streams), analysis, workflow_plan
+  2  trees        3  verify        4  engine
+  5  runner, training               6  measure (benchmarks over runs and trained drafters)
+  7  cli
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+LAYERS = {
+    "errors": -1, "options": 0, "catalog": 0, "store": 0,
+    "backend": 1, "data": 1, "analysis": 1, "workflow_plan": 1,
+    "trees": 2, "verify": 3, "engine": 4, "runner": 5, "training": 5, "measure": 6, "cli": 7,
+}
+EXEMPT = {"__init__", "__main__"}  # the package's lazy re-exports and `python -m harness`
+TORCH_FREE = ["harness.catalog", "harness.workflow_plan", "harness.errors", "harness.options", "harness.store.records",
+              "harness.analysis.metrics", "harness.analysis.summary", "harness.analysis.figures",
+              "harness.analysis.report", "harness.analysis.divergence", "harness.analysis.specbench", "methods"]
+
+
+def _unit(module: str) -> str:
+    parts = module.split(".")
+    return parts[1] if parts[0] == "harness" and len(parts) > 1 else parts[0]
+
+
+def _imports(path: Path, module_level_only: bool = False) -> list[tuple[int, str]]:
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    nodes = tree.body if module_level_only else ast.walk(tree)
+    found = []
+    for node in nodes:
+        if isinstance(node, ast.Import):
+            found += [(node.lineno, alias.name) for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            found.append((node.lineno, node.module))
+    return found
+
+
+def _harness_files() -> list[Path]:
+    return sorted((ROOT / "harness").rglob("*.py"))
+
+
+def test_harness_is_packages_not_a_flat_bag():
+    top = sorted(path.stem for path in (ROOT / "harness").glob("*.py"))
+    assert set(top) <= set(LAYERS) | EXEMPT, f"top-level modules outside the layer table: {set(top) - set(LAYERS)}"
+    packages = {path.parent.name for path in (ROOT / "harness").glob("*/__init__.py")}
+    assert packages == {name for name in LAYERS if (ROOT / "harness" / name).is_dir()}
+    assert len(top) <= 10
+
+
+def test_every_import_goes_down_the_layers():
+    breaches = []
+    for path in _harness_files():
+        relative = path.relative_to(ROOT / "harness")
+        unit = relative.parts[0].removesuffix(".py")
+        if unit in EXEMPT:
+            continue
+        for line, module in _imports(path):
+            target = _unit(module)
+            if module.split(".")[0] == "methods":
+                breaches.append(f"{relative}:{line} imports {module} (harness reads methods through the catalog)")
+            elif module.split(".")[0] == "harness" and target != unit and target not in EXEMPT:
+                if target not in LAYERS or LAYERS[target] >= LAYERS[unit]:
+                    breaches.append(f"{relative}:{line}: {unit} (layer {LAYERS[unit]}) imports {module}")
+    assert not breaches, "\n".join(breaches)
+
+
+def test_torch_free_modules_import_no_torch():
+    for module in TORCH_FREE:
+        path = ROOT / (module.replace(".", "/") + ".py")
+        path = path if path.is_file() else path.with_suffix("") / "__init__.py"
+        heavy = [name for _, name in _imports(path, module_level_only=True)
+                 if name.split(".")[0] in ("torch", "transformers")]
+        assert not heavy, f"{module} imports {heavy} at module level"
+    code = (f"import sys; import {', '.join(TORCH_FREE)}; "
+            "print(sorted(m for m in ('torch', 'transformers') if m in sys.modules))")
+    result = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert result.stdout.strip() == "[]", f"importing the torch-free modules loaded {result.stdout.strip()}"
+
+
+def test_no_module_is_over_400_lines():
+    long = {str(path.relative_to(ROOT)): n for path in [*_harness_files(), *(ROOT / "methods").rglob("*.py")]
+            if (n := len(path.read_text(encoding="utf-8").splitlines())) > 400}
+    assert not long, long

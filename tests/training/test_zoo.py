@@ -1,0 +1,132 @@
+"""Zoo building blocks: corpus split, tokenizer, token streams, features, code prompts, metrics."""
+
+import json
+
+import pytest
+import torch
+from transformers import AutoTokenizer
+
+from harness.data.code_prompts import make_code_prompts
+from harness.data.corpus import Document, build_stdlib_corpus, collect_python_files, load_documents
+from harness.training.features import FeatureSource, dump_features, target_features
+from harness.data.token_streams import even_windows, random_windows, tokenize_documents
+from harness.training.zoo import LlamaShape, new_llama, repetition_rate, save_model, train_tokenizer
+
+SOURCE = '''import os
+
+
+class Thing:
+    """A thing."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def double(self):
+        return self.value * 2
+
+
+def helper(path):
+    return os.path.join(path, "x")
+'''
+
+
+@pytest.fixture(scope="module")
+def fake_stdlib(tmp_path_factory):
+    root = tmp_path_factory.mktemp("stdlib")
+    for index in range(40):
+        (root / f"mod{index}.py").write_text(SOURCE.replace("Thing", f"Thing{index}"))
+    (root / "test").mkdir()
+    (root / "test" / "test_mod.py").write_text("def test_x():\n    assert True\n")
+    (root / "site-packages").mkdir()
+    (root / "site-packages" / "third.py").write_text("x = 1\n")
+    return root
+
+
+def test_corpus_split_is_deterministic_and_excludes_tests(fake_stdlib, tmp_path):
+    files = collect_python_files(fake_stdlib, include_tests=False)
+    assert len(files) == 40 and all("test" not in str(f) and "site-packages" not in str(f) for f in files)
+    assert len(collect_python_files(fake_stdlib, include_tests=True)) == 41
+    first = build_stdlib_corpus(tmp_path / "a", False, 0.2, seed=0, root=fake_stdlib)
+    second = build_stdlib_corpus(tmp_path / "b", False, 0.2, seed=0, root=fake_stdlib)
+    assert first["splits"] == second["splits"]
+    assert first["splits"]["train"]["files"] + first["splits"]["heldout"]["files"] == 40
+    train = {doc.path for doc in load_documents(tmp_path / "a" / "train.jsonl")}
+    heldout = {doc.path for doc in load_documents(tmp_path / "a" / "heldout.jsonl")}
+    assert train and heldout and not train & heldout
+    assert json.loads((tmp_path / "a" / "corpus.json").read_text())["splits"]["train"]["sha256"]
+
+
+@pytest.fixture(scope="module")
+def zoo_tokenizer(fake_stdlib, tmp_path_factory):
+    documents = [Document(p.name, p.read_text()) for p in sorted(fake_stdlib.glob("*.py"))]
+    out = tmp_path_factory.mktemp("tok") / "tokenizer"
+    train_tokenizer(documents, vocab_size=400, out_dir=out, max_bytes=100_000)
+    return AutoTokenizer.from_pretrained(out), documents
+
+
+def test_tokenizer_round_trip_and_special_tokens(zoo_tokenizer):
+    tokenizer, documents = zoo_tokenizer
+    assert 258 < len(tokenizer) <= 400  # a tiny corpus may run out of merges
+    ids = tokenizer("    def double(self):\n")["input_ids"]
+    assert ids[0] == tokenizer.bos_token_id
+    assert tokenizer.decode(ids, skip_special_tokens=True) == "    def double(self):\n"
+    stream = tokenize_documents(tokenizer, documents[:3])
+    assert int((stream == tokenizer.eos_token_id).sum()) == 3 and stream[0] == tokenizer.bos_token_id
+
+
+def test_saved_model_loads_in_a_fresh_process(zoo_tokenizer, tmp_path):
+    import subprocess
+    import sys
+
+    tokenizer, _ = zoo_tokenizer
+    model = new_llama(LlamaShape(32, 1, 2, 64, 128), tokenizer, seed=0)
+    save_model(tmp_path / "m", model, tokenizer, {"kind": "test"})
+    assert not (tmp_path / "m.partial").exists()
+    code = ("from transformers import AutoModelForCausalLM, AutoTokenizer; import sys; "
+            f"m = AutoModelForCausalLM.from_pretrained('{tmp_path / 'm'}'); t = AutoTokenizer.from_pretrained('{tmp_path / 'm'}'); "
+            "assert m.config.eos_token_id == t.eos_token_id; print(type(m).__name__, len(t))")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert f"LlamaForCausalLM {len(tokenizer)}" in result.stdout
+    assert json.loads((tmp_path / "m" / "draftcount.json").read_text())["kind"] == "test"
+
+
+def test_windows():
+    tokens = torch.arange(100, dtype=torch.int32)
+    windows = random_windows(tokens, 4, 10, torch.Generator().manual_seed(0))
+    assert windows.shape == (4, 10) and (windows[:, 1:] - windows[:, :-1] == 1).all()
+    even = even_windows(tokens, 3, 10)
+    assert even[0, 0] == 0 and even[-1, -1] == 99
+
+
+def test_features_dump_matches_on_the_fly(tmp_path):
+    torch.manual_seed(0)
+    from tests.helpers import make_llama
+
+    model = make_llama(vocab=50, hidden=16, layers=2, heads=2)
+    tokens = torch.randint(0, 50, (2000,), dtype=torch.int32)
+    index = dump_features(model, tokens, tmp_path / "f", sequences=6, seq_len=12, layers=["last", 1], shard_size=4,
+                          dtype="float32", seed=0)
+    assert index["shards"] == ["shard-00000.safetensors", "shard-00001.safetensors"] and index["layers"] == ["last", "layer1"]
+    dumped = FeatureSource(["last", 1], 12, dump_dir=tmp_path / "f").batch(3, torch.Generator().manual_seed(1))
+    recomputed = target_features(model, dumped["input_ids"], ["last", 1])
+    torch.testing.assert_close(dumped["last"], recomputed["last"])
+    torch.testing.assert_close(dumped["layer1"], recomputed["layer1"])
+    torch.testing.assert_close(recomputed["last"], model.model(dumped["input_ids"]).last_hidden_state)
+    live = FeatureSource(["last"], 12, target=model, tokens=tokens).batch(2, torch.Generator().manual_seed(1))
+    assert live["last"].shape == (2, 12, 16)
+
+
+def test_code_prompts_end_at_a_header():
+    documents = [Document(f"m{i}.py", SOURCE) for i in range(3)]
+    prompts = make_code_prompts(documents, count=4, lines=5, seed=0)
+    assert len(prompts) == 4
+    for prompt in prompts:
+        last = prompt["prompt"].rstrip("\n").splitlines()[-1].lstrip()
+        assert last.startswith(("def ", "class ")) and last.endswith(":")
+        assert len(prompt["prompt"].splitlines()) == 5
+
+
+def test_repetition_rate():
+    assert repetition_rate(list(range(20))) == 0.0
+    assert repetition_rate([1, 2] * 20) > 0.9

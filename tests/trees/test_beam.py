@@ -1,0 +1,126 @@
+"""The shared EAGLE-2 beam tree: budget, closure under ancestors, the same tree as a plain host-side reference,
+expansion pattern, the deferred shape (device-built mask and positions), and the frontier mask."""
+
+import pytest
+import torch
+
+from harness.trees.beam import BeamShape, Frontier, frontier_attention_bias, grow_beam_tree
+from harness.errors import DraftcountError
+from harness.trees.tree import TokenTree, tree_attention_bias
+
+
+def _random_expand(vocab, seed, ties=False):
+    generator = torch.Generator().manual_seed(seed)
+    calls, rows = [], []
+
+    def expand(frontier):
+        calls.append(frontier)
+        logits = torch.randn(frontier.tokens.shape[0], vocab, generator=generator) * 3
+        if ties:  # coarse values: many equal cumulative scores, so tie-breaking matters
+            logits = logits.round()
+        rows.append(torch.log_softmax(logits, dim=-1))
+        return rows[-1]
+
+    return expand, calls, rows
+
+
+def reference_tree(root_logprobs, rows, shape):
+    """EAGLE-2's expand-and-rerank written plainly on the host, given the rows ``expand`` returned.
+    Returns (tokens, parents) of the tree: nodes depth-major, then by score, then by pool order."""
+    k = shape.top_k
+    pool = []  # (score, token, parent pool index, depth)
+    scores, tokens = root_logprobs.topk(k)
+    frontier = []
+    for score, token in zip(scores.tolist(), tokens.tolist()):
+        pool.append((score, token, -1, 1))
+        frontier.append(len(pool) - 1)
+    for depth, row in enumerate(rows, start=2):
+        new = []
+        child_scores, child_tokens = row.topk(k, dim=-1)
+        for r, parent in enumerate(frontier):
+            for c in range(k):
+                pool.append((pool[parent][0] + float(child_scores[r, c]), int(child_tokens[r, c]), parent, depth))
+                new.append(len(pool) - 1)
+        frontier = sorted(new, key=lambda node: (-pool[node][0], node))[:k]
+    finite = [node for node in range(len(pool)) if pool[node][0] != float("-inf")]
+    chosen = sorted(finite, key=lambda node: (-pool[node][0], node))[: shape.budget]
+    chosen = sorted(chosen, key=lambda node: (pool[node][3], -pool[node][0], node))
+    index = {-1: 0} | {node: i for i, node in enumerate(chosen, start=1)}
+    return [pool[node][1] for node in chosen], (-1, *(index[pool[node][2]] for node in chosen))
+
+
+def test_tree_matches_the_reference_and_is_budgeted_and_closed_under_ancestors():
+    for seed in range(30):
+        shape = BeamShape(top_k=3, depth=4, budget=10)
+        expand, calls, rows = _random_expand(50, seed, ties=seed % 2 == 1)
+        root_logprobs = torch.log_softmax(torch.randn(50, generator=torch.Generator().manual_seed(seed)), dim=-1)
+        beam = grow_beam_tree(torch.tensor(7), root_logprobs, expand, shape)
+        tree = beam.tree
+        with pytest.raises(DraftcountError, match="still on the device"):
+            tree.parents
+        tree.resolve()
+        assert tree.tokens[0] == 7 and tree.num_drafts == 10
+        assert [frontier.depth for frontier in calls] == [1, 2, 3]
+        assert all(frontier.tokens.shape == (3,) for frontier in calls)
+        tokens, parents = reference_tree(root_logprobs, rows, shape)
+        assert tree.tokens[1:].tolist() == tokens and tree.parents == parents
+        assert beam.pool_scores.shape[0] == shape.pool_size
+        for node in range(1, tree.size):  # each tree node's pool parent is its tree parent's pool node
+            assert beam.pool_of_node[tree.parents[node]] == int(beam.pool_parents[beam.pool_of_node[node]])
+        assert list(tree.depths) == sorted(tree.depths)
+
+
+def test_frontier_rows_point_at_parents_and_slots_name_them():
+    expand, calls, rows = _random_expand(40, 3)
+    shape = BeamShape(top_k=4, depth=4, budget=30)
+    root_logprobs = torch.log_softmax(torch.randn(40, generator=torch.Generator().manual_seed(3)), dim=-1)
+    beam = grow_beam_tree(torch.tensor(1), root_logprobs, expand, shape)
+    beam.tree.resolve()
+    for earlier, later in zip(calls, calls[1:]):  # a frontier node's token is one of its parent's top-k children
+        parent_rows = rows[earlier.depth - 1][later.parent_rows]
+        top = parent_rows.topk(4, dim=-1).indices
+        assert all(int(token) in top[i].tolist() for i, token in enumerate(later.tokens))
+    tree = beam.tree
+    for node in range(1, tree.size):
+        slot = beam.parent_slots[node]
+        if tree.depths[node] == 1:
+            assert slot is None
+        else:
+            depth, row = slot
+            assert depth == tree.depths[node] - 1 and int(calls[depth - 1].tokens[row]) == int(tree.tokens[tree.parents[node]])
+
+
+def test_deferred_tree_masks_and_positions_equal_the_host_ones():
+    """The verify forward's positions and tree mask, built on the device from the deferred shape, equal those
+    built on the host once the shape is read; the verifier's read brings the shape."""
+    expand, _, _ = _random_expand(30, 5)
+    root_logprobs = torch.log_softmax(torch.randn(30, generator=torch.Generator().manual_seed(5)), dim=-1)
+    tree = grow_beam_tree(torch.tensor(2), root_logprobs, expand, BeamShape(top_k=3, depth=5, budget=14)).tree
+    positions, bias = tree.position_ids(9), tree.attention_bias(torch.float32)
+    tokens, choices = tree.read_with([tree.tokens, torch.zeros(tree.size, dtype=torch.long)])
+    assert tokens == tree.tokens.tolist() and choices == [0] * tree.size
+    host = TokenTree(tree.tokens, tree.parents)
+    assert torch.equal(positions, host.position_ids(9))
+    assert torch.equal(bias, tree_attention_bias(tree.parents, [], list(range(tree.size)), torch.float32, "cpu"))
+
+
+def test_frontier_mask_equals_the_tree_mask_over_the_fed_frontiers():
+    """Feeding frontier d after frontiers 1..d-1: each node sees the prefix, its ancestors and itself."""
+    generator = torch.Generator().manual_seed(0)
+    k, prefix = 3, 5
+    frontiers = [Frontier(1, torch.arange(k), torch.zeros(k, dtype=torch.long))]
+    for depth in range(2, 5):
+        frontiers.append(Frontier(depth, torch.arange(k), torch.randint(0, k, (k,), generator=generator)))
+    parents = [-1]  # node 0 = the root; frontier d's row r = node 1 + (d-1)k + r
+    for frontier in frontiers:
+        base = 1 + (frontier.depth - 2) * k
+        parents += [0 if frontier.depth == 1 else base + int(row) for row in frontier.parent_rows]
+    for depth in range(1, 5):
+        bias = frontier_attention_bias(frontiers[:depth], prefix, torch.float32)[0, 0]
+        fed = list(range(1, 1 + (depth - 1) * k))
+        queries = list(range(1 + (depth - 1) * k, 1 + depth * k))
+        expected = tree_attention_bias(tuple(parents), fed, queries, torch.float32, "cpu")
+        assert (bias[:, :prefix] == 0).all()
+        if expected is None:  # depth 1 with k = 1 would be causal; not this case
+            raise AssertionError("expected a tree mask")
+        assert torch.equal(bias[:, prefix:], expected[0, 0])

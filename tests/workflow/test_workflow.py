@@ -1,0 +1,239 @@
+"""The Snakemake workflow: dry runs, config validation, the smoke pipeline end to end, kill and resume."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import matplotlib.image
+import pandas as pd
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]
+SNAKEMAKE = [sys.executable, "-m", "snakemake"]
+ZOO_RULES = {"corpus", "tokenizer", "tokenize", "train_target", "train_draft", "dump_features", "code_prompts"}
+TREE_RULES = {"measure_acceptance", "measure_latency", "sequoia_tree"}
+REPORT_RULES = {"summary", "figures", "report", "export_specbench"}
+SMOKE_VARIANTS = ["ar", "sd", "tree_sd", "tree_sd_sequoia", "tree_sd_sequoia_b16", "eagle", "eagle_b12", "lyanna",
+                  "lyanna_feature", "lyanna_unfused"]
+
+
+def snakemake(*args, timeout=900, **kwargs):
+    return subprocess.run([*SNAKEMAKE, *args], cwd=ROOT, capture_output=True, text=True, timeout=timeout, **kwargs)
+
+
+def job_counts(output: str) -> dict[str, int]:
+    counts, in_stats = {}, False
+    for line in output.splitlines():
+        if line.startswith("job ") and "count" in line:
+            in_stats = True
+            continue
+        if in_stats:
+            parts = line.split()
+            if len(parts) == 2 and parts[1].isdigit():
+                counts[parts[0]] = int(parts[1])
+            elif parts and not set(parts[0]) <= {"-"}:
+                break
+    return counts
+
+
+def overrides(tmp_path):
+    return ["--config", f"work_dir={tmp_path / 'work'}", f"results_dir={tmp_path / 'results'}"]
+
+
+def test_dry_run_lists_every_rule(tmp_path):
+    result = snakemake("-n", *overrides(tmp_path))
+    assert result.returncode == 0, result.stderr
+    counts = job_counts(result.stdout)
+    assert ZOO_RULES | TREE_RULES | REPORT_RULES | {"bench", "all"} <= set(counts), counts
+    # {ar, sd, tree_sd, tree_sd_sequoia, eagle, lyanna} x 2 datasets x {0, 1}
+    # + 6 lyanna ablations and 6 budget-sweep variants x 1 dataset x {0, 1}
+    assert counts["bench"] == 6 * 4 + 12 * 2
+    assert counts["train_drafter"] == 4  # eagle, lyanna, lyanna_feature, lyanna_vocab
+    assert counts["sequoia_tree"] == 6  # per temperature: the latency-chosen budget, 16 and 32
+
+
+def test_one_target_runs_only_what_it_needs(tmp_path):
+    result = snakemake("-n", "bench_ar", *overrides(tmp_path))
+    assert result.returncode == 0, result.stderr
+    counts = job_counts(result.stdout)
+    assert "train_draft" not in counts and "dump_features" not in counts and counts["bench"] == 4
+    tree = job_counts(snakemake("-n", "bench_tree_sd", *overrides(tmp_path)).stdout)
+    assert tree["bench"] == 8 and TREE_RULES <= set(tree) and "dump_features" not in tree
+    eagle = job_counts(snakemake("-n", "bench_eagle", *overrides(tmp_path)).stdout)
+    assert eagle["bench"] == 4 and eagle["train_drafter"] == 1 and "train_draft" not in eagle
+    assert not (TREE_RULES | REPORT_RULES) & set(eagle)
+    lyanna = job_counts(snakemake("-n", "bench_lyanna", *overrides(tmp_path)).stdout)
+    assert lyanna["bench"] == 4 and lyanna["train_drafter"] == 1 and "train_draft" not in lyanna
+    ablation = job_counts(snakemake("-n", "ablate_lyanna", *overrides(tmp_path)).stdout)
+    assert ablation["bench"] == 16 and ablation["train_drafter"] == 3 and "train_draft" not in ablation
+    sweep = job_counts(snakemake("-n", "ablate_eagle", *overrides(tmp_path)).stdout)
+    assert sweep["bench"] == 4 and sweep["train_drafter"] == 1
+    figure = job_counts(snakemake("-n", str(tmp_path / "results" / "figures" / "speedup.pdf"),
+                                  *overrides(tmp_path)).stdout)
+    assert figure["figures"] == 1 and figure["bench"] == 48 and "report" not in figure
+
+
+def test_real_checkpoint_config_and_slurm_profile_dry_run(tmp_path):
+    """workflow/config/llama3-8b.yaml with its /path/to placeholders pointed at empty stand-ins, planned
+    for SLURM: every bench job asks for a GPU on the GPU partition; no zoo model is built."""
+    for folder in ("target", "draft", "eagle"):
+        (tmp_path / folder).mkdir()
+    (tmp_path / "corpus.jsonl").write_text('{"text": "def f():\\n    return 1\\n"}\n')
+    (tmp_path / "questions.jsonl").write_text('{"question_id": 1, "category": "writing", "turns": ["Hi"]}\n')
+    (tmp_path / "gsm8k.jsonl").write_text('{"question": "1 + 1?", "answer": "2"}\n')
+    overlay = tmp_path / "paths.yaml"
+    overlay.write_text(json.dumps({
+        "work_dir": str(tmp_path / "work"), "results_dir": str(tmp_path / "results"),
+        "models": {"target": str(tmp_path / "target"), "draft": str(tmp_path / "draft")},
+        "corpus": {"path": str(tmp_path / "corpus.jsonl")},
+        "drafters": {"eagle": {"path": str(tmp_path / "eagle")}},
+        "bench": {"dataset_paths": {"spec_bench": str(tmp_path / "questions.jsonl"),
+                                    "mt_bench": str(tmp_path / "questions.jsonl"),
+                                    "gsm8k": str(tmp_path / "gsm8k.jsonl")}},
+    }))
+    result = snakemake("-n", "-p", "--configfile", "workflow/config/llama3-8b.yaml", str(overlay),
+                       "--profile", "workflow/profiles/slurm")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    counts = job_counts(result.stdout)
+    # {ar, sd, tree_sd, eagle, lyanna} x 4 datasets x {0, 1} + 3 lyanna ablations x mt_bench x {0, 1}
+    assert counts["bench"] == 5 * 8 + 3 * 2 and counts["train_drafter"] == 1  # the EAGLE head is used as is
+    assert not {"train_target", "train_draft", "tokenizer"} & set(counts) and REPORT_RULES <= set(counts)
+    bench_jobs = result.stdout.split("rule bench:")[1:]
+    assert all("slurm_partition=gpu" in job and "gpu=1" in job and "--device cuda" in job for job in bench_jobs)
+    assert f"--drafter {tmp_path / 'eagle'}" in result.stdout and "--dtype bfloat16" in result.stdout
+
+
+def test_a_config_file_stands_alone_and_only_selects_variants(tmp_path):
+    config = yaml.safe_load((ROOT / "workflow" / "config" / "default.yaml").read_text())
+    config.update(work_dir=str(tmp_path / "work"), results_dir=str(tmp_path / "results"))
+    config["bench"]["methods"] = {"ar": {}, "sd": {"gamma": 4}}
+    own = tmp_path / "own.yaml"
+    own.write_text(yaml.safe_dump(config))
+    counts = job_counts(snakemake("-n", "--configfile", str(own)).stdout)
+    assert counts["bench"] == 2 * 4  # default.yaml's other variants are not merged in
+    config["bench"]["only"] = ["sd"]
+    own.write_text(yaml.safe_dump(config))
+    assert job_counts(snakemake("-n", "--configfile", str(own)).stdout)["bench"] == 4
+    config["bench"]["only"] = ["medusa"]
+    own.write_text(yaml.safe_dump(config))
+    result = snakemake("-n", "--configfile", str(own))
+    assert result.returncode != 0 and "medusa" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("bad,key", [
+    ("tokenzier:\n  vocab_size: 100\n", "tokenzier"),
+    ("target:\n  train:\n    stpes: 5\n", "stpes"),
+    ("bench:\n  temperatures: [0.0]\n  methods: {ar: {}}\n  datasets: [humaneval]\n  max_new_token: 3\n", "max_new_token"),
+])
+def test_unknown_config_key_fails_validation(tmp_path, bad, key):
+    config = tmp_path / "bad.yaml"
+    config.write_text(bad)
+    result = snakemake("-n", "--configfile", "workflow/config/default.yaml", str(config), *overrides(tmp_path))
+    assert result.returncode != 0
+    assert key in result.stdout + result.stderr
+
+
+def report_cell(text: str, variant: str, dataset: str, temperature: str, column: str) -> str:
+    header = None
+    for line in text.splitlines():
+        if line.startswith("| variant |"):
+            header = [cell.strip() for cell in line.strip("|").split("|")]
+        elif header and line.startswith(f"| {variant} | {dataset} | {temperature} |"):
+            return dict(zip(header, (cell.strip() for cell in line.strip("|").split("|"))))[column]
+    raise AssertionError(f"no row {variant}/{dataset}/{temperature}")
+
+
+@pytest.mark.slow
+def test_smoke_pipeline_end_to_end_killed_and_resumed(tmp_path):
+    """The whole pipeline, hard-killed once its benchmarks have begun, then resumed: finished jobs are kept,
+    no half-written file is used, and the tables, figures, report and Spec-Bench export come out."""
+    started = time.perf_counter()
+    args = ["--cores", "2", "--profile", "workflow/profiles/smoke", *overrides(tmp_path)]
+    work, results = tmp_path / "work", tmp_path / "results"
+    log = tmp_path / "first-run.log"
+    with log.open("w") as handle:
+        process = subprocess.Popen([*SNAKEMAKE, *args], cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
+                                   start_new_session=True)
+        deadline = time.time() + 480
+        # kill once Snakemake has recorded two finished benchmarks (its log says so after it has)
+        while time.time() < deadline and log.read_text().count("(Rule: bench)") < 2 and process.poll() is None:
+            time.sleep(0.2)
+        os.killpg(process.pid, signal.SIGKILL)
+    process.wait(timeout=60)
+    present = {path: path.stat().st_mtime_ns for path in (results / "raw").rglob("*.jsonl")}
+    assert 2 <= len(present) < len(SMOKE_VARIANTS), "the kill came before the benchmarks or after the last one"
+    for path in present:  # whatever exists is complete: every line a whole record
+        assert all(json.loads(line)["schema_version"] for line in path.read_text().splitlines())
+    assert snakemake(*args, "--unlock").returncode == 0
+    # a job killed after its output appeared but before Snakemake recorded it is rerun; the rest is kept
+    plan = snakemake(*args, "-n", "--rerun-incomplete").stdout
+    scheduled = {Path(line.split("output:", 1)[1].strip()) for line in plan.splitlines() if "output:" in line}
+    completed = {path: mtime for path, mtime in present.items() if path not in scheduled}
+    assert completed, plan[-3000:]
+    result = snakemake(*args, "--rerun-incomplete", timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    print(f"smoke pipeline, killed and resumed: {time.perf_counter() - started:.0f}s; "
+          f"{len(completed)} of {len(present)} finished benchmarks kept")
+    assert {path: path.stat().st_mtime_ns for path in completed} == completed  # not redone
+    for model in ("target", "draft"):
+        provenance = json.loads((work / "models" / model / "draftcount.json").read_text())
+        assert provenance["corpus"]["splits"]["train"]["sha256"] and provenance["metrics"]["training"]["steps"] > 0
+    code = ("from transformers import AutoModelForCausalLM, AutoTokenizer\n"
+            f"for d in ['{work / 'models' / 'target'}', '{work / 'models' / 'draft'}']:\n"
+            "    AutoModelForCausalLM.from_pretrained(d); AutoTokenizer.from_pretrained(d)\n")
+    fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert fresh.returncode == 0, fresh.stderr
+    summary = pd.read_csv(results / "tables" / "summary.csv")
+    assert sorted(summary.variant) == sorted(SMOKE_VARIANTS)
+    assert len(list((results / "raw").rglob("*.jsonl"))) == len(SMOKE_VARIANTS)  # stdlib_code at temperature 0
+    for drafter in ("eagle", "lyanna", "lyanna_feature"):
+        assert json.loads((work / "metrics" / f"drafter-{drafter}.json").read_text())["train"]["steps"] > 0
+    tree = json.loads((work / "tree" / "sequoia-t0-b16.json").read_text())
+    assert tree["parents"][0] == -1 and tree["depth"] <= 4 and tree["budget"] <= 16
+    for name in ("speedup", "tau", "waste", "budget", "depth", "ablation", "efficiency"):
+        assert (results / "figures" / f"{name}.pdf").stat().st_size > 1000
+        assert matplotlib.image.imread(results / "figures" / f"{name}.png").shape[0] > 200
+    report = (results / "report.md").read_text()
+    eagle = summary.set_index("variant").loc["eagle"]
+    assert report_cell(report, "eagle", "stdlib_code", "0", "tau") == f"{eagle.tau:.2f}"
+    assert report_cell(report, "eagle", "stdlib_code", "0", "speedup") == f"{eagle.speedup_paired_mean:.2f}"
+    counters = [json.loads(line)["counters"] for line in (results / "raw" / "eagle" / "stdlib_code-t0.jsonl").open()
+                if json.loads(line)["role"] == "method"]
+    tau = sum(c["new_tokens"] for c in counters) / sum(c["target"]["forwards"] for c in counters)
+    assert report_cell(report, "eagle", "stdlib_code", "0", "tau") == f"{tau:.2f}"  # recomputed from raw records
+    answers = results / "specbench" / "stdlib_code-t0" / "model_answer"
+    assert {"eagle.jsonl", "eagle.ar.jsonl", "ar.jsonl"} <= {path.name for path in answers.iterdir()}
+    assert not list(tmp_path.rglob("*.partial"))
+    again = snakemake("-n", "--profile", "workflow/profiles/smoke", *overrides(tmp_path))
+    assert "Nothing to be done" in again.stdout + again.stderr
+
+
+@pytest.mark.slow
+def test_killed_training_resumes_from_its_checkpoint(tmp_path):
+    config = tmp_path / "long.yaml"
+    config.write_text("target:\n  train: {steps: 100000, time_budget_s: 25, checkpoint_every_s: 2}\n")
+    args = ["--cores", "2", "--profile", "workflow/profiles/smoke", "--configfile", "workflow/config/default.yaml",
+            "workflow/config/smoke.yaml", str(config), *overrides(tmp_path), "--until", "train_target"]
+    checkpoint = tmp_path / "work" / "checkpoints" / "target.pt"
+    process = subprocess.Popen([*SNAKEMAKE, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)
+    deadline = time.time() + 300
+    while time.time() < deadline and not checkpoint.exists():
+        time.sleep(1)
+    assert checkpoint.exists(), "no checkpoint was written"
+    time.sleep(3)
+    os.killpg(process.pid, signal.SIGKILL)  # as hard a kill as there is: no clean-up runs
+    process.wait(timeout=60)
+    assert not (tmp_path / "work" / "models" / "target" / "config.json").exists()
+    assert snakemake(*args, "--unlock").returncode == 0
+    result = snakemake(*args, "--rerun-incomplete", timeout=600)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "resuming train target from step" in result.stdout + result.stderr
+    metrics = json.loads((tmp_path / "work" / "metrics" / "target.json").read_text())
+    assert metrics["training"]["resumed_from_step"] > 0
+
