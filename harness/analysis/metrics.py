@@ -40,19 +40,6 @@ METRICS: tuple[Metric, ...] = (
            "new tokens (trimmed at EOS, counted the same way for every method) over the wall time of the "
            "generation, prefill included; warm-up generations are not timed. The timer is named in every raw "
            "record (`timer`: `perf_counter` on CPU, CUDA events on a GPU)", "tokens/s", "{:.1f}"),
-    Metric("speedup_paired_mean", "mean over turns of tokens_per_s(method) / tokens_per_s(ar), same prompt",
-           "for every prompt, the method's tokens/s over `ar`'s on the same prompt in the same process (the two "
-           "run interleaved, prompt by prompt, with the same sampling settings, seeds, dtype and device); the "
-           "mean of these paired ratios", "speedup"),
-    Metric("speedup_ci", "[speedup_ci_low, speedup_ci_high]",
-           "percentile bootstrap 95% interval of the paired speedup (2,000 resamples, fixed seed)",
-           "95% interval", "{}", in_summary=False),
-    Metric("speedup_total", "(sum(new_tokens) / sum(wall_seconds)) / (the same for the paired ar turns)",
-           "the ratio of total tokens/s of the method and of its paired `ar` turns", "speedup (totals)"),
-    Metric("speedup_ci_low", "2.5th percentile of 2,000 bootstrap means of the paired ratios",
-           "lower end of the paired speedup's 95% interval"),
-    Metric("speedup_ci_high", "97.5th percentile of 2,000 bootstrap means of the paired ratios",
-           "upper end of the paired speedup's 95% interval"),
     Metric("tau", "sum(new_tokens) / sum(target forwards)",
            "acceptance length: new tokens per target forward pass, the bonus token included and the prefill "
            "forward counted (see docs/methods.md for how this maps to EAGLE's, Spec-Bench's and SGLang's). A "
@@ -89,6 +76,19 @@ METRICS: tuple[Metric, ...] = (
            "target FLOPs x (verified / all target tokens) x rejected / verified / sum(new_tokens)",
            "verification FLOPs spent on rejected nodes, per emitted token"),
     Metric("options", "the variant's method options and drafter, as JSON", "how the variant was configured"),
+    Metric("speedup_paired_mean", "mean over turns of tokens_per_s(method) / tokens_per_s(ar), same prompt",
+           "for every prompt, the method's tokens/s over `ar`'s on the same prompt in the same process (the two "
+           "run interleaved, prompt by prompt, with the same sampling settings, seeds, dtype and device); the "
+           "mean of these paired ratios", "speedup"),
+    Metric("speedup_ci", "[speedup_ci_low, speedup_ci_high]",
+           "percentile bootstrap 95% interval of the paired speedup (2,000 resamples, fixed seed)",
+           "95% interval", "{}", in_summary=False),
+    Metric("speedup_total", "(sum(new_tokens) / sum(wall_seconds)) / (the same for the paired ar turns)",
+           "the ratio of total tokens/s of the method and of its paired `ar` turns", "speedup (totals)"),
+    Metric("speedup_ci_low", "2.5th percentile of 2,000 bootstrap means of the paired ratios",
+           "lower end of the paired speedup's 95% interval"),
+    Metric("speedup_ci_high", "97.5th percentile of 2,000 bootstrap means of the paired ratios",
+           "upper end of the paired speedup's 95% interval"),
     Metric("efficiency", "speedup_paired_mean / tau",
            "how much of the bound speedup = tau (free, perfect drafting) was realised", "efficiency"),
 )
@@ -99,9 +99,14 @@ def summary_columns() -> list[str]:
     return [metric.name for metric in METRICS if metric.in_summary]
 
 
+REPORT_COLUMNS = ("tokens_per_s", "speedup_paired_mean", "speedup_ci", "speedup_total", "tau", "accepted_per_step",
+                  "token_waste", "drafter_flop_waste", "verify_waste", "drafter_flops_per_accepted", "efficiency")
+
+
 def report_metrics() -> list[Metric]:
-    """The report's results-table columns, in order."""
-    return [metric for metric in METRICS if metric.label]
+    """The report's results-table columns, in the order it shows them: every labelled metric."""
+    by_name = {metric.name: metric for metric in METRICS}
+    return [by_name[name] for name in REPORT_COLUMNS]
 
 
 def report_definitions() -> str:

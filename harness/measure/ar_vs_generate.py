@@ -32,7 +32,6 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import statistics
-import time
 from pathlib import Path
 
 import torch
@@ -48,7 +47,7 @@ from harness.errors import DraftcountError
 from harness.backend.models import resolve_dtype
 from harness.training.zoo import LlamaShape
 from harness.measure.op_profile import compare_per_token, format_rows, profile_ops, write_rows
-from harness.backend.device import synchronize
+from harness.backend.device import Stopwatch
 from harness.engine.method_spec import BuildInputs, build_adapter
 
 
@@ -148,11 +147,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
         return out[0, prompt.shape[1]:].tolist()
 
     def timed(fn, prompt) -> tuple[float, list[int]]:
-        synchronize(lm.device)
-        start = time.perf_counter()
+        watch = Stopwatch(lm.device)
         tokens = fn(prompt)
-        synchronize(lm.device)
-        return args.new_tokens / (time.perf_counter() - start), tokens
+        return args.new_tokens / watch.elapsed(), tokens
 
     timed(ours, prompts[0]), timed(theirs, prompts[0])  # warm-up, not counted
     rates = {"ours": [], "generate": []}

@@ -12,7 +12,6 @@ host-side ops and the time outside them (plain Python between ops, which no op's
 from __future__ import annotations
 
 import csv
-import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,8 @@ from pathlib import Path
 import torch
 from torch.autograd import DeviceType
 from torch.profiler import ProfilerActivity, profile
+
+from harness.backend.device import Stopwatch
 
 WALL, HOST_OPS, OUTSIDE_OPS = "(wall)", "(all host ops)", "(outside ops)"
 SUMMARY_ROWS = (WALL, HOST_OPS, OUTSIDE_OPS)  # first in a comparison, see ``summary_costs``
@@ -46,11 +47,9 @@ def profile_ops(run: Callable[[], object], device: torch.device) -> RunProfile:
     the run's wall time."""
     activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.type == "cuda" else [])
     with profile(activities=activities) as profiler:
-        started = time.perf_counter()
+        watch = Stopwatch(device)
         run()
-        if device.type == "cuda":
-            torch.cuda.synchronize(device)
-        wall_us = (time.perf_counter() - started) * 1e6
+        wall_us = watch.elapsed() * 1e6
     ops = {}
     for event in profiler.key_averages():
         device_us = getattr(event, "self_device_time_total", None)

@@ -207,7 +207,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
             writer.writerows(rows)
     broken = [f"{row['method']} under {row['setting']}" for row in rows if row["error"]]
     if broken:
-        raise SystemExit(f"bench_overheads: {len(broken)} of {len(rows)} (method, setting) pairs failed "
+        raise SystemExit(f"measure overheads: {len(broken)} of {len(rows)} (method, setting) pairs failed "
                          f"({', '.join(broken)}); their rows are blank and say why")
 
 

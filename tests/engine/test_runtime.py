@@ -63,7 +63,7 @@ def test_sampling_follows_the_same_random_stream(random_pair, switch):
 
 def test_compiled_target_is_lossless(random_pair):
     """torch.compile's graph capture (Dynamo, dynamic shapes) of the target under the static cache; the eager
-    backend keeps this fast on CPU (inductor's code generation is what bench_overheads.py measures)."""
+    backend keeps this fast on CPU (inductor's code generation is what `measure overheads` measures)."""
     target, draft = random_pair
     runtime = EngineRuntime(target, EngineOptions(kv_cache="static", compile="on", compile_backend="eager"))
     assert runtime.target.model is not target.model

@@ -39,7 +39,7 @@ def test_comparison_is_per_token_with_summary_rows_first_and_largest_difference_
 
 
 def test_generate_references_run_the_cache_they_name(random_pair):
-    """bench_ar_vs_generate.py's --reference: `static` and `compiled` make generate() decode on a static cache
+    """measure ar-vs-generate's --reference: `static` and `compiled` make generate() decode on a static cache
     (compile off for `static`; on a CPU neither compiles), `default` on its DynamicCache."""
     from transformers import DynamicCache, StaticCache
 

@@ -108,6 +108,19 @@ def test_real_checkpoint_config_and_slurm_profile_dry_run(tmp_path):
     assert f"--drafter {tmp_path / 'eagle'}" in result.stdout and "--dtype bfloat16" in result.stdout
 
 
+@pytest.mark.parametrize("profile", ["default", "smoke", "slurm", "gpu"])
+def test_every_profile_plans_the_pipeline_and_the_checks(tmp_path, profile):
+    result = snakemake("-n", "--profile", f"workflow/profiles/{profile}", "all", "checks", *overrides(tmp_path))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    counts = job_counts(result.stdout)
+    assert {"bench", "summary", "report", "lossless", "overheads", "host_sync", "projection", "checks"} <= set(counts)
+    if profile in ("smoke", "gpu"):  # engine passes: the smoke profile's static caches, the GPU's CUDA graphs
+        assert counts["bench_pass"] == counts["bench"] and counts["pass_summary"] == 1
+    if profile == "gpu":
+        assert counts["ar_vs_generate"] == 3 and "--device cuda" in snakemake(
+            "-n", "-p", "--profile", "workflow/profiles/gpu", "bench_eagle", *overrides(tmp_path)).stdout
+
+
 def test_a_config_file_stands_alone_and_only_selects_variants(tmp_path):
     config = yaml.safe_load((ROOT / "workflow" / "config" / "default.yaml").read_text())
     config.update(work_dir=str(tmp_path / "work"), results_dir=str(tmp_path / "results"))
@@ -211,6 +224,24 @@ def test_smoke_pipeline_end_to_end_killed_and_resumed(tmp_path):
     assert not list(tmp_path.rglob("*.partial"))
     again = snakemake("-n", "--profile", "workflow/profiles/smoke", *overrides(tmp_path))
     assert "Nothing to be done" in again.stdout + again.stderr
+    # the checks on the same models, on CPU: every rule of workflow/rules/checks.smk runs
+    started = time.perf_counter()
+    checks = snakemake(*args, "checks", timeout=900)
+    assert checks.returncode == 0, checks.stdout[-3000:] + checks.stderr[-3000:]
+    print(f"smoke checks: {time.perf_counter() - started:.0f}s")
+    done = results / "checks"
+    lossless = pd.read_csv(done / "lossless.csv")
+    assert len(lossless) and int(lossless.diverged.sum()) == 0  # float32: every method equals ar
+    assert len(pd.read_csv(done / "divergence.csv"))
+    for setting in ("eager", "static"):
+        assert "ratio" in (done / f"ar_vs_generate_{setting}.txt").read_text()
+    assert {"ar", "eagle", "lyanna"} <= set(pd.read_csv(done / "overheads.csv").method)
+    assert set(pd.read_csv(done / "host_sync.csv").variant) >= {"ar", "sd", "eagle", "lyanna"}
+    assert (pd.read_csv(done / "projection" / "projection.csv").projected_speedup.notna()).any()
+    static = pd.read_csv(results / "tables" / "summary_static.csv")  # the engine pass `static`
+    assert sorted(static.variant) == sorted(SMOKE_VARIANTS)
+    for name in ("lossless", "ar_vs_generate_eager", "overheads", "host_sync", "projection"):
+        assert (done / "benchmarks" / f"{name}.tsv").is_file() and (done / "logs" / f"{name}.log").is_file()
 
 
 @pytest.mark.slow
