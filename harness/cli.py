@@ -33,6 +33,8 @@ def _run_parser(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--engine", action="append", metavar="KEY=VALUE",
                      help="engine switch, repeatable: kv_cache=dynamic|static, cuda_graphs=off|verify|on, compile=off|on, "
                           "compile_mode=...")
+    run.add_argument("--verifier", default="token_level",
+                     help="how drafts are verified: token_level (default) or traversal (leaf-to-root, sequence-level)")
     run.add_argument("--pair-with-ar", action="store_true", help="interleave the ar baseline prompt by prompt")
     run.add_argument("--warmup", type=int, default=1,
                      help="untimed warm-up generations per method (under CUDA graphs, up to 4 more while one "
@@ -55,6 +57,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     options = parse_key_values(args.opt)
     parse_method_options(args.method, options)  # fail on a bad option before loading any model
     engine = parse_options(EngineOptions, parse_key_values(args.engine), "the engine (--engine)")
+    from harness.verify import get_verifier
+
+    get_verifier(args.verifier)  # a one-line error for an unknown verifier, before loading any model
     if engine.cuda_graphs != "off" and not args.device.startswith("cuda"):
         raise DraftcountError(f"--engine cuda_graphs={engine.cuda_graphs} needs a CUDA device, not --device {args.device}")
     config = RunConfig(
@@ -64,6 +69,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         limit=args.limit, max_new_tokens=args.max_new_tokens,
         sampling=SamplingConfig(args.temperature, args.top_k, args.top_p), seed=args.seed, dtype=args.dtype,
         device=args.device, pair_with_ar=args.pair_with_ar, warmup=args.warmup, engine=engine,
+        verifier=args.verifier,
     )
     count = run(config, progress=not args.no_progress)
     print(f"wrote {count} records to {args.out}")

@@ -17,6 +17,7 @@ import torch
 from tqdm import tqdm
 
 from harness.engine.adapter import DraftAdapter
+from harness.verify import DEFAULT_VERIFIER, get_verifier
 from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.engine.loop import Generation, generate
 from harness.errors import DraftcountError
@@ -50,6 +51,7 @@ class RunConfig:
     pair_with_ar: bool = False
     warmup: int = 1
     engine: EngineOptions = EngineOptions()
+    verifier: str = DEFAULT_VERIFIER
 
 
 @dataclass
@@ -117,6 +119,7 @@ def _record(config: RunConfig, target: LoadedModel, draft: LoadedModel | None, c
         "prompt_tokens": len(prompt_ids),
         "sampling": dataclasses.asdict(config.sampling),
         "engine": dataclasses.asdict(config.engine),
+        "verifier": config.verifier if contender.role == "method" else DEFAULT_VERIFIER,
         "seed": config.seed,
         "generation_seed": seed,
         "max_new_tokens": config.max_new_tokens,
@@ -142,13 +145,14 @@ def run(config: RunConfig, progress: bool = True) -> int:
     draft = load_model(config.draft, config.dtype, config.device) if config.draft else None
     contenders = _build_contenders(config, target, draft)
     eos = eos_ids(target)
+    verifiers = {"method": get_verifier(config.verifier), "baseline": get_verifier(DEFAULT_VERIFIER)}  # ar: as always
     runtime = EngineRuntime(target, config.engine)  # one per run: its static cache and graphs serve every turn
     runtime.reserve(longest_sequence(target.tokenizer, prompts, config.max_new_tokens))  # sized before warm-up
 
     def run_turn(contender: _Contender, ids: list[int], seed: int, name: str, max_new: int) -> Generation:
         return generate(
             target, contender.adapter, torch.tensor([ids]), max_new, config.sampling, eos,
-            make_generator(seed, target.device), prompt_name=name, runtime=runtime,
+            make_generator(seed, target.device), verify=verifiers[contender.role], prompt_name=name, runtime=runtime,
         )
 
     def warm_turn(contender: _Contender, index: int) -> Generation:

@@ -9,7 +9,7 @@ from typing import Any
 from harness.catalog import catalog, entry, method_names
 
 BUILTIN_DATASETS = ("humaneval", "stdlib_code")
-WORKFLOW_ONLY_KEYS = ("method", "drafter", "ablation")
+WORKFLOW_ONLY_KEYS = ("method", "drafter", "ablation", "verifier")
 
 
 def needs_draft_lm(method: str) -> bool:
@@ -167,6 +167,9 @@ def run_arguments(config: dict, variant: str, dataset: str, temperature: str, wo
     for key, value in bench.get("engine", {}).items():
         value = {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
         arguments += ["--engine", f"{key}={value}"]
+    verifier = variant_settings(config, variant).get("verifier")
+    if verifier:
+        arguments += ["--verifier", str(verifier)]
     if method != "ar":
         arguments.append("--pair-with-ar")
     return arguments

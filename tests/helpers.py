@@ -106,7 +106,8 @@ class PathTreeDrafter(AdapterBase):
     """A multi-draft tree drafter for verifier tests: every node's children come from the draft LM run on its path.
 
     mode 'iid': children drawn independently from the draft distribution (with
-    replacement, SpecInfer); 'topk': the draft's top-b tokens, deterministic
+    replacement, SpecInfer); 'without': drawn without replacement (each later
+    sibling from q with the earlier ones removed, Sequoia); 'topk': the draft's top-b tokens, deterministic
     (q = 1, EAGLE). Each depth is one batched draft forward over all frontier
     paths (no KV cache: simple and obviously right).
     """
@@ -134,7 +135,7 @@ class PathTreeDrafter(AdapterBase):
                 if self.mode == "topk":  # deterministic top-k even when sampling, as EAGLE does
                     chosen = [(token, None) for token in torch.topk(logits[row], width).indices]
                 else:
-                    chosen = choose_children(logits[row], width, ctx, replacement=True)
+                    chosen = choose_children(logits[row], width, ctx, replacement=self.mode == "iid")
                 for token, q in chosen:
                     tokens.append(token)
                     parents.append(node)

@@ -2,18 +2,21 @@
 
 A verifier takes (tree, target logits (n, V), sampling, generator) and returns a ``Verdict``. ``VERIFIERS`` names
 every verifier a run may select; ``token_level`` (greedy / multi-draft speculative sampling, node by node) is the
-default. A new verifier is one module in this package and one entry below.
+default; ``traversal`` (Traversal Verification: leaf-to-root, sequence-level acceptance) tests whole paths. A new
+verifier is one module in this package and one entry below.
 """
 
 from __future__ import annotations
 
 from harness.errors import DraftcountError
 from harness.verify.token_level import verify_tree
+from harness.verify.traversal import verify_traversal
 from harness.verify.verdict import Verdict, Verifier
 
 DEFAULT_VERIFIER = "token_level"
 VERIFIERS: dict[str, Verifier] = {
     "token_level": verify_tree,
+    "traversal": verify_traversal,
 }
 
 
@@ -24,4 +27,4 @@ def get_verifier(name: str) -> Verifier:
     return VERIFIERS[name]
 
 
-__all__ = ["DEFAULT_VERIFIER", "VERIFIERS", "Verdict", "Verifier", "get_verifier", "verify_tree"]
+__all__ = ["DEFAULT_VERIFIER", "VERIFIERS", "Verdict", "Verifier", "get_verifier", "verify_traversal", "verify_tree"]

@@ -226,7 +226,7 @@ def test_smoke_pipeline_end_to_end_killed_and_resumed(tmp_path):
     assert "Nothing to be done" in again.stdout + again.stderr
     # the checks on the same models, on CPU: every rule of workflow/rules/checks.smk runs
     started = time.perf_counter()
-    checks = snakemake(*args, "checks", timeout=900)
+    checks = snakemake("checks", *args, timeout=900)
     assert checks.returncode == 0, checks.stdout[-3000:] + checks.stderr[-3000:]
     print(f"smoke checks: {time.perf_counter() - started:.0f}s")
     done = results / "checks"
