@@ -17,6 +17,7 @@ from tests.helpers import (
 )
 
 ALPHA = 1e-3
+SAMPLES = 1500  # a correct verifier still fails by chance with probability ALPHA; the wrong one is caught at 1000
 PROMPT = [1, 2, 3]
 
 
@@ -40,7 +41,7 @@ def test_registered():
 def test_distribution_matches_target(small_vocab_pair, branching, mode, sampling):
     target, draft = small_vocab_pair
     exact = exact_distribution(target, PROMPT, 3, sampling)
-    counts = sampled_distribution(target, PathTreeDrafter(draft, branching, mode), PROMPT, 3, sampling, 2500,
+    counts = sampled_distribution(target, PathTreeDrafter(draft, branching, mode), PROMPT, 3, sampling, SAMPLES,
                                   seed=0, verify=verify_traversal)
     assert chi_square_pvalue(counts, exact) > ALPHA
 

@@ -115,7 +115,7 @@ def test_every_profile_plans_the_pipeline_and_the_checks(tmp_path, profile):
     counts = job_counts(result.stdout)
     assert {"bench", "summary", "report", "lossless", "overheads", "host_sync", "projection", "checks"} <= set(counts)
     if profile in ("smoke", "gpu"):  # engine passes: the smoke profile's static caches, the GPU's CUDA graphs
-        assert counts["bench_pass"] == counts["bench"] and counts["pass_summary"] == 1
+        assert 0 < counts["bench_pass"] <= counts["bench"] and counts["pass_summary"] == 1
     if profile == "gpu":
         assert counts["ar_vs_generate"] == 3 and "--device cuda" in snakemake(
             "-n", "-p", "--profile", "workflow/profiles/gpu", "bench_eagle", *overrides(tmp_path)).stdout
@@ -238,8 +238,8 @@ def test_smoke_pipeline_end_to_end_killed_and_resumed(tmp_path):
     assert {"ar", "eagle", "lyanna"} <= set(pd.read_csv(done / "overheads.csv").method)
     assert set(pd.read_csv(done / "host_sync.csv").variant) >= {"ar", "sd", "eagle", "lyanna"}
     assert (pd.read_csv(done / "projection" / "projection.csv").projected_speedup.notna()).any()
-    static = pd.read_csv(results / "tables" / "summary_static.csv")  # the engine pass `static`
-    assert sorted(static.variant) == sorted(SMOKE_VARIANTS)
+    static = pd.read_csv(results / "tables" / "summary_static.csv")  # the engine pass `static`: main variants
+    assert sorted(static.variant) == sorted(["ar", "sd", "tree_sd", "tree_sd_sequoia", "eagle", "lyanna"])
     for name in ("lossless", "ar_vs_generate_eager", "overheads", "host_sync", "projection"):
         assert (done / "benchmarks" / f"{name}.tsv").is_file() and (done / "logs" / f"{name}.log").is_file()
 

@@ -7,7 +7,7 @@
 #   overheads       each overhead switch against its absence, every method, interleaved
 #   host_sync       host synchronisations per decoding step (static KV cache)
 #   projection      latencies at Llama-3.1-8B shapes (scaled by checks.projection.scale) and projected speedups
-#   pass summaries  the benchmark under each engine pass (bench.passes), summarised as tables/summary_<pass>.csv
+#   pass summaries  the main variants' benchmark under each engine pass (bench.passes): tables/summary_<pass>.csv
 from types import SimpleNamespace
 
 CHECKS = config.get("checks", {})
@@ -229,7 +229,7 @@ if engine_passes():
 
     rule pass_summary:
         input:
-            lambda wildcards: bench_outputs(engine_pass=wildcards["pass"]),
+            lambda wildcards: bench_outputs(plan.main_variants(config), engine_pass=wildcards["pass"]),
         output:
             results("tables/summary_{pass,%s}.csv" % "|".join(engine_passes())),
         log:
