@@ -13,7 +13,8 @@ def test_run_sd_paired_with_ar(model_dirs, tmp_path, shared_data):
     result = subprocess.run(
         [sys.executable, "-m", "harness", "run", "--method", "sd", "--target", str(model_dirs["target"]),
          "--draft", str(model_dirs["draft"]), "--prompts", str(shared_data / "mt_bench"), "--limit", "3",
-         "--max-new-tokens", "12", "--opt", "gamma=3", "--pair-with-ar", "--out", str(out), "--no-progress"],
+         "--max-new-tokens", "12", "--opt", "gamma=3", "--pair-with-ar", "--verifier", "traversal",
+         "--out", str(out), "--no-progress"],
         capture_output=True, text=True, timeout=600,
     )
     assert result.returncode == 0, result.stderr
@@ -36,6 +37,7 @@ def test_run_sd_paired_with_ar(model_dirs, tmp_path, shared_data):
         assert pair["sd"]["method_options"] == {"gamma": 3} and pair["ar"]["role"] == "baseline"
         assert pair["sd"]["method_details"]["tree_parents"] == [-1, 0, 1, 2]  # a chain of gamma drafts
         assert pair["sd"]["variant"] == "sd" and pair["ar"]["variant"] == "ar"
+        assert pair["sd"]["verifier"] == "traversal" and pair["ar"]["verifier"] == "token_level"  # ar: as always
 
 
 def test_methods_listing():

@@ -61,7 +61,8 @@ def _cli(args):
     return subprocess.run([sys.executable, "-m", "harness", *args], capture_output=True, text=True, timeout=300)
 
 
-@pytest.mark.parametrize("case", ["missing_target", "unknown_method", "unknown_option", "bad_tokenizer", "long_prompt"])
+@pytest.mark.parametrize("case", ["missing_target", "unknown_method", "unknown_option", "unknown_verifier",
+                                  "bad_tokenizer", "long_prompt"])
 def test_cli_errors_are_one_line(model_dirs, tmp_path, case):
     prompts = tmp_path / "p.txt"
     prompts.write_text("hello world\n")
@@ -73,6 +74,7 @@ def test_cli_errors_are_one_line(model_dirs, tmp_path, case):
         "unknown_method": (base + ["--method", "medusa"], "unknown method 'medusa'"),
         "unknown_option": (base + ["--method", "sd", "--draft", str(model_dirs["draft"]), "--opt", "gama=2"],
                            "unknown option 'gama'"),
+        "unknown_verifier": (base + ["--method", "ar", "--verifier", "exact"], "unknown verifier 'exact'"),
         "bad_tokenizer": (base + ["--method", "sd", "--draft", str(model_dirs["other_draft"])], "tokenizer"),
         "long_prompt": (base + ["--method", "ar", "--max-new-tokens", "1023"], "context of 1024"),
     }[case]
