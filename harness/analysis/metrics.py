@@ -42,8 +42,8 @@ METRICS: tuple[Metric, ...] = (
            "record (`timer`: `perf_counter` on CPU, CUDA events on a GPU)", "tokens/s", "{:.1f}"),
     Metric("tau", "sum(new_tokens) / sum(target forwards)",
            "acceptance length: new tokens per target forward pass, the bonus token included and the prefill "
-           "forward counted (see docs/methods.md for how this maps to EAGLE's, Spec-Bench's and SGLang's). A "
-           "method that runs the target twice per step (`lyanna` with `verify_fusion=off`) can have tau below 1",
+           "forward counted. A method that runs the target twice per step (`lyanna` with `verify_fusion=off`) "
+           "can have tau below 1",
            "tau"),
     Metric("accepted_per_step", "sum(accepted draft tokens) / sum(verification steps)",
            "accepted draft tokens per verification step, without the bonus token (gpt-fast's convention)",
