@@ -22,7 +22,7 @@ import torch
 from harness.verify.sampling import SamplingConfig, logits_to_probs, residual_distribution, sample_from_probs
 from harness.backend.device import index_on
 from harness.trees.tree import TokenTree
-from harness.verify.verdict import Verdict
+from harness.verify.verdict import Verdict, check_one_row_per_node
 
 ResidualFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
 
@@ -37,8 +37,7 @@ def verify_tree(
     residual: ResidualFn = residual_distribution,
 ) -> Verdict:
     """Verify ``tree`` against the target's ``logits`` (n, V), one row per tree node."""
-    if logits.shape[0] != tree.size:
-        raise ValueError(f"need one row of logits per tree node ({tree.size}), got {logits.shape[0]}")
+    check_one_row_per_node(tree, logits)
     if sampling.is_greedy:
         return _verify_greedy(tree, logits)
     return _verify_sampling(tree, logits, sampling, generator, residual)

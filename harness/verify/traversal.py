@@ -29,7 +29,7 @@ import torch
 from harness.trees.tree import TokenTree
 from harness.verify.sampling import SamplingConfig, logits_to_probs, sample_from_probs
 from harness.verify.token_level import verify_tree
-from harness.verify.verdict import Verdict
+from harness.verify.verdict import Verdict, check_one_row_per_node
 
 ParentUpdate = Callable[[torch.Tensor, float, torch.Tensor], tuple[torch.Tensor, float]]
 
@@ -51,10 +51,9 @@ def verify_traversal(
     update: ParentUpdate = block_update,
 ) -> Verdict:
     """Verify ``tree`` against the target's ``logits`` (n, V), one row per tree node, by traversal verification."""
-    if logits.shape[0] != tree.size:
-        raise ValueError(f"need one row of logits per tree node ({tree.size}), got {logits.shape[0]}")
     if sampling.is_greedy:
         return verify_tree(tree, logits, sampling, generator)
+    check_one_row_per_node(tree, logits)
     tree.resolve()
     probs = logits_to_probs(logits, sampling)
     tokens = tree.tokens.to(probs.device).tolist()

@@ -32,3 +32,9 @@ class Verdict:
 
 
 Verifier = Callable[..., Verdict]
+
+
+def check_one_row_per_node(tree, logits) -> None:
+    """Every verifier's input check: the target's logits have one row per tree node."""
+    if logits.shape[0] != tree.size:
+        raise ValueError(f"need one row of logits per tree node ({tree.size}), got {logits.shape[0]}")

@@ -35,7 +35,7 @@ def lossless_config():
 def lossless_job(wildcards):
     """The lossless run of a variant: its first dataset, greedy."""
     return SimpleNamespace(variant=wildcards.variant, dataset=plan.variant_datasets(config, wildcards.variant)[0],
-                           temperature="0", get=lambda key, default=None: default)
+                           temperature="0")
 
 
 def lossless_arguments(wildcards, input):
