@@ -28,6 +28,7 @@ validate(config, "workflow/schemas/config.schema.yaml")
 include: "workflow/rules/common.smk"
 include: "workflow/rules/zoo.smk"
 include: "workflow/rules/tree.smk"
+include: "workflow/rules/model_free.smk"
 include: "workflow/rules/drafters.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/report.smk"

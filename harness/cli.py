@@ -35,6 +35,9 @@ def _run_parser(subparsers: argparse._SubParsersAction) -> None:
                           "compile_mode=...")
     run.add_argument("--verifier", default="token_level",
                      help="how drafts are verified: token_level (default) or traversal (leaf-to-root, sequence-level)")
+    run.add_argument("--samples", type=int, default=1,
+                     help="generations per prompt and turn, each with its own seed (test-time scaling); a method "
+                          "that learns across them (stand) keeps its state over one prompt's samples")
     run.add_argument("--pair-with-ar", action="store_true", help="interleave the ar baseline prompt by prompt")
     run.add_argument("--warmup", type=int, default=1,
                      help="untimed warm-up generations per method (under CUDA graphs, up to 4 more while one "
@@ -59,6 +62,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
     engine = parse_options(EngineOptions, parse_key_values(args.engine), "the engine (--engine)")
     from harness.verify import get_verifier
 
+    if args.samples < 1:
+        raise DraftcountError(f"--samples must be >= 1, got {args.samples}")
     get_verifier(args.verifier)  # a one-line error for an unknown verifier, before loading any model
     if engine.cuda_graphs != "off" and not args.device.startswith("cuda"):
         raise DraftcountError(f"--engine cuda_graphs={engine.cuda_graphs} needs a CUDA device, not --device {args.device}")
@@ -69,7 +74,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         limit=args.limit, max_new_tokens=args.max_new_tokens,
         sampling=SamplingConfig(args.temperature, args.top_k, args.top_p), seed=args.seed, dtype=args.dtype,
         device=args.device, pair_with_ar=args.pair_with_ar, warmup=args.warmup, engine=engine,
-        verifier=args.verifier,
+        verifier=args.verifier, samples=args.samples,
     )
     count = run(config, progress=not args.no_progress)
     print(f"wrote {count} records to {args.out}")
@@ -126,7 +131,7 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
     missing = [str(path) for path in args.records if not path.is_file()]
     if missing:
         raise DraftcountError(f"no records file {missing[0]}")
-    table = write_summary(args.records, args.out, args.depth_out)
+    table = write_summary(args.records, args.out, args.depth_out, args.samples_out, args.hedge_out)
     shown = ["variant", "dataset", "temperature", "tokens_per_s", "tau", "speedup_paired_mean", "efficiency"]
     print(table[[column for column in shown if column in table]].to_string(
         index=False, float_format=lambda value: f"{value:.3f}"))
@@ -141,7 +146,7 @@ def _cmd_figures(args: argparse.Namespace) -> int:
             raise DraftcountError(f"no table {path} (write it with `python -m harness summarize`)")
     main = [name for name in (args.main or "").split(",") if name]
     names = [name for name in (args.only or "").split(",") if name]
-    for path in write_figures(args.summary, args.depth, args.out_dir, main, names):
+    for path in write_figures(args.summary, args.depth, args.out_dir, main, names, args.samples):
         print(f"wrote {path}")
     return 0
 
@@ -153,7 +158,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
         if not path.is_file():
             raise DraftcountError(f"no file {path}")
     main = [name for name in (args.main or "").split(",") if name]
-    write_report(args.summary, args.records, args.figures, args.out, main, args.metrics)
+    write_report(args.summary, args.records, args.figures, args.out, main, args.metrics, args.samples, args.hedge)
     print(f"wrote {args.out}")
     return 0
 
@@ -190,18 +195,25 @@ def _reporting_parsers(subparsers: argparse._SubParsersAction) -> None:
     summary.add_argument("records", nargs="+", type=Path, help="records files written by `run`")
     summary.add_argument("--out", required=True, type=Path, help="output CSV")
     summary.add_argument("--depth-out", type=Path, help="also write the per-depth acceptance table (CSV) here")
+    summary.add_argument("--samples-out", type=Path,
+                         help="also write the per-sample-index table (CSV) of variants run with --samples here")
+    summary.add_argument("--hedge-out", type=Path,
+                         help="also write the drafter-selection table (CSV) of hedgespec variants here")
     figures = subparsers.add_parser("figures", help="paper-style figures (PDF + PNG) from the summary tables")
     figures.add_argument("--summary", required=True, type=Path, help="summary CSV written by `summarize`")
     figures.add_argument("--depth", required=True, type=Path, help="per-depth acceptance CSV (`summarize --depth-out`)")
     figures.add_argument("--out-dir", required=True, type=Path, help="folder for <figure>.pdf and <figure>.png")
     figures.add_argument("--main", help="comma-separated variants run on every dataset (the rest are ablations)")
     figures.add_argument("--only", help="comma-separated figure names (default: all)")
+    figures.add_argument("--samples", type=Path, help="per-sample-index CSV (`summarize --samples-out`): figure samples")
     report = subparsers.add_parser("report", help="markdown report: tables, figures, environment, definitions")
     report.add_argument("records", nargs="+", type=Path, help="records files the summary was computed from")
     report.add_argument("--summary", required=True, type=Path, help="summary CSV written by `summarize`")
     report.add_argument("--figures", required=True, type=Path, help="folder the figures were written to")
     report.add_argument("--metrics", nargs="*", type=Path, help="training metrics (JSON) of the models and drafters")
     report.add_argument("--main", help="comma-separated variants run on every dataset (the rest are ablations)")
+    report.add_argument("--samples", type=Path, help="per-sample-index CSV (`summarize --samples-out`)")
+    report.add_argument("--hedge", type=Path, help="drafter-selection CSV (`summarize --hedge-out`)")
     report.add_argument("--out", required=True, type=Path, help="output markdown file")
     divergence = subparsers.add_parser("divergence", help="how often greedy outputs leave their paired ar output")
     divergence.add_argument("records", nargs="+", type=Path, help="records files written by `run --pair-with-ar`")
@@ -251,6 +263,18 @@ def _cmd_measure(args: argparse.Namespace) -> int:
     return int(module.main(args.arguments, prog=f"python -m harness measure {args.name}") or 0)
 
 
+def _cmd_build_datastore(args: argparse.Namespace) -> int:
+    from harness.retrieval.datastore import build_datastore, corpus_tokens, save_datastore
+
+    tokens = corpus_tokens(args.source, args.tokenizer)
+    if tokens.size <= args.key_len:
+        raise DraftcountError(f"{args.source} holds {tokens.size} tokens: too few for a datastore")
+    store = build_datastore(tokens, args.key_len, str(args.source))
+    save_datastore(args.out, store)
+    print(f"wrote a datastore of {len(store)} tokens (suffixes sorted on {args.key_len}) to {args.out}")
+    return 0
+
+
 def _cmd_metrics(args: argparse.Namespace) -> int:
     from harness.analysis.metrics import metrics_markdown
 
@@ -273,10 +297,17 @@ def main(argv: list[str] | None = None) -> int:
     methods.add_argument("--names-only", action="store_true", help="without options (imports no method code)")
     _reporting_parsers(subparsers)
     _measure_parser(subparsers)
+    datastore = subparsers.add_parser("build-datastore", help="a retrieval datastore (reader) from a corpus")
+    datastore.add_argument("--source", required=True, type=Path,
+                           help="token stream (.pt), .jsonl with a 'text' field per line, or a text file")
+    datastore.add_argument("--tokenizer", help="tokenizer directory for a text source (the target's)")
+    datastore.add_argument("--key-len", type=int, default=4, help="longest suffix a lookup matches (default 4)")
+    datastore.add_argument("--out", required=True, type=Path, help="datastore file to write")
     args = parser.parse_args(argv)
     handlers = {"run": _cmd_run, "train": _cmd_train, "methods": _cmd_methods, "summarize": _cmd_summarize,
                 "figures": _cmd_figures, "report": _cmd_report, "export-specbench": _cmd_export_specbench,
-                "divergence": _cmd_divergence, "measure": _cmd_measure, "metrics": _cmd_metrics}
+                "divergence": _cmd_divergence, "measure": _cmd_measure, "metrics": _cmd_metrics,
+                "build-datastore": _cmd_build_datastore}
     try:
         return handlers[args.command](args)
     except DraftcountError as error:

@@ -52,6 +52,7 @@ class RunConfig:
     warmup: int = 1
     engine: EngineOptions = EngineOptions()
     verifier: str = DEFAULT_VERIFIER
+    samples: int = 1  # generations per prompt and turn (test-time scaling); each has its own seed
 
 
 @dataclass
@@ -60,12 +61,12 @@ class _Contender:
     method: str
     adapter: DraftAdapter
     options: Any
-    history: dict[str, list[tuple[str, str]]] = field(default_factory=dict)
+    history: dict[tuple[str, int], list[tuple[str, str]]] = field(default_factory=dict)
 
 
-def generation_seed(seed: int, prompt_index: int, turn: int) -> int:
-    """The seed of one turn: the same for every method in a comparison."""
-    return seed * 1_000_003 + prompt_index * 97 + turn
+def generation_seed(seed: int, prompt_index: int, turn: int, sample: int = 0) -> int:
+    """The seed of one turn (of one sample of it): the same for every method in a comparison."""
+    return seed * 1_000_003 + prompt_index * 97 + turn + sample * 10_000_019
 
 
 def eos_ids(target: LoadedModel) -> frozenset[int]:
@@ -90,7 +91,7 @@ def _build_contenders(config: RunConfig, target: LoadedModel, draft: LoadedModel
 
 
 def _record(config: RunConfig, target: LoadedModel, draft: LoadedModel | None, contender: _Contender,
-            prompt: Prompt, turn: int, prompt_ids: list[int], seed: int, result: Generation,
+            prompt: Prompt, turn: int, sample: int, prompt_ids: list[int], seed: int, result: Generation,
             graphs_captured: int, timing_reruns: int) -> dict[str, Any]:
     """One generation's record; ``graphs_captured``: CUDA graphs captured during it (inside its timing);
     ``timing_reruns``: earlier runs of it discarded because they captured one (``without_captures``)."""
@@ -104,7 +105,7 @@ def _record(config: RunConfig, target: LoadedModel, draft: LoadedModel | None, c
         "compared_method": config.method,
         "method_options": options_as_dict(contender.options),
         "method_details": dict(contender.adapter.details),
-        "pair_id": f"{prompt.id}#{turn}",
+        "pair_id": f"{prompt.id}#{turn}" + (f"@{sample}" if config.samples > 1 else ""),
         "models": {
             "target": config.target,
             "draft": config.draft,
@@ -116,6 +117,7 @@ def _record(config: RunConfig, target: LoadedModel, draft: LoadedModel | None, c
         "prompt_id": prompt.id,
         "category": prompt.category,
         "turn": turn,
+        "sample": sample,
         "prompt_tokens": len(prompt_ids),
         "sampling": dataclasses.asdict(config.sampling),
         "engine": dataclasses.asdict(config.engine),
@@ -149,40 +151,43 @@ def run(config: RunConfig, progress: bool = True) -> int:
     runtime = EngineRuntime(target, config.engine)  # one per run: its static cache and graphs serve every turn
     runtime.reserve(longest_sequence(target.tokenizer, prompts, config.max_new_tokens))  # sized before warm-up
 
-    def run_turn(contender: _Contender, ids: list[int], seed: int, name: str, max_new: int) -> Generation:
+    def run_turn(contender: _Contender, ids: list[int], seed: int, name: str, max_new: int, key: str) -> Generation:
         return generate(
             target, contender.adapter, torch.tensor([ids]), max_new, config.sampling, eos,
             make_generator(seed, target.device), verify=verifiers[contender.role], prompt_name=name, runtime=runtime,
+            prompt_key=key,
         )
 
     def warm_turn(contender: _Contender, index: int) -> Generation:
         prompt = prompts[index % len(prompts)]
         return run_turn(contender, encode_turn(target.tokenizer, [], prompt.turns[0]), config.seed,
-                        f"{prompt.id} (warm-up)", min(16, config.max_new_tokens))
+                        f"{prompt.id} (warm-up)", min(16, config.max_new_tokens), "(warm-up)")
 
     for contender in contenders:  # until a warm-up captures no new CUDA graph (at most SETTLING_WARMUPS more)
         warm_up(lambda index: warm_turn(contender, index), lambda: runtime.captures, config.warmup)
 
     written = 0
-    total_turns = sum(len(prompt.turns) for prompt in prompts)
+    total_turns = sum(len(prompt.turns) for prompt in prompts) * config.samples
     with atomic_jsonl(config.out) as handle, tqdm(
         total=total_turns * len(contenders), desc=f"{config.method} on {Path(config.prompts).name}",
         unit="gen", disable=not progress,
     ) as bar:
         for index, prompt in enumerate(prompts):
-            order = contenders if index % 2 == 0 else contenders[::-1]
-            for turn, question in enumerate(prompt.turns):
-                seed = generation_seed(config.seed, index, turn)
-                for contender in order:
-                    history = contender.history.setdefault(prompt.id, [])
-                    ids = encode_turn(target.tokenizer, history, question)
-                    result, captured, reruns = without_captures(
-                        lambda: run_turn(contender, ids, seed, f"{prompt.id} turn {turn}", config.max_new_tokens),
-                        lambda: runtime.captures)
-                    write_record(handle, _record(config, target, draft, contender, prompt, turn, ids, seed, result,
-                                                 captured, reruns))
-                    history.append((question, target.tokenizer.decode(result.output_ids, skip_special_tokens=True)))
-                    written += 1
-                    bar.update(1)
-                    bar.set_postfix(tau=f"{result.counters.tau:.2f}")
+            for sample in range(config.samples):
+                order = contenders if (index + sample) % 2 == 0 else contenders[::-1]
+                for turn, question in enumerate(prompt.turns):
+                    seed = generation_seed(config.seed, index, turn, sample)
+                    for contender in order:
+                        history = contender.history.setdefault((prompt.id, sample), [])
+                        ids = encode_turn(target.tokenizer, history, question)
+                        name = f"{prompt.id} turn {turn}" + (f" sample {sample}" if config.samples > 1 else "")
+                        result, captured, reruns = without_captures(
+                            lambda: run_turn(contender, ids, seed, name, config.max_new_tokens, f"{prompt.id}#{turn}"),
+                            lambda: runtime.captures)
+                        write_record(handle, _record(config, target, draft, contender, prompt, turn, sample, ids, seed,
+                                                     result, captured, reruns))
+                        history.append((question, target.tokenizer.decode(result.output_ids, skip_special_tokens=True)))
+                        written += 1
+                        bar.update(1)
+                        bar.set_postfix(tau=f"{result.counters.tau:.2f}")
     return written

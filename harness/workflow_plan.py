@@ -8,8 +8,9 @@ from typing import Any
 
 from harness.catalog import catalog, entry, method_names
 
-BUILTIN_DATASETS = ("humaneval", "stdlib_code")
-WORKFLOW_ONLY_KEYS = ("method", "drafter", "ablation", "verifier")
+BUILTIN_DATASETS = ("humaneval", "stdlib_code", "stdlib_domains")
+WORKFLOW_ONLY_KEYS = ("method", "drafter", "ablation", "verifier", "samples", "temperatures", "datasets")
+DATASTORE_FILE = "datastore/train.pt"  # `datastore: auto`: the retrieval datastore over the zoo's training split
 
 
 def needs_draft_lm(method: str) -> bool:
@@ -86,7 +87,23 @@ def main_variants(config: dict) -> list[str]:
     return [variant for variant in variant_names(config) if not is_ablation(config, variant)]
 
 
+def variant_temperatures(config: dict, variant: str) -> list[str]:
+    """The temperatures a variant runs at: its own `temperatures` (those of bench.temperatures it names), or all."""
+    chosen = variant_settings(config, variant).get("temperatures")
+    names = temperature_names(config)
+    if chosen is None:
+        return names
+    own = [f"{float(t):g}" for t in chosen]
+    missing = [t for t in own if t not in names]
+    if missing:
+        raise ValueError(f"variant {variant!r} runs at temperature {missing[0]}, which bench.temperatures lacks")
+    return own
+
+
 def variant_datasets(config: dict, variant: str) -> list[str]:
+    own = variant_settings(config, variant).get("datasets")
+    if own:
+        return list(own)
     bench = config["bench"]
     return bench.get("ablation_datasets", bench["datasets"]) if is_ablation(config, variant) else bench["datasets"]
 
@@ -96,14 +113,58 @@ def temperature_names(config: dict) -> list[str]:
 
 
 def variant_options(config: dict, variant: str, temperature: str, work_dir: Path) -> dict[str, Any]:
-    """The method options of a variant; `tree_file: auto` becomes the Sequoia tree searched for the
-    temperature with the variant's `tree_budget` (auto: the latency-chosen budget)."""
-    options = {key: value for key, value in variant_settings(config, variant).items()
-               if key not in WORKFLOW_ONLY_KEYS}
+    """The method options of a variant, with the files the workflow builds for it in place of `auto`:
+    `tree_file: auto` is the Sequoia tree searched for the temperature with the variant's `tree_budget` (auto:
+    the latency-chosen budget) for tree_sd, the data-driven static tree of `tree_nodes` nodes for stand;
+    `datastore: auto` the retrieval datastore over the training split; `head: auto` the trained drafter named by
+    the variant's `drafter` (default eagle)."""
+    settings = variant_settings(config, variant)
+    options = {key: value for key, value in settings.items() if key not in WORKFLOW_ONLY_KEYS}
     budget = options.pop("tree_budget", "auto")
+    nodes = options.pop("tree_nodes", 24)
     if options.get("tree_file") == "auto":
-        options["tree_file"] = str(Path(work_dir) / "tree" / f"sequoia-t{temperature}-b{budget}.json")
+        name = (f"stand-t{temperature}-n{nodes}" if variant_method(config, variant) == "stand"
+                else f"sequoia-t{temperature}-b{budget}")
+        options["tree_file"] = str(Path(work_dir) / "tree" / f"{name}.json")
+    if options.get("datastore") == "auto":
+        options["datastore"] = str(Path(work_dir) / DATASTORE_FILE)
+    if options.get("head") == "auto":
+        options["head"] = drafter_path(config, settings.get("drafter", "eagle"), work_dir)
+    if "experts" in options:  # hedgespec: an expert's drafter=NAME is a configured drafter (auto: the variant's)
+        options["experts"] = [resolve_expert(config, str(spec), settings.get("drafter", "eagle"), work_dir)
+                              for spec in options["experts"]]
     return options
+
+
+def drafter_path(config: dict, drafter: str, work_dir: Path) -> str:
+    """Where a configured drafter lives: its `path`, or the directory the workflow trains it into."""
+    return str(config["drafters"].get(drafter, {}).get("path") or Path(work_dir) / "drafters" / drafter)
+
+
+def resolve_expert(config: dict, spec: str, default_drafter: str, work_dir: Path) -> str:
+    """A hedgespec expert spec with `drafter=NAME` (a configured drafter, or auto) replaced by its directory."""
+    method, *pairs = spec.split(":")
+    resolved = []
+    for pair in pairs:
+        key, _, value = pair.partition("=")
+        if key == "drafter" and (value == "auto" or value in config["drafters"]):
+            pair = f"drafter={drafter_path(config, default_drafter if value == 'auto' else value, work_dir)}"
+        resolved.append(pair)
+    return ":".join([method, *resolved])
+
+
+def built_inputs(config: dict, variant: str, temperature: str, work_dir: Path) -> dict[str, Any]:
+    """The files a variant's options name that the workflow builds (its tree, datastore, head): bench inputs."""
+    options = variant_options(config, variant, temperature, work_dir)
+    auto = {key for key, value in variant_settings(config, variant).items() if value == "auto"}
+    built: dict[str, Any] = {key: str(options[key]) for key in ("datastore", "head") if key in auto}
+    drafters = [pair.partition("=")[2] for spec in options.get("experts", []) for pair in spec.split(":")[1:]
+                if pair.startswith("drafter=")]
+    if drafters:
+        built["expert_drafters"] = drafters
+    if options.get("tree_file"):  # a user's tree file is an input too: a missing one fails at plan time
+        built["tree_file"] = str(options["tree_file"])
+    return built
 
 
 def with_engine_pass(config: dict, engine_pass: str | None) -> dict:
@@ -119,8 +180,8 @@ def with_engine_pass(config: dict, engine_pass: str | None) -> dict:
 
 def dataset_prompts(config: dict, dataset: str, work_dir: Path) -> str:
     """The prompt set a dataset name stands for: built by the workflow, or a user path."""
-    if dataset == "stdlib_code":
-        return str(Path(work_dir) / "prompts" / "stdlib_code.jsonl")
+    if dataset in ("stdlib_code", "stdlib_domains"):
+        return str(Path(work_dir) / "prompts" / f"{dataset}.jsonl")
     if dataset == "humaneval":
         return "humaneval"
     paths = config["bench"].get("dataset_paths", {})
@@ -170,9 +231,33 @@ def run_arguments(config: dict, variant: str, dataset: str, temperature: str, wo
     verifier = variant_settings(config, variant).get("verifier")
     if verifier:
         arguments += ["--verifier", str(verifier)]
+    samples = variant_settings(config, variant).get("samples")
+    if samples:
+        arguments += ["--samples", str(samples)]
     if method != "ar":
         arguments.append("--pair-with-ar")
     return arguments
+
+
+def traversal_variants(config: dict) -> list[str]:
+    """The main variants verified by traversal (their trees are measured under every verifier by the checks)."""
+    return [variant for variant in main_variants(config) if variant_settings(config, variant).get("verifier") == "traversal"]
+
+
+def verifier_check_arguments(config: dict, variant: str, dataset: str, work_dir: Path, target: str,
+                             draft: str | None, drafter: str | None) -> list[str]:
+    """`python -m harness measure verifiers` for a traversal variant: its method and options, at its first
+    temperature above 0, on checks.prompts prompts of ``dataset`` (--out left to the caller)."""
+    temperature = next((t for t in variant_temperatures(config, variant) if float(t) > 0), "1")
+    checks = config.get("checks", {})
+    arguments = ["--method", variant_method(config, variant), "--target", target,
+                 "--prompts", dataset_prompts(config, dataset, work_dir), "--limit", str(checks.get("prompts", 6)),
+                 "--temperature", temperature, "--max-new-tokens", str(checks.get("new_tokens", 128)),
+                 "--trials", str(checks.get("verifier_trials", 16)), "--seed", str(config["bench"].get("seed", 0)),
+                 "--dtype", config["bench"].get("dtype", "float32"), "--device", str(config["bench"].get("device", "cpu"))]
+    arguments += ["--draft", draft] if draft else []
+    arguments += ["--drafter", drafter] if drafter else []
+    return arguments + _option_arguments(variant_options(config, variant, temperature, work_dir))
 
 
 def train_arguments(config: dict, drafter: str, target: str, data: str, heldout: str) -> list[str]:

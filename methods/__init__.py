@@ -14,4 +14,11 @@ CATALOG = (  # name, module, summary, needs (None | "draft" | "drafter"), colour
     Entry("tree_sd", "methods.tree_sd", "token-tree SD with a draft LM (SpecInfer/Sequoia)", "draft", "#2ca02c"),
     Entry("eagle", "methods.eagle", "EAGLE-2 dynamic trees over a trained EAGLE head", "drafter", "#ff7f0e"),
     Entry("lyanna", "methods.lyanna", "Lyanna: hidden-state drafter, token-info injection", "drafter", "#d62728"),
+    Entry("pld", "methods.pld", "prompt lookup: n-gram match in the context, drafted as a chain", None, "#8c564b"),
+    Entry("stand", "methods.stand", "STAND: drafts sampled from a store of the target's n-gram distributions", None,
+          "#e377c2"),
+    Entry("reader", "methods.reader", "READER: a drafter's tree grafted with retrieved continuations", None,
+          "#bcbd22"),
+    Entry("hedgespec", "methods.hedgespec", "HedgeSpec: NormalHedge picks one of N drafters each step", None,
+          "#17becf"),
 )

@@ -25,6 +25,7 @@ from harness.trees.sequoia import branching_shape
 from harness.engine.method_spec import BuildInputs, MethodSpec
 from harness.measure.costs import CostModel, Latencies, option
 from harness.trees.tree import depths_of
+from harness.trees.tree_file import load_tree_file
 from harness.engine.draft_lm import DraftLMAdapter
 
 
@@ -38,20 +39,6 @@ class TreeSpeculativeDecodingOptions:
     def __post_init__(self) -> None:
         if self.policy == "sequoia" and not self.tree_file:
             raise DraftcountError("method 'tree_sd' with policy=sequoia needs option tree_file (from the tree search)")
-
-
-def load_tree_file(path: str) -> tuple[int, ...]:
-    """The shape a tree search wrote: JSON with a 'parents' list."""
-    file = Path(path)
-    if not file.is_file():
-        raise DraftcountError(f"tree file {path} does not exist")
-    try:
-        parents = tuple(int(parent) for parent in json.loads(file.read_text())["parents"])
-    except (ValueError, KeyError, TypeError) as error:
-        raise DraftcountError(f"tree file {path} holds no 'parents' list ({error})") from None
-    if not parents or parents[0] != -1 or any(not 0 <= p < i for i, p in enumerate(parents) if i):
-        raise DraftcountError(f"tree file {path}: 'parents' is not a tree with node 0 as root")
-    return parents
 
 
 def _build(options: TreeSpeculativeDecodingOptions, inputs: BuildInputs) -> DraftLMAdapter:

@@ -15,6 +15,7 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+import matplotlib.ticker  # noqa: E402
 import numpy as np  # noqa: E402
 import pandas as pd  # noqa: E402
 from matplotlib.colors import to_rgb  # noqa: E402
@@ -44,6 +45,8 @@ FIGURES: dict[str, str] = {
                 "(plain bars: T = 0, hatched: T = 1).",
     "efficiency": "Speedup against tau for every dataset (main variants); the dashed line is the bound "
                   "speedup = tau of overhead-free drafting.",
+    "samples": "Tau against the sample index, for variants run with several samples per prompt (a method that "
+               "learns across one prompt's samples, as stand's store does, should rise).",
 }
 
 
@@ -79,8 +82,9 @@ def _temperature_label(temperature: float) -> str:
 
 def _grouped_bars(axis: plt.Axes, table: pd.DataFrame, value: str, variants: list[str], colors: dict,
                   low: str | None = None, high: str | None = None) -> dict[str, tuple[np.ndarray, pd.DataFrame]]:
-    """One group of bars per dataset, one bar per variant; returns each variant's bar positions and rows."""
-    datasets = sorted(table.dataset.unique())
+    """One group of bars per dataset the variants ran on, one bar per variant; returns each variant's bar positions
+    and rows."""
+    datasets = sorted(table[table.variant.isin(variants)].dataset.unique())
     width = 0.8 / max(len(variants), 1)
     bars = {}
     for index, variant in enumerate(variants):
@@ -159,11 +163,13 @@ def plot_waste(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str]) -> p
 
 
 def budget_families(summary: pd.DataFrame) -> dict[tuple[str, str], list[str]]:
-    """Variants of one method whose options differ only in draft size (budget, gamma, tree shape)."""
+    """Variants of one method and verifier whose options differ only in draft size (budget, gamma, tree shape)."""
     families: dict[tuple[str, str], list[str]] = {}
-    for (method, variant), options in summary.groupby(["method", "variant"]).options.first().items():
+    verifiers = summary.verifier if "verifier" in summary else pd.Series("token_level", index=summary.index)
+    table = summary.assign(verifier=verifiers)
+    for (method, verifier, variant), options in table.groupby(["method", "verifier", "variant"]).options.first().items():
         others = {k: v for k, v in json.loads(options or "{}").items() if k not in SIZE_OPTIONS}
-        families.setdefault((method, json.dumps(others, sort_keys=True)), []).append(variant)
+        families.setdefault((method, verifier + json.dumps(others, sort_keys=True)), []).append(variant)
     return {key: variants for key, variants in families.items() if len(variants) > 1}
 
 
@@ -268,6 +274,26 @@ PLOTTERS: dict[str, Callable[[pd.DataFrame, pd.DataFrame, list[str]], plt.Figure
 }
 
 
+def plot_samples(samples: pd.DataFrame, colors: dict) -> plt.Figure:
+    """Tau per sample index, one line per variant x dataset, one panel per temperature."""
+    if samples.empty:
+        figure, axis = plt.subplots(figsize=(4.6, 2.4))
+        axis.text(0.5, 0.5, "no variant ran several samples per prompt", ha="center", va="center")
+        axis.set_axis_off()
+        return figure
+    figure, axes, temperatures = _by_temperature(samples)
+    for axis, temperature in zip(axes[0], temperatures):
+        for (variant, dataset), rows in samples[samples.temperature == temperature].groupby(["variant", "dataset"]):
+            rows = rows.sort_values("sample")
+            axis.plot(rows["sample"] + 1, rows.tau, marker="o", color=colors.get(variant), label=f"{variant} ({dataset})")
+        axis.set_title(_temperature_label(temperature))
+        axis.set_xlabel("sample index")
+        axis.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
+    axes[0][0].set_ylabel("tau")
+    axes[0][-1].legend(fontsize=7)
+    return figure
+
+
 def save_figure(figure: plt.Figure, out_dir: Path, name: str) -> list[Path]:
     """Write ``name``.pdf and ``name``.png atomically (a killed run leaves no half-written figure)."""
     paths = []
@@ -281,14 +307,15 @@ def save_figure(figure: plt.Figure, out_dir: Path, name: str) -> list[Path]:
 
 
 def write_figures(summary_csv: Path, depth_csv: Path, out_dir: Path, main: list[str] | None = None,
-                  names: list[str] | None = None) -> list[Path]:
+                  names: list[str] | None = None, samples_csv: Path | None = None) -> list[Path]:
     """Draw the named figures (default: all) from the tables; ``main`` lists the variants run on every
-    dataset (default: every variant), the others are ablations."""
+    dataset (default: every variant), the others are ablations. Figure ``samples`` is drawn when the
+    per-sample-index table ``samples_csv`` is given."""
     summary = pd.read_csv(summary_csv, keep_default_na=False, na_values=[""])
     depth = pd.read_csv(depth_csv)
     if summary.empty:
         raise DraftcountError(f"{summary_csv} holds no rows to plot")
-    unknown = sorted(set(names or []) - set(PLOTTERS))
+    unknown = sorted(set(names or []) - set(PLOTTERS) - {"samples"})
     if unknown:
         raise DraftcountError(f"unknown figure {unknown[0]!r}; known: {sorted(PLOTTERS)}")
     main = main or sorted(summary.variant.unique())
@@ -299,5 +326,8 @@ def write_figures(summary_csv: Path, depth_csv: Path, out_dir: Path, main: list[
     paths = []
     with plt.rc_context(STYLE):
         for name in names or list(PLOTTERS):
-            paths += save_figure(PLOTTERS[name](summary, depth, main), out_dir, name)
+            if name != "samples":
+                paths += save_figure(PLOTTERS[name](summary, depth, main), out_dir, name)
+        if samples_csv is not None and (not names or "samples" in names):
+            paths += save_figure(plot_samples(pd.read_csv(samples_csv), variant_colors(summary)), out_dir, "samples")
     return paths

@@ -35,6 +35,8 @@ METRICS: tuple[Metric, ...] = (
     Metric("method", "the catalog method the variant runs", "the method"),
     Metric("dataset", "the prompt set", "the dataset"),
     Metric("temperature", "sampling temperature (0 = greedy)", "the temperature"),
+    Metric("verifier", "the verifier of the method's turns (`token_level` or `traversal`)",
+           "how drafts were verified; `ar` baselines always use `token_level`"),
     Metric("turns", "count of the method's generated turns", "generations measured (prompts x turns)"),
     Metric("tokens_per_s", "sum(new_tokens) / sum(wall_seconds)",
            "new tokens (trimmed at EOS, counted the same way for every method) over the wall time of the "

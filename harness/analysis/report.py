@@ -114,8 +114,69 @@ def training_section(metrics_paths: list[Path]) -> str:
     return "\n".join(lines)
 
 
+def verifier_comparison(summary: pd.DataFrame) -> str:
+    """Tau of each traversal-verified variant beside the token-level variant with the same method, options,
+    dataset and temperature (the same trees, verified two ways); empty when there is no such pair."""
+    keys = ["method", "options", "dataset", "temperature"]
+    token = summary[summary.verifier == "token_level"]
+    traversal = summary[summary.verifier == "traversal"]
+    pairs = traversal.merge(token, on=keys, suffixes=("_tv", ""))
+    # several token-level variants with the same options (one run with several samples per prompt, say): the
+    # one the traversal variant is named after (`eagle` for `eagle_tv`), if there is one
+    named = pairs.variant + "_tv" == pairs.variant_tv
+    has_named = named.groupby([pairs.variant_tv, pairs.dataset]).transform("any")
+    pairs = pairs[named | ~has_named]
+    if pairs.empty:
+        return ""
+    lines = ["| variant | traversal variant | dataset | T | tau | tau (traversal) | change | speedup | "
+             "speedup (traversal) |", "|" + "---|" * 9]
+    for _, row in pairs.sort_values(["temperature", "method", "dataset"]).iterrows():
+        lines.append(f"| {row.variant} | {row.variant_tv} | {row.dataset} | {row.temperature:g} | {row.tau:.3f} | "
+                     f"{row.tau_tv:.3f} | {100 * (row.tau_tv / row.tau - 1):+.1f}% | "
+                     f"{_cell(row.speedup_paired_mean, '{:.2f}')} | {_cell(row.speedup_paired_mean_tv, '{:.2f}')} |")
+    return "\n".join(lines)
+
+
+def samples_section(samples_csv: Path | None) -> str:
+    """Tau and paired speedup per sample index (variants run with several samples per prompt)."""
+    if samples_csv is None or not Path(samples_csv).is_file():
+        return ""
+    samples = pd.read_csv(samples_csv)
+    if samples.empty:
+        return ""
+    lines = ["| variant | dataset | T | sample | turns | tau | speedup |", "|" + "---|" * 7]
+    for _, row in samples.sort_values(["variant", "dataset", "temperature", "sample"]).iterrows():
+        lines.append(f"| {row.variant} | {row.dataset} | {row.temperature:g} | {int(row['sample']) + 1} | "
+                     f"{int(row.turns)} | {row.tau:.3f} | {_cell(row.speedup_paired_mean, '{:.2f}')} |")
+    return "\n".join(lines)
+
+
+def hedge_section(hedge_csv: Path | None, summary: pd.DataFrame) -> str:
+    """Per hedgespec variant: each expert's share of the picks (overall and by step window), its per-step loss and
+    the learner's regret against it, beside the tau of the expert's own variant (same name) in the same run."""
+    if hedge_csv is None or not Path(hedge_csv).is_file():
+        return ""
+    hedge = pd.read_csv(hedge_csv)
+    if hedge.empty:
+        return ""
+    windows = [column for column in hedge.columns if column.startswith("picked_steps_")]
+    taus = summary.set_index(["variant", "dataset", "temperature"]).tau
+    lines = ["| variant | dataset | T | expert | picked | " + " | ".join(
+        "steps " + column.removeprefix("picked_steps_").replace("_", "-") for column in windows)
+        + " | loss/step | regret/step | tau (hedgespec) | tau (expert alone) |", "|" + "---|" * (10 + len(windows) - 1)]
+    for _, row in hedge.sort_values(["temperature", "variant", "dataset", "expert"]).iterrows():
+        own = taus.get((row.variant, row.dataset, row.temperature), float("nan"))
+        alone = taus.get((row.expert, row.dataset, row.temperature), float("nan"))
+        cells = [row.variant, row.dataset, f"{row.temperature:g}", row.expert, f"{row.picked_share:.2f}",
+                 *(_cell(row[column], "{:.2f}") for column in windows), f"{row.loss_per_step:.3f}",
+                 f"{row.regret_per_step:+.3f}", _cell(own, "{:.3f}"), _cell(alone, "{:.3f}")]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
 def write_report(summary_csv: Path, records_paths: list[Path], figures_dir: Path, out: Path,
-                 main: list[str] | None = None, metrics_paths: list[Path] | None = None) -> str:
+                 main: list[str] | None = None, metrics_paths: list[Path] | None = None,
+                 samples_csv: Path | None = None, hedge_csv: Path | None = None) -> str:
     """Write the markdown report; figures are linked relative to the report's folder."""
     summary = pd.read_csv(summary_csv, keep_default_na=False, na_values=[""])
     if summary.empty:
@@ -149,6 +210,25 @@ def write_report(summary_csv: Path, records_paths: list[Path], figures_dir: Path
         parts += ["### Ablations and budget sweeps", "",
                   "Each variant against its method's default configuration on the same prompts.", "",
                   results_table(ablation_rows), ""]
+    traversal = verifier_comparison(summary)
+    if traversal:
+        parts += ["### Traversal verification", "",
+                  "The same method and options verified token by token and by Traversal Verification "
+                  "(leaf-to-root, sequence-level): tau should not fall, and the paper reports +2-6%.", "",
+                  traversal, ""]
+    samples = samples_section(samples_csv)
+    if samples:
+        parts += ["### Several samples per prompt", "",
+                  "Variants run with several samples per prompt (`samples:`), by sample index (1 = the first).",
+                  "", samples, ""]
+    hedge = hedge_section(hedge_csv, summary)
+    if hedge:
+        parts += ["### Drafter selection (hedgespec)", "",
+                  "Each expert's share of the learner's picks, overall and over the steps of a turn, its loss per "
+                  "step (1 - emitted tokens its own tree held / emitted tokens; every expert drafts every step and "
+                  "is scored on the verified text), and the learner's regret against it per step (negative: the "
+                  "learner did better). `tau (expert alone)` is the variant of that name in the same run.", "",
+                  hedge, ""]
     parts += ["## Figures", ""]
     for name, caption in FIGURES.items():
         if (figures_dir / f"{name}.png").is_file():

@@ -27,6 +27,7 @@ def records_frame(paths: list[Path]) -> pd.DataFrame:
                 "role": record["role"],
                 "compared_method": record["compared_method"], "dataset": record["dataset"],
                 "temperature": record["sampling"]["temperature"], "pair_id": record["pair_id"],
+                "verifier": record.get("verifier", "token_level"), "sample": record.get("sample", 0),
                 "new_tokens": counters["new_tokens"], "wall_seconds": counters["wall_seconds"],
                 "target_forwards": counters["target"]["forwards"], "accepted_tokens": counters["accepted_tokens"],
                 "drafted_tokens": counters["drafted_tokens"], "verify_steps": len(counters["step_accepted"]),
@@ -35,6 +36,8 @@ def records_frame(paths: list[Path]) -> pd.DataFrame:
                 "drafter_useful_flops": counters.get("extra", {}).get(USEFUL_DRAFTER_FLOPS, 0.0),
                 "target_tokens": counters["target"]["tokens"],
                 "accepted_by_depth": counters.get("accepted_by_depth", []),
+                "extra": counters.get("extra", {}), "trace": counters.get("trace", {}),
+                "expert_names": (record.get("method_details") or {}).get("experts", []),
                 "options": json.dumps({**record.get("method_options", {}),
                                        "drafter": (record.get("models") or {}).get("drafter")}, sort_keys=True),
             })
@@ -54,7 +57,7 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
             ["variant", "method", "dataset", "temperature"]):
         row = {
             "variant": variant, "method": method, "dataset": dataset, "temperature": temperature,
-            "turns": len(group),
+            "verifier": group.verifier.iloc[0], "turns": len(group),
             "tokens_per_s": group.new_tokens.sum() / group.wall_seconds.sum(),
             "tau": group.new_tokens.sum() / group.target_forwards.sum(),
             "accepted_per_step": group.accepted_tokens.sum() / max(group.verify_steps.sum(), 1),
@@ -72,12 +75,11 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
         row["verified_per_step"] = verified / max(group.verify_steps.sum(), 1)
         row.update(compute_breakdown(group))
         row["options"] = group.options.iloc[0]
-        paired = group.join(baseline[["new_tokens", "wall_seconds"]], on=["run", "pair_id"], rsuffix="_ar")
-        paired = paired.dropna(subset=["wall_seconds_ar"])
+        paired = paired_with_ar(group, baseline)
         if method == "ar":
             row["speedup_paired_mean"] = row["speedup_total"] = row["speedup_ci_low"] = row["speedup_ci_high"] = 1.0
         elif len(paired):
-            ratio = (paired.new_tokens / paired.wall_seconds) / (paired.new_tokens_ar / paired.wall_seconds_ar)
+            ratio = paired_ratios(paired)
             row["speedup_paired_mean"] = float(ratio.mean())
             row["speedup_ci_low"], row["speedup_ci_high"] = bootstrap_interval(ratio.to_numpy())
             row["speedup_total"] = float((paired.new_tokens.sum() / paired.wall_seconds.sum())
@@ -86,6 +88,70 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
             row["efficiency"] = row["speedup_paired_mean"] / row["tau"]
         rows.append(row)
     return pd.DataFrame(rows).reindex(columns=summary_columns())
+
+
+def paired_with_ar(group: pd.DataFrame, baseline: pd.DataFrame) -> pd.DataFrame:
+    """The method's turns joined with their paired `ar` turns (``baseline`` indexed by run and pair id)."""
+    paired = group.join(baseline[["new_tokens", "wall_seconds"]], on=["run", "pair_id"], rsuffix="_ar")
+    return paired.dropna(subset=["wall_seconds_ar"])
+
+
+def paired_ratios(paired: pd.DataFrame) -> pd.Series:
+    """Per turn: the method's tokens/s over its paired `ar` turn's."""
+    return (paired.new_tokens / paired.wall_seconds) / (paired.new_tokens_ar / paired.wall_seconds_ar)
+
+
+SAMPLE_COLUMNS = ["variant", "method", "dataset", "temperature", "sample", "turns", "tau", "speedup_paired_mean"]
+
+
+def sample_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """For variants run with several samples per prompt (``run --samples``): per variant x dataset x temperature x
+    sample index, tau and the paired speedup of that sample index, to see a method that learns across one
+    prompt's samples (stand) improve with the index."""
+    methods = frame[frame.role == "method"]
+    baseline = frame[frame.role == "baseline"].set_index(["run", "pair_id"])
+    rows = []
+    for (variant, method, dataset, temperature), group in methods.groupby(
+            ["variant", "method", "dataset", "temperature"]):
+        if group["sample"].max() == 0:
+            continue
+        for sample, turns in group.groupby("sample"):
+            paired = paired_with_ar(turns, baseline)
+            rows.append({"variant": variant, "method": method, "dataset": dataset, "temperature": temperature,
+                         "sample": int(sample), "turns": len(turns),
+                         "tau": turns.new_tokens.sum() / turns.target_forwards.sum(),
+                         "speedup_paired_mean": float(paired_ratios(paired).mean()) if len(paired) else np.nan})
+    return pd.DataFrame(rows, columns=SAMPLE_COLUMNS)
+
+
+PICK_WINDOWS = ((1, 4), (5, 8), (9, 16), (17, 32), (33, None))  # verification steps of a turn, 1-based
+HEDGE_COLUMNS = ["variant", "dataset", "temperature", "expert", "steps", "picked_share", "loss_per_step",
+                 "learner_loss_per_step", "regret_per_step"] + [
+    f"picked_steps_{low}_{high or 'on'}" for low, high in PICK_WINDOWS]
+
+
+def hedge_table(frame: pd.DataFrame) -> pd.DataFrame:
+    """For an online drafter-selection method (hedgespec's counters): per variant x dataset x temperature x expert,
+    the share of steps it was picked, its mean per-step loss (1 - emitted tokens its tree held / emitted), the
+    learner's, the learner's regret against it per step, and its share of the picks over steps 1-4, 5-8, 9-16,
+    17-32 and 33 on of a turn (which drafter was chosen as the turn went on)."""
+    methods = frame[(frame.role == "method") & frame.extra.map(lambda extra: "hedge_learner_loss" in extra)]
+    rows = []
+    for (variant, dataset, temperature), group in methods.groupby(["variant", "dataset", "temperature"]):
+        experts = list(group.expert_names.iloc[0])
+        picks = [[experts[int(pick)] for pick in trace.get("hedge_pick", [])] for trace in group.trace]
+        steps = sum(len(turn) for turn in picks)
+        learner = sum(extra["hedge_learner_loss"] for extra in group.extra) / max(steps, 1)
+        for name in experts:
+            loss = sum(extra.get(f"hedge_loss:{name}", 0.0) for extra in group.extra) / max(steps, 1)
+            row = {"variant": variant, "dataset": dataset, "temperature": temperature, "expert": name,
+                   "steps": steps, "picked_share": sum(turn.count(name) for turn in picks) / max(steps, 1),
+                   "loss_per_step": loss, "learner_loss_per_step": learner, "regret_per_step": learner - loss}
+            for low, high in PICK_WINDOWS:
+                window = [pick for turn in picks for pick in turn[low - 1:high]]
+                row[f"picked_steps_{low}_{high or 'on'}"] = window.count(name) / len(window) if window else np.nan
+            rows.append(row)
+    return pd.DataFrame(rows, columns=HEDGE_COLUMNS)
 
 
 def compute_breakdown(group: pd.DataFrame) -> dict[str, float]:
@@ -141,11 +207,17 @@ def write_table(table: pd.DataFrame, out: Path) -> None:
         table.to_csv(partial, index=False, float_format="%.6g")
 
 
-def write_summary(paths: list[Path], out: Path, depth_out: Path | None = None) -> pd.DataFrame:
-    """The summary table (and, with ``depth_out``, the per-depth acceptance table) of records files."""
+def write_summary(paths: list[Path], out: Path, depth_out: Path | None = None,
+                  samples_out: Path | None = None, hedge_out: Path | None = None) -> pd.DataFrame:
+    """The summary table (and, with ``depth_out``, the per-depth acceptance table; with ``samples_out``, the
+    per-sample-index table; with ``hedge_out``, the drafter-selection table) of records files."""
     frame = records_frame(paths)
     table = summarize(frame)
     write_table(table, out)
     if depth_out is not None:
         write_table(depth_acceptance(frame), depth_out)
+    if samples_out is not None:
+        write_table(sample_table(frame), samples_out)
+    if hedge_out is not None:
+        write_table(hedge_table(frame), hedge_out)
     return table

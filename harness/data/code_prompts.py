@@ -11,7 +11,7 @@ import random
 from pathlib import Path
 
 from harness.store.atomic import atomic_path
-from harness.data.corpus import load_documents
+from harness.data.corpus import load_documents, select_documents
 from harness.errors import DraftcountError
 
 HEADERS = ("def ", "class ", "async def ")
@@ -23,7 +23,7 @@ def cut_points(text: str, lines: int) -> list[int]:
     return [i for i, row in enumerate(rows) if i >= lines - 1 and row.lstrip().startswith(HEADERS) and row.rstrip().endswith(":")]
 
 
-def make_code_prompts(documents, count: int, lines: int, seed: int) -> list[dict]:
+def make_code_prompts(documents, count: int, lines: int, seed: int, category: str = "stdlib_code") -> list[dict]:
     rng = random.Random(seed)
     candidates = [(doc, point) for doc in documents for point in cut_points(doc.text, lines)]
     if len(candidates) < count:
@@ -32,12 +32,20 @@ def make_code_prompts(documents, count: int, lines: int, seed: int) -> list[dict
     prompts = []
     for doc, point in sorted(chosen, key=lambda item: (item[0].path, item[1])):
         rows = doc.text.splitlines()[point - lines + 1 : point + 1]
-        prompts.append({"id": f"{doc.path}:{point + 1}", "category": "stdlib_code", "prompt": "\n".join(rows) + "\n"})
+        prompts.append({"id": f"{doc.path}:{point + 1}", "category": category, "prompt": "\n".join(rows) + "\n"})
     return prompts
 
 
-def write_code_prompts(heldout: Path, out: Path, count: int, lines: int, seed: int) -> int:
-    prompts = make_code_prompts(load_documents(heldout), count, lines, seed)
+def write_code_prompts(heldout: Path, out: Path, count: int, lines: int, seed: int,
+                       domains: dict[str, list[str]] | None = None) -> int:
+    """``count`` prompts cut from the documents in ``heldout``; with ``domains`` (name -> path patterns),
+    ``count`` from each domain's documents, the domain as their category (a mixed-domain prompt set)."""
+    documents = load_documents(heldout)
+    if domains:
+        prompts = [prompt for name, patterns in domains.items()
+                   for prompt in make_code_prompts(select_documents(documents, patterns), count, lines, seed, name)]
+    else:
+        prompts = make_code_prompts(documents, count, lines, seed)
     with atomic_path(out) as partial:
         partial.write_text("".join(json.dumps(prompt) + "\n" for prompt in prompts))
     return len(prompts)

@@ -7,6 +7,7 @@ kept per config. Documents are stored one JSON object per line.
 
 from __future__ import annotations
 
+import fnmatch
 import hashlib
 import json
 import platform
@@ -73,6 +74,11 @@ def write_documents(path: Path, documents: list[Document]) -> str:
             digest.update(line.encode())
             handle.write(line)
     return digest.hexdigest()
+
+
+def select_documents(documents: list[Document], patterns: list[str]) -> list[Document]:
+    """The documents whose path matches one of the glob ``patterns`` (e.g. ``email/*``: a package's files)."""
+    return [document for document in documents if any(fnmatch.fnmatch(document.path, pattern) for pattern in patterns)]
 
 
 def load_documents(path: Path) -> list[Document]:

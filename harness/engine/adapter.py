@@ -30,8 +30,9 @@ if TYPE_CHECKING:
 
 @dataclass
 class StepContext:
-    """What a method may read while it drafts: sampling settings, the random generator, the counters, and
-    the run's engine runtime (where a drafter gets its KV cache and, with CUDA graphs, its graph runner)."""
+    """What a method may read while it drafts: sampling settings, the random generator, the counters, the
+    run's engine runtime (where a drafter gets its KV cache and, with CUDA graphs, its graph runner), and which
+    prompt is answered (a method that learns across samples of one prompt keys its state by it)."""
 
     sampling: SamplingConfig
     generator: torch.Generator | None
@@ -39,6 +40,7 @@ class StepContext:
     target_vocab_size: int
     runtime: EngineRuntime | None = None  # None: dynamic caches, eager forwards
     max_sequence: int = 0  # the longest the sequence can grow in this generation (prompt + new tokens + 1)
+    prompt_key: str = ""  # what this generation answers, the same for every sample of one prompt and turn
 
     def drafter_cache(self, owner: object, config: PretrainedConfig, lookahead: int, dtype: torch.dtype,
                       device: torch.device) -> Cache:

@@ -21,6 +21,7 @@ class GenerationCounters:
     accepted_by_depth / drafted_by_depth: draft nodes per tree depth (index 0 =
         depth 1) sent to verification, and those accepted.
     extra: method-specific counters (named by the method, summed per turn).
+    trace: method-specific per-step values (named by the method, one entry per verification step).
     """
 
     new_tokens: int = 0
@@ -37,6 +38,7 @@ class GenerationCounters:
     accepted_by_depth: list[int] = field(default_factory=list)
     stop_reason: str = ""
     extra: dict[str, float] = field(default_factory=dict)
+    trace: dict[str, list[float]] = field(default_factory=dict)
 
     def record_prefill(self) -> None:
         self.step_tokens.append(1)
@@ -55,6 +57,9 @@ class GenerationCounters:
 
     def add_extra(self, name: str, amount: float) -> None:
         self.extra[name] = self.extra.get(name, 0) + amount
+
+    def add_trace(self, name: str, value: float) -> None:
+        self.trace.setdefault(name, []).append(value)
 
     @property
     def tau(self) -> float:

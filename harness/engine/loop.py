@@ -136,11 +136,13 @@ def generate(
     verify: Verifier = VERIFIERS[DEFAULT_VERIFIER],
     prompt_name: str = "",
     runtime: EngineRuntime | None = None,
+    prompt_key: str = "",
 ) -> Generation:
     """Generate up to ``max_new_tokens`` tokens after ``prompt_ids`` (1, L) with ``adapter`` drafting.
 
     ``runtime`` says how the target runs (KV cache kind, CUDA graphs, compile); default: plain eager with a
     DynamicCache. Pass one runtime to every generation of a run so its static cache and graphs are reused.
+    ``prompt_key`` names what is answered (the runner gives every sample of one prompt and turn the same key).
     """
     check_batch_size_one(prompt_ids, "generate")
     if max_new_tokens < 1:
@@ -150,7 +152,8 @@ def generate(
     runtime = runtime or EngineRuntime(target)
     target = runtime.target
     counters = GenerationCounters()
-    ctx = StepContext(sampling, generator, counters, target.vocab_size, runtime, prompt_len + max_new_tokens + 1)
+    ctx = StepContext(sampling, generator, counters, target.vocab_size, runtime, prompt_len + max_new_tokens + 1,
+                      prompt_key)
     prompt_ids = prompt_ids.to(target.device)
     with torch.inference_mode():
         stopwatch = Stopwatch(target.device)

@@ -12,5 +12,9 @@ MEASUREMENTS: dict[str, tuple[str, str]] = {
     "overheads": ("harness.measure.overheads", "each overhead switch against its absence, interleaved"),
     "step-costs": ("harness.measure.step_costs", "seconds of each phase of a decoding step, per method"),
     "host-sync": ("harness.measure.host_sync_audit", "host synchronisations per decoding step, per method"),
+    "static-tree": ("harness.measure.static_tree", "a static tree pruned to the nodes most accepted on calibration "
+                                                   "prompts (stand)"),
+    "verifiers": ("harness.measure.verifier_acceptance", "every verifier on the same trees: expected accepted "
+                                                          "drafts per step"),
     "project-8b": ("harness.measure.project_8b", "latencies at Llama-3.1-8B shapes and projected speedups"),
 }

@@ -1,9 +1,11 @@
-"""Where a speculative step's time goes: drafting (propose), bookkeeping (commit) and the rest (target forward +
-verification), per method, interleaved prompt by prompt in one process. Explains a speedup: a method beats `ar`
-only when tau * (ar's ms per token) exceeds its ms per step.
+"""Where a speculative step's time goes: drafting (propose: a model-free method's lookups and tree building),
+bookkeeping (commit: a store's updates) and the rest (target forward + verification), per method, interleaved
+prompt by prompt in one process. Explains a speedup: a method beats `ar` only when tau * (ar's ms per token)
+exceeds its ms per step.
 
     python -m harness measure step-costs --target work/models/target --draft work/models/draft \
-        --drafter eagle=work/drafters/eagle --drafter lyanna=work/drafters/lyanna --prompts work/prompts/stdlib_code.jsonl
+        --drafter eagle=work/drafters/eagle --drafter lyanna=work/drafters/lyanna --prompts work/prompts/stdlib_code.jsonl \
+        --method pld --method stand
 """
 
 from __future__ import annotations
@@ -43,6 +45,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
     parser.add_argument("--target", required=True)
     parser.add_argument("--draft")
     parser.add_argument("--drafter", action="append", default=[], metavar="METHOD=DIR")
+    parser.add_argument("--method", action="append", default=[],
+                        help="a further method that needs no model (pld, stand, reader, hedgespec), default options")
     parser.add_argument("--prompts", required=True)
     parser.add_argument("--limit", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=64)
@@ -58,6 +62,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
     for item in args.drafter:
         method, _, directory = item.partition("=")
         methods[method] = (method, {}, Path(directory))
+    for method in args.method:
+        methods[method] = (method, {}, None)
     adapters = {name: build_adapter(method, options, BuildInputs(target, draft, directory))[0]
                 for name, (method, options, directory) in methods.items()}
     totals = {name: defaultdict(float) for name in adapters}

@@ -137,7 +137,8 @@ class EagleAdapter(AdapterBase):
         return self.beam.tree
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
-        self.work.settle(ctx.counters, [self.beam.parent_slots[node] for node in verdict.path[1:]])
+        slots = self.beam.parent_slots  # nodes past them were added to the tree by a composing method (reader)
+        self.work.settle(ctx.counters, [slots[node] for node in verdict.path[1:] if node < len(slots)])
         crop_cache(self.cache, self.fed_len)  # drop the tree nodes' entries: they were built on predicted features
         index = index_on(verdict.path, target_out.logits.device)
         self.pending = self._features(target_out.hidden_states, index)

@@ -23,7 +23,7 @@ ENVIRONMENT = {
 
 
 def make_record(variant, method, role, prompt, temperature, new_tokens, seconds, steps, dataset="code", options=None,
-                drafted_per_step=4, drafter="work/drafters/x"):
+                drafted_per_step=4, drafter="work/drafters/x", sample=0, verifier="token_level"):
     """A record whose steps each accept ``steps[i]`` drafts (ar: all zero, one token per forward)."""
     accepted = sum(steps)
     depth = max(steps, default=0)
@@ -33,7 +33,8 @@ def make_record(variant, method, role, prompt, temperature, new_tokens, seconds,
     return {
         **ENVIRONMENT, "schema_version": SCHEMA_VERSION, "method": method, "variant": variant, "role": role,
         "compared_method": variant, "dataset": dataset, "category": dataset, "prompt_id": prompt, "turn": 0,
-        "pair_id": f"{prompt}#0", "prompt_tokens": 10, "sampling": {"temperature": temperature},
+        "pair_id": f"{prompt}#0" + (f"@{sample}" if sample else ""), "sample": sample, "verifier": verifier,
+        "prompt_tokens": 10, "sampling": {"temperature": temperature},
         "method_options": options or {}, "method_details": {"drafter_parameters": 1000},
         "models": {"target": "work/models/target", "target_parameters": 5_000_000,
                    "drafter": drafter if method in ("eagle", "lyanna") else None},
@@ -98,11 +99,53 @@ def test_depth_acceptance_and_breakdown_by_hand(tmp_path):
     assert parts["verify_wasted_flops_per_token"] == pytest.approx(verify_flops * 10 / verified / 17)
 
 
+def write_sampled_and_traversal_runs(folder):
+    """stand over 3 samples per prompt (one more accepted draft per later sample), and eagle_tv: eagle's options
+    verified by traversal, one more accepted draft on the first step."""
+    records = []
+    for sample in range(3):
+        for index, prompt in enumerate(("p1", "p2")):
+            steps = [1 + sample, 0, 1]
+            records.append(make_record("stand", "stand", "method", prompt, 1.0, sum(steps) + len(steps) + 1, 0.4,
+                                       steps, sample=sample))
+            records.append(make_record("ar", "ar", "baseline", prompt, 1.0, 8, 1.0 + 0.1 * index, [0] * 8,
+                                       sample=sample))
+    tv = []
+    for index, prompt in enumerate(("p1", "p2")):
+        steps = [4, 1, 2, 0][: 2 + index]
+        tv.append(make_record("eagle_tv", "eagle", "method", prompt, 1.0, sum(steps) + len(steps) + 1, 0.3, steps,
+                              options={"budget": 4, "top_k": 2}, verifier="traversal"))
+        tv.append(make_record("ar", "ar", "baseline", prompt, 1.0, 8, 1.0 + 0.1 * index, [0] * 8))
+    paths = []
+    for name, rows in (("stand", records), ("eagle_tv", tv)):
+        path = folder / "raw" / name / "code-t1.jsonl"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("".join(json.dumps(record) + "\n" for record in rows))
+        paths.append(path)
+    return paths
+
+
+def test_sample_index_table_and_traversal_comparison(tmp_path):
+    paths = write_runs(tmp_path) + write_sampled_and_traversal_runs(tmp_path)
+    write_summary(paths, tmp_path / "summary.csv", tmp_path / "depth.csv", tmp_path / "samples.csv")
+    samples = pd.read_csv(tmp_path / "samples.csv")
+    assert list(samples.variant.unique()) == ["stand"] and list(samples["sample"]) == [0, 1, 2]
+    assert samples.tau.is_monotonic_increasing and samples.turns.tolist() == [2, 2, 2]
+    # sample 0: steps [1, 0, 1] -> 6 new tokens over 4 forwards per prompt
+    assert samples.tau.iloc[0] == pytest.approx(6 / 4)
+    text = write_report(tmp_path / "summary.csv", paths, tmp_path / "figures", tmp_path / "report.md",
+                        samples_csv=tmp_path / "samples.csv")
+    assert "### Several samples per prompt" in text and "### Traversal verification" in text
+    row = next(line for line in text.splitlines() if line.startswith("| eagle | eagle_tv |"))
+    # eagle at T=1: (7 + 10) / (3 + 4) tokens per forward; eagle_tv: (8 + 11) / 7
+    assert f"{17 / 7:.3f}" in row and f"{19 / 7:.3f}" in row and f"{100 * (19 / 17 - 1):+.1f}%" in row
+
+
 def test_figures_render_every_panel(tmp_path):
-    paths = write_runs(tmp_path)
-    write_summary(paths, tmp_path / "summary.csv", tmp_path / "depth.csv")
+    paths = write_runs(tmp_path) + write_sampled_and_traversal_runs(tmp_path)
+    write_summary(paths, tmp_path / "summary.csv", tmp_path / "depth.csv", tmp_path / "samples.csv")
     written = write_figures(tmp_path / "summary.csv", tmp_path / "depth.csv", tmp_path / "figures",
-                            main=["ar", "sd", "eagle"])
+                            main=["ar", "sd", "eagle"], samples_csv=tmp_path / "samples.csv")
     assert sorted(path.name for path in written) == sorted(f"{n}.{s}" for n in FIGURES for s in ("pdf", "png"))
     for path in written:
         if path.suffix == ".png":
@@ -155,7 +198,7 @@ def test_report_numbers_match_the_tables_and_the_records(tmp_path):
     assert "### Ablations and budget sweeps" in text and "| eagle_b8 | code | 0 |" in text
     assert "Test CPU" in text and "`abc123`" in text and "code 2" in text
     assert "top-1 agreement by depth 0.50, 0.25" in text
-    for name in FIGURES:
+    for name in set(FIGURES) - {"samples"}:  # drawn from the per-sample table, not given here
         assert f"![{name}](figures/{name}.png)" in text
     assert len(table) == 8
 

@@ -75,3 +75,22 @@ def test_longest_sequence_bounds_every_turn_of_a_run(tokenizer):
         history = [(prompts[1].turns[0], answer)]
         assert len(encode_turn(tokenizer, history, prompts[1].turns[1])) + max_new + 1 <= bound
     assert bound >= len(encode_turn(tokenizer, [], prompts[0].turns[0])) + max_new + 1
+
+
+def test_domain_prompts_cut_from_each_domain(tmp_path):
+    import json
+
+    from harness.data.code_prompts import write_code_prompts
+    from harness.data.corpus import Document, write_documents
+
+    body = "\n".join(f"x{i} = {i}" for i in range(12)) + "\n" + "\n".join(
+        f"def f{i}(a):\n    return a + {i}" for i in range(6)) + "\n"
+    write_documents(tmp_path / "heldout.jsonl", [Document("email/a.py", body), Document("idlelib/b.py", body),
+                                                  Document("os.py", body)])
+    count = write_code_prompts(tmp_path / "heldout.jsonl", tmp_path / "out.jsonl", 3, 6, 0,
+                               domains={"net": ["email/*"], "gui": ["idlelib/*"]})
+    prompts = [json.loads(line) for line in (tmp_path / "out.jsonl").read_text().splitlines()]
+    assert count == 6 and [p["category"] for p in prompts] == ["net"] * 3 + ["gui"] * 3
+    assert all(p["id"].startswith("email/") for p in prompts[:3])
+    with pytest.raises(DraftcountError, match="only"):
+        write_code_prompts(tmp_path / "heldout.jsonl", tmp_path / "out.jsonl", 3, 6, 0, domains={"x": ["nope/*"]})

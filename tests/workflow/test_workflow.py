@@ -16,10 +16,11 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 ZOO_RULES = {"corpus", "tokenizer", "tokenize", "train_target", "train_draft", "dump_features", "code_prompts"}
+MODEL_FREE_RULES = {"calibration_prompts", "stand_tree", "reader_datastore"}
 TREE_RULES = {"measure_acceptance", "measure_latency", "sequoia_tree"}
 REPORT_RULES = {"summary", "figures", "report", "export_specbench"}
 SMOKE_VARIANTS = ["ar", "sd", "tree_sd", "tree_sd_sequoia", "tree_sd_sequoia_b16", "eagle", "eagle_b12", "lyanna",
-                  "lyanna_feature", "lyanna_unfused"]
+                  "lyanna_feature", "lyanna_unfused", "pld", "stand", "reader"]
 
 
 def snakemake(*args, timeout=900, **kwargs):
@@ -49,11 +50,15 @@ def test_dry_run_lists_every_rule(tmp_path):
     result = snakemake("-n", *overrides(tmp_path))
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
-    assert ZOO_RULES | TREE_RULES | REPORT_RULES | {"bench", "all"} <= set(counts), counts
-    # {ar, sd, tree_sd, tree_sd_sequoia, eagle, lyanna} x 2 datasets x {0, 1}
-    # + 6 lyanna ablations and 6 budget-sweep variants x 1 dataset x {0, 1}
-    assert counts["bench"] == 6 * 4 + 12 * 2
-    assert counts["train_drafter"] == 4  # eagle, lyanna, lyanna_feature, lyanna_vocab
+    assert ZOO_RULES | TREE_RULES | MODEL_FREE_RULES | REPORT_RULES | {"bench", "all"} <= set(counts), counts
+    # {ar, sd, tree_sd, tree_sd_sequoia, eagle, lyanna, pld, stand, reader, hedgespec} x 2 datasets x {0, 1}
+    # + {tree_sd, eagle, lyanna, stand}_tv x 2 datasets at T = 1
+    # + 6 lyanna ablations, stand_samples, reader_retrieval and 6 budget-sweep variants x 1 dataset x {0, 1}
+    # + eagle_net, eagle_gui, hedgespec_domains on stdlib_domains x {0, 1}
+    assert counts["bench"] == 10 * 4 + 4 * 2 + 14 * 2 + 3 * 2
+    assert counts["stand_tree"] == 2 and counts["reader_datastore"] == 1  # one tree per temperature
+    assert counts["tokenize_domain"] == 2 and counts["domain_prompts"] == 1
+    assert counts["train_drafter"] == 6  # eagle, lyanna, lyanna_feature, lyanna_vocab, eagle_net, eagle_gui
     assert counts["sequoia_tree"] == 6  # per temperature: the latency-chosen budget, 16 and 32
 
 
@@ -63,19 +68,24 @@ def test_one_target_runs_only_what_it_needs(tmp_path):
     counts = job_counts(result.stdout)
     assert "train_draft" not in counts and "dump_features" not in counts and counts["bench"] == 4
     tree = job_counts(snakemake("-n", "bench_tree_sd", *overrides(tmp_path)).stdout)
-    assert tree["bench"] == 8 and TREE_RULES <= set(tree) and "dump_features" not in tree
+    assert tree["bench"] == 8 + 2 and TREE_RULES <= set(tree) and "dump_features" not in tree
     eagle = job_counts(snakemake("-n", "bench_eagle", *overrides(tmp_path)).stdout)
-    assert eagle["bench"] == 4 and eagle["train_drafter"] == 1 and "train_draft" not in eagle
+    assert eagle["bench"] == 4 + 2 and eagle["train_drafter"] == 1 and "train_draft" not in eagle
     assert not (TREE_RULES | REPORT_RULES) & set(eagle)
     lyanna = job_counts(snakemake("-n", "bench_lyanna", *overrides(tmp_path)).stdout)
-    assert lyanna["bench"] == 4 and lyanna["train_drafter"] == 1 and "train_draft" not in lyanna
+    assert lyanna["bench"] == 4 + 2 and lyanna["train_drafter"] == 1 and "train_draft" not in lyanna
     ablation = job_counts(snakemake("-n", "ablate_lyanna", *overrides(tmp_path)).stdout)
     assert ablation["bench"] == 16 and ablation["train_drafter"] == 3 and "train_draft" not in ablation
     sweep = job_counts(snakemake("-n", "ablate_eagle", *overrides(tmp_path)).stdout)
-    assert sweep["bench"] == 4 and sweep["train_drafter"] == 1
+    assert sweep["bench"] == 4 + 4 and sweep["train_drafter"] == 3  # budget sweep; the two domain heads alone
     figure = job_counts(snakemake("-n", str(tmp_path / "results" / "figures" / "speedup.pdf"),
                                   *overrides(tmp_path)).stdout)
-    assert figure["figures"] == 1 and figure["bench"] == 48 and "report" not in figure
+    assert figure["figures"] == 1 and figure["bench"] == 82 and "report" not in figure
+    stand = job_counts(snakemake("-n", "bench_stand", *overrides(tmp_path)).stdout)
+    assert stand["bench"] == 4 + 2 and stand["stand_tree"] == 2 and stand["calibration_prompts"] == 1
+    assert "train_drafter" not in stand and "dump_features" not in stand
+    reader = job_counts(snakemake("-n", "bench_reader", *overrides(tmp_path)).stdout)
+    assert reader["bench"] == 4 and reader["reader_datastore"] == 1 and reader["train_drafter"] == 1
 
 
 def test_real_checkpoint_config_and_slurm_profile_dry_run(tmp_path):

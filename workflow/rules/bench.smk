@@ -4,7 +4,9 @@
 # registered method (default: the variant name itself), so one method can run
 # under several configurations (tree_sd with SpecInfer and Sequoia trees, say).
 # tree_file: auto stands for the Sequoia tree the workflow searched for that temperature, with
-# the budget in tree_budget (auto: the one maximising estimated tokens/s on this machine).
+# the budget in tree_budget (auto: the one maximising estimated tokens/s on this machine), or for
+# stand the data-driven static tree of tree_nodes nodes; datastore: auto for the retrieval
+# datastore, head: auto for the trained drafter named by `drafter` (workflow/rules/model_free.smk).
 
 def variant_method(variant):
     return plan.variant_method(config, variant)
@@ -33,7 +35,8 @@ def bench_outputs(variants=None, engine_pass=None):
     outputs = []
     for variant in variant_names() if variants is None else variants:
         outputs += expand(results(raw + "/{variant}/{dataset}-t{temperature}.jsonl"), variant=variant,
-                          dataset=plan.variant_datasets(config, variant), temperature=temperatures())
+                          dataset=plan.variant_datasets(config, variant),
+                          temperature=plan.variant_temperatures(config, variant))
     return outputs
 
 
@@ -44,11 +47,9 @@ def bench_inputs(wildcards):
         inputs["draft"] = draft_model()
     if plan.needs_drafter(method):
         inputs["drafter"] = drafter_dir(variant_drafter(wildcards.variant))
-    if wildcards.dataset == "stdlib_code":
-        inputs["prompts"] = work("prompts/stdlib_code.jsonl")
-    tree_file = variant_options(wildcards.variant, wildcards.temperature).get("tree_file")
-    if tree_file:
-        inputs["tree"] = tree_file
+    if wildcards.dataset in ("stdlib_code", "stdlib_domains"):
+        inputs["prompts"] = work(f"prompts/{wildcards.dataset}.jsonl")
+    inputs.update(plan.built_inputs(config, wildcards.variant, wildcards.temperature, WORK))
     return inputs
 
 

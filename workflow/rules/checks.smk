@@ -7,6 +7,7 @@
 #   overheads       each overhead switch against its absence, every method, interleaved
 #   host_sync       host synchronisations per decoding step (static KV cache)
 #   projection      latencies at Llama-3.1-8B shapes (scaled by checks.projection.scale) and projected speedups
+#   verifiers       every verifier on the same trees, for each traversal variant (expected accepted drafts per step)
 #   pass summaries  the main variants' benchmark under each engine pass (bench.passes): tables/summary_<pass>.csv
 from types import SimpleNamespace
 
@@ -95,6 +96,40 @@ rule lossless_run:
         gpu=gpus_per_job(),
     shell:
         "python -m harness run {params.arguments} --threads {threads} --no-progress --out {output} > {log} 2>&1"
+
+
+def verifier_job(wildcards):
+    dataset = plan.variant_datasets(config, wildcards.variant)[-1]
+    return SimpleNamespace(variant=wildcards.variant, dataset=dataset, temperature="1")
+
+
+def verifier_arguments(wildcards, input):
+    job = verifier_job(wildcards)
+    return shlex.join(plan.verifier_check_arguments(config, job.variant, job.dataset, WORK, input.target,
+                                                    input.get("draft"), input.get("drafter")))
+
+
+rule verifier_acceptance:
+    input:
+        unpack(lambda wildcards: bench_inputs(verifier_job(wildcards))),
+    output:
+        check_path("verifiers/{variant}.csv"),
+    params:
+        arguments=verifier_arguments,
+    wildcard_constraints:
+        variant="|".join(plan.traversal_variants(config)) or "^$",
+    log:
+        check_path("logs/verifiers_{variant}.log"),
+    benchmark:
+        check_path("benchmarks/verifiers_{variant}.tsv")
+    threads: config["bench"].get("threads", config["threads"])
+    resources:
+        mem_mb=8000,
+        runtime=60,
+        gpu=gpus_per_job(),
+    shell:
+        "python -m harness measure verifiers {params.arguments} --threads {threads} --no-progress --out {output}"
+        " > {log} 2>&1"
 
 
 rule lossless:
@@ -249,4 +284,5 @@ rule checks:
         check_path("overheads.csv"),
         check_path("host_sync.csv"),
         check_path("projection/projection.csv"),
+        expand(check_path("verifiers/{variant}.csv"), variant=plan.traversal_variants(config)),
         expand(results("tables/summary_{pass}.csv"), **{"pass": engine_passes()}),

@@ -28,6 +28,9 @@ def drafter_dir(name):
 
 
 def drafter_data(wildcards):
+    domain = drafter_settings(wildcards.drafter).get("domain")
+    if domain:  # a domain drafter: features on the fly from that slice of the training split
+        return work(f"data/tokens/domain-{domain}.pt")
     if drafter_settings(wildcards.drafter).get("data", "features") == "tokens":
         return work("data/tokens/train.pt")
     return work("features/target/index.json")

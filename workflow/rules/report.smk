@@ -1,6 +1,6 @@
 # Aggregation, figures, report and the Spec-Bench export, all from the raw records of every bench job.
 
-FIGURE_NAMES = ["speedup", "tau", "waste", "budget", "depth", "ablation", "efficiency"]
+FIGURE_NAMES = ["speedup", "tau", "waste", "budget", "depth", "ablation", "efficiency", "samples"]
 
 
 def main_variants():
@@ -20,17 +20,21 @@ rule summary:
     output:
         summary=results("tables/summary.csv"),
         depth=results("tables/depth_acceptance.csv"),
+        samples=results("tables/samples.csv"),
+        hedge=results("tables/hedgespec.csv"),
     resources:
         mem_mb=2000,
         runtime=5,
     shell:
         "python -m harness summarize {input} --out {output.summary} --depth-out {output.depth}"
+        " --samples-out {output.samples} --hedge-out {output.hedge}"
 
 
 rule figures:
     input:
         summary=results("tables/summary.csv"),
         depth=results("tables/depth_acceptance.csv"),
+        samples=results("tables/samples.csv"),
     output:
         expand(results("figures/{name}.{suffix}"), name=FIGURE_NAMES, suffix=["pdf", "png"]),
     params:
@@ -41,13 +45,15 @@ rule figures:
         runtime=10,
     shell:
         "python -m harness figures --summary {input.summary} --depth {input.depth} --out-dir {params.out_dir}"
-        " --main {params.main}"
+        " --samples {input.samples} --main {params.main}"
 
 
 rule report:
     input:
         records=bench_outputs(),
         summary=results("tables/summary.csv"),
+        samples=results("tables/samples.csv"),
+        hedge=results("tables/hedgespec.csv"),
         figures=expand(results("figures/{name}.png"), name=FIGURE_NAMES),
         metrics=training_metrics(),
     output:
@@ -60,7 +66,7 @@ rule report:
         runtime=5,
     shell:
         "python -m harness report {input.records} --summary {input.summary} --figures {params.figures}"
-        " --metrics {input.metrics} --main {params.main} --out {output}"
+        " --metrics {input.metrics} --samples {input.samples} --hedge {input.hedge} --main {params.main} --out {output}"
 
 
 rule export_specbench:

@@ -49,6 +49,43 @@ rule tokenize:
         "../scripts/tokenize_corpus.py"
 
 
+rule tokenize_domain:
+    # one domain's slice of the training split (config `domains`): what a domain drafter trains on
+    input:
+        tokenizer=tokenizer_dir(),
+        documents=work("data/corpus/train.jsonl"),
+    output:
+        work("data/tokens/domain-{domain}.pt"),
+    params:
+        patterns=lambda wildcards: config["domains"][wildcards.domain],
+    wildcard_constraints:
+        domain="|".join(config.get("domains", {})) or "^$",
+    threads: config["threads"]
+    resources:
+        mem_mb=4000,
+        runtime=20,
+    script:
+        "../scripts/tokenize_corpus.py"
+
+
+rule domain_prompts:
+    # code prompts from the held-out files of every domain: the mixed-domain prompt set `stdlib_domains`
+    input:
+        work("data/corpus/heldout.jsonl"),
+    output:
+        work("prompts/stdlib_domains.jsonl"),
+    params:
+        prompts=config["prompts"].get("domain_prompts", 5),
+        lines=config["prompts"].get("code_prompt_lines", 12),
+        seed=config["prompts"].get("seed", 0),
+        domains=config.get("domains", {}),
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    script:
+        "../scripts/make_code_prompts.py"
+
+
 rule dump_features:
     input:
         target=target_model(),
@@ -74,7 +111,9 @@ rule code_prompts:
     output:
         work("prompts/stdlib_code.jsonl"),
     params:
-        prompts=config["prompts"],
+        prompts=config["prompts"].get("code_prompts", 20),
+        lines=config["prompts"].get("code_prompt_lines", 12),
+        seed=config["prompts"].get("seed", 0),
     resources:
         mem_mb=1000,
         runtime=5,

@@ -1,0 +1,55 @@
+"""Trees on the host that chains are merged into: retrieved continuations grafted onto a drafter's tree (reader),
+the accepted text grafted onto a tree another drafter did not propose (hedgespec)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from harness.trees.tree import TokenTree
+
+
+@dataclass
+class HostTree:
+    """A token tree's tokens, parents and draft distributions as host lists."""
+
+    tokens: list[int]
+    parents: list[int]
+    probs: list[torch.Tensor | None]
+
+    @classmethod
+    def of(cls, tree: TokenTree) -> HostTree:
+        tree.resolve()  # a drafter's tree may still have its shape on the device
+        return cls(tree.tokens.tolist(), list(tree.parents), list(tree.draft_probs))
+
+    def child_with(self, node: int, token: int) -> int | None:
+        return next((kid for kid in range(node + 1, len(self.tokens))
+                     if self.parents[kid] == node and self.tokens[kid] == token), None)
+
+    def graft(self, chain: list[int]) -> list[int]:
+        """Merge ``chain`` below the root, sharing the nodes whose tokens agree; returns the chain's nodes."""
+        node, nodes = 0, []
+        for token in chain:
+            child = self.child_with(node, token)
+            if child is None:
+                self.tokens.append(token)
+                self.parents.append(node)
+                self.probs.append(None)
+                child = len(self.tokens) - 1
+            nodes.append(child)
+            node = child
+        return nodes
+
+    def matched_length(self, chain: list[int]) -> int:
+        """How many leading tokens of ``chain`` the tree holds as a path below the root."""
+        node, length = 0, 0
+        for token in chain:
+            node = self.child_with(node, token)
+            if node is None:
+                break
+            length += 1
+        return length
+
+    def token_tree(self, device: torch.device | str) -> TokenTree:
+        return TokenTree(torch.tensor(self.tokens, device=device), tuple(self.parents), list(self.probs))

@@ -1,0 +1,95 @@
+"""`hedgespec`: online drafter selection, HedgeSpec ("Not-a-Bandit: Provably No-Regret Drafter Selection in
+Speculative Decoding for LLMs", Liu et al., ICLR 2026, arXiv 2510.20064).
+
+A meta-method over N experts, each a catalog method with its options, given as ``experts``: a comma-separated list
+of ``method[:key=value[:key=value...]]``. The keys ``drafter`` (a trained drafter directory, for methods that need
+one) and ``draft`` (a draft LM directory) give an expert its inputs; ``name`` labels it (default: the method,
+numbered when repeated); every other key is one of the method's options. Example:
+``eagle:drafter=work/drafters/eagle_code:name=code,eagle:drafter=work/drafters/eagle_text:name=text,pld``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Literal
+
+from harness.backend.models import load_model
+from harness.catalog import entry, method_names
+from harness.engine.method_spec import BuildInputs, MethodSpec, build_adapter
+from harness.errors import DraftcountError
+from harness.measure.costs import CostModel, Latencies
+from methods.hedgespec.adapter import Expert, HedgeSpecAdapter
+
+UNSUPPORTED = {"hedgespec": "an expert cannot itself be a hedgespec",
+               "lyanna": "lyanna's run-ahead states assume its own chain was verified"}
+
+
+@dataclass(frozen=True)
+class HedgeSpecOptions:
+    experts: tuple[str, ...] = ("pld", "stand")
+    reset: Literal["generation", "run"] = "generation"  # the learner starts afresh for every query, or once
+    seed: int = 0  # the learner's own random picks
+
+    def __post_init__(self) -> None:
+        if len(self.experts) < 2:
+            raise DraftcountError(f"method 'hedgespec' needs at least 2 experts, got {list(self.experts)}")
+        for spec in self.experts:
+            parse_expert(spec)
+
+
+def parse_expert(spec: str) -> tuple[str, dict[str, str]]:
+    """``method:key=value:...`` as (method, settings); one clear error for a bad spec."""
+    method, *pairs = spec.strip().split(":")
+    if method not in method_names():
+        raise DraftcountError(f"hedgespec expert {spec!r}: {method!r} is not a catalog method")
+    if method in UNSUPPORTED:
+        raise DraftcountError(f"hedgespec expert {spec!r}: {UNSUPPORTED[method]}")
+    settings = {}
+    for pair in pairs:
+        key, sep, value = pair.partition("=")
+        if not sep or not key:
+            raise DraftcountError(f"hedgespec expert {spec!r}: {pair!r} is not key=value")
+        settings[key] = value
+    needs = entry(method).needs
+    if needs == "drafter" and "drafter" not in settings:
+        raise DraftcountError(f"hedgespec expert {spec!r}: method {method!r} needs drafter=DIR")
+    if needs == "draft" and "draft" not in settings:
+        raise DraftcountError(f"hedgespec expert {spec!r}: method {method!r} needs draft=DIR")
+    return method, settings
+
+
+def build(options: HedgeSpecOptions, inputs: BuildInputs) -> HedgeSpecAdapter:
+    experts, seen = [], {}
+    for spec in options.experts:
+        method, settings = parse_expert(spec)
+        drafter, draft = settings.pop("drafter", None), settings.pop("draft", None)
+        name = settings.pop("name", method)
+        seen[name] = seen.get(name, 0) + 1
+        if seen[name] > 1:
+            name = f"{name}{seen[name]}"
+        draft_model = (load_model(draft, str(inputs.target.dtype).removeprefix("torch."), str(inputs.target.device))
+                       if draft else None)
+        adapter, _ = build_adapter(method, settings, BuildInputs(inputs.target, draft_model,
+                                                                 Path(drafter) if drafter else None))
+        if adapter.separate_root_forward:
+            raise DraftcountError(f"hedgespec expert {spec!r} verifies unfused; experts must share one forward")
+        experts.append(Expert(name, adapter))
+    return HedgeSpecAdapter(experts, options.reset, options.seed)
+
+
+def drafting_seconds(options: dict, latencies: Latencies) -> float:
+    """Every expert drafts every step: the sum of their drafting costs (nan where one is not modelled)."""
+    from harness.engine.method_spec import method_spec
+
+    experts = options.get("experts") or HedgeSpecOptions.experts
+    experts = experts.split(",") if isinstance(experts, str) else experts
+    total = 0.0
+    for spec in experts:
+        method, settings = parse_expert(spec)
+        cost = method_spec(method).cost
+        total += cost.drafting_seconds(settings, latencies) if cost is not None else float("nan")
+    return total
+
+
+METHOD = MethodSpec(options=HedgeSpecOptions, build=build, cost=CostModel(drafting_seconds))

@@ -1,0 +1,47 @@
+"""harness/workflow_plan.py: what the workflow runs, from the default config (no Snakemake needed)."""
+
+from pathlib import Path
+
+import pytest
+import yaml
+
+from harness import workflow_plan as plan
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def config():
+    return yaml.safe_load((ROOT / "workflow" / "config" / "default.yaml").read_text())
+
+
+def test_traversal_variants_run_at_their_own_temperatures_only(config):
+    assert plan.variant_temperatures(config, "eagle_tv") == ["1"]
+    assert plan.variant_temperatures(config, "eagle") == ["0", "1"]
+    arguments = plan.run_arguments(config, "eagle_tv", "stdlib_code", "1", Path("w"), "t", drafter="d")
+    assert arguments[arguments.index("--verifier") + 1] == "traversal"
+    bad = {**config, "bench": {**config["bench"], "methods": {"x": {"method": "ar", "temperatures": [0.5]}}}}
+    with pytest.raises(ValueError, match="0.5"):
+        plan.variant_temperatures(bad, "x")
+
+
+def test_auto_files_become_the_workflow_outputs_and_inputs(config):
+    work = Path("w")
+    stand = plan.variant_options(config, "stand", "1", work)
+    assert stand == {"tree_file": "w/tree/stand-t1-n24.json"} and "tree_nodes" not in stand
+    assert plan.variant_options(config, "tree_sd_sequoia", "0", work)["tree_file"] == "w/tree/sequoia-t0-bauto.json"
+    reader = plan.built_inputs(config, "reader", "0", work)
+    assert reader == {"head": "w/drafters/eagle", "datastore": f"w/{plan.DATASTORE_FILE}"}
+    hedge = plan.variant_options(config, "hedgespec_domains", "0", work)
+    assert hedge["experts"] == ["eagle:drafter=w/drafters/eagle_net:name=eagle_net",
+                                "eagle:drafter=w/drafters/eagle_gui:name=eagle_gui"]
+    assert plan.built_inputs(config, "hedgespec_domains", "0", work)["expert_drafters"] == [
+        "w/drafters/eagle_net", "w/drafters/eagle_gui"]
+
+
+def test_samples_and_own_datasets(config):
+    arguments = plan.run_arguments(config, "stand_samples", "stdlib_code", "1", Path("w"), "t")
+    assert arguments[arguments.index("--samples") + 1] == "4"
+    assert plan.variant_datasets(config, "hedgespec_domains") == ["stdlib_domains"]
+    assert plan.dataset_prompts(config, "stdlib_domains", Path("w")) == "w/prompts/stdlib_domains.jsonl"
+    assert plan.variant_datasets(config, "stand_samples") == ["stdlib_code"]
