@@ -37,12 +37,6 @@ class PromptLookupOptions:
             raise DraftcountError(f"option 'max_draft' of method 'pld' must be >= 1, got {self.max_draft}")
 
 
-def synced_index(index: ContextIndex, sequence: torch.Tensor) -> ContextIndex:
-    """``index`` extended by the tokens of ``sequence`` (1, L) it has not seen: one small host read per step."""
-    index.extend(sequence[0, len(index.tokens) :].tolist())
-    return index
-
-
 def chain_tree(root: int, drafts: list[int], device: torch.device) -> TokenTree:
     """A deterministic chain: the root, then ``drafts`` one below the other."""
     return TokenTree(torch.tensor([root, *drafts], device=device), tuple(range(-1, len(drafts))))
@@ -61,11 +55,11 @@ class PromptLookupAdapter(AdapterBase):
         self.index.reset()
 
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
-        index = synced_index(self.index, sequence)
-        match = index.continuation(self.max_draft)
+        self.index.sync(sequence)
+        match = self.index.continuation(self.max_draft)
         if match is not None:
             ctx.counters.add_extra("lookup_hits", 1)
-        return chain_tree(index.tokens[-1], match.tokens if match else [], sequence.device)
+        return chain_tree(self.index.tokens[-1], match.tokens if match else [], sequence.device)
 
 
 def _build(options: PromptLookupOptions, inputs: BuildInputs) -> PromptLookupAdapter:

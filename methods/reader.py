@@ -80,7 +80,7 @@ class ReaderAdapter(AdapterBase):
         return chains
 
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
-        self.index.extend(sequence[0, len(self.index.tokens) :].tolist())
+        self.index.sync(sequence)
         self.neural_tree = self.neural.propose(ctx, sequence) if self.neural else root_only(sequence[0, -1])
         tree = HostTree.of(self.neural_tree)
         for chain in self.retrieved_chains():

@@ -28,6 +28,12 @@ def _cell(value: Any, template: str) -> str:
     return template.format(value)
 
 
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A markdown table: a header row, its separator, one line per row of cells."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in rows])
+
+
 def results_table(summary: pd.DataFrame) -> str:
     """A markdown table of the summary rows given, one row per variant x dataset x temperature."""
     table = summary.copy()
@@ -36,13 +42,13 @@ def results_table(summary: pd.DataFrame) -> str:
         for low, high in zip(table.speedup_ci_low, table.speedup_ci_high)]
     columns = report_metrics()
     header = ["variant", "dataset", "T"] + [metric.label for metric in columns]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    rows = []
     for _, row in table.iterrows():
         cells = [row.variant, row.dataset, f"{row.temperature:g}"]
         cells += [_cell(row[metric.name] / metric.scale if metric.scale != 1 else row[metric.name], metric.fmt)
                   for metric in columns]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append(cells)
+    return markdown_table(header, rows)
 
 
 def run_settings(records_paths: list[Path]) -> dict[str, Any]:
@@ -93,7 +99,7 @@ def training_section(metrics_paths: list[Path]) -> str:
     """One row per trained model or drafter: parameters, steps, seconds, and its held-out quality."""
     if not metrics_paths:
         return ""
-    lines = ["| model | parameters | steps | seconds | stopped by | held-out quality |", "|---|---|---|---|---|---|"]
+    rows = []
     for path in metrics_paths:
         metrics = json.loads(Path(path).read_text())
         train = metrics.get("train") or metrics.get("training") or {}
@@ -108,10 +114,9 @@ def training_section(metrics_paths: list[Path]) -> str:
             quality = "top-1 agreement by step " + ", ".join(f"{value:.2f}" for value in agreement)
         else:
             quality = "-"
-        name = Path(path).stem
-        lines.append(f"| {name} | {parameters or '-'} | {train.get('steps', '-')} | "
-                     f"{train.get('seconds', 0):.0f} | {train.get('stopped_by', '-')} | {quality} |")
-    return "\n".join(lines)
+        rows.append([Path(path).stem, str(parameters or "-"), str(train.get("steps", "-")),
+                     f"{train.get('seconds', 0):.0f}", str(train.get("stopped_by", "-")), quality])
+    return markdown_table(["model", "parameters", "steps", "seconds", "stopped by", "held-out quality"], rows)
 
 
 def verifier_comparison(summary: pd.DataFrame) -> str:
@@ -128,13 +133,12 @@ def verifier_comparison(summary: pd.DataFrame) -> str:
     pairs = pairs[named | ~has_named]
     if pairs.empty:
         return ""
-    lines = ["| variant | traversal variant | dataset | T | tau | tau (traversal) | change | speedup | "
-             "speedup (traversal) |", "|" + "---|" * 9]
-    for _, row in pairs.sort_values(["temperature", "method", "dataset"]).iterrows():
-        lines.append(f"| {row.variant} | {row.variant_tv} | {row.dataset} | {row.temperature:g} | {row.tau:.3f} | "
-                     f"{row.tau_tv:.3f} | {100 * (row.tau_tv / row.tau - 1):+.1f}% | "
-                     f"{_cell(row.speedup_paired_mean, '{:.2f}')} | {_cell(row.speedup_paired_mean_tv, '{:.2f}')} |")
-    return "\n".join(lines)
+    rows = [[row.variant, row.variant_tv, row.dataset, f"{row.temperature:g}", f"{row.tau:.3f}", f"{row.tau_tv:.3f}",
+             f"{100 * (row.tau_tv / row.tau - 1):+.1f}%", _cell(row.speedup_paired_mean, "{:.2f}"),
+             _cell(row.speedup_paired_mean_tv, "{:.2f}")]
+            for _, row in pairs.sort_values(["temperature", "method", "dataset"]).iterrows()]
+    return markdown_table(["variant", "traversal variant", "dataset", "T", "tau", "tau (traversal)", "change",
+                           "speedup", "speedup (traversal)"], rows)
 
 
 def samples_section(samples_csv: Path | None) -> str:
@@ -144,11 +148,10 @@ def samples_section(samples_csv: Path | None) -> str:
     samples = pd.read_csv(samples_csv)
     if samples.empty:
         return ""
-    lines = ["| variant | dataset | T | sample | turns | tau | speedup |", "|" + "---|" * 7]
-    for _, row in samples.sort_values(["variant", "dataset", "temperature", "sample"]).iterrows():
-        lines.append(f"| {row.variant} | {row.dataset} | {row.temperature:g} | {int(row['sample']) + 1} | "
-                     f"{int(row.turns)} | {row.tau:.3f} | {_cell(row.speedup_paired_mean, '{:.2f}')} |")
-    return "\n".join(lines)
+    rows = [[row.variant, row.dataset, f"{row.temperature:g}", str(int(row["sample"]) + 1), str(int(row.turns)),
+             f"{row.tau:.3f}", _cell(row.speedup_paired_mean, "{:.2f}")]
+            for _, row in samples.sort_values(["variant", "dataset", "temperature", "sample"]).iterrows()]
+    return markdown_table(["variant", "dataset", "T", "sample", "turns", "tau", "speedup"], rows)
 
 
 def hedge_section(hedge_csv: Path | None, summary: pd.DataFrame) -> str:
@@ -161,17 +164,18 @@ def hedge_section(hedge_csv: Path | None, summary: pd.DataFrame) -> str:
         return ""
     windows = [column for column in hedge.columns if column.startswith("picked_steps_")]
     taus = summary.set_index(["variant", "dataset", "temperature"]).tau
-    lines = ["| variant | dataset | T | expert | picked | " + " | ".join(
-        "steps " + column.removeprefix("picked_steps_").replace("_", "-") for column in windows)
-        + " | loss/step | regret/step | tau (hedgespec) | tau (expert alone) |", "|" + "---|" * (10 + len(windows) - 1)]
+    header = ["variant", "dataset", "T", "expert", "picked",
+              *("steps " + column.removeprefix("picked_steps_").replace("_", "-") for column in windows),
+              "loss/step", "regret/step", "tau (hedgespec)", "tau (expert alone)"]
+    rows = []
     for _, row in hedge.sort_values(["temperature", "variant", "dataset", "expert"]).iterrows():
         own = taus.get((row.variant, row.dataset, row.temperature), float("nan"))
         alone = taus.get((row.expert, row.dataset, row.temperature), float("nan"))
         cells = [row.variant, row.dataset, f"{row.temperature:g}", row.expert, f"{row.picked_share:.2f}",
                  *(_cell(row[column], "{:.2f}") for column in windows), f"{row.loss_per_step:.3f}",
                  f"{row.regret_per_step:+.3f}", _cell(own, "{:.3f}"), _cell(alone, "{:.3f}")]
-        lines.append("| " + " | ".join(cells) + " |")
-    return "\n".join(lines)
+        rows.append(cells)
+    return markdown_table(header, rows)
 
 
 def write_report(summary_csv: Path, records_paths: list[Path], figures_dir: Path, out: Path,

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 
 @dataclass(frozen=True)
 class Match:
@@ -41,6 +43,10 @@ class ContextIndex:
             for n in range(self.min_n, min(self.max_n, end + 1) + 1):
                 self.last_end[tuple(self.tokens[end - n + 1 : end + 1])] = end
         self.indexed = max(self.indexed, len(self.tokens) - 1)
+
+    def sync(self, sequence: torch.Tensor) -> None:
+        """Extend the index by the tokens of ``sequence`` (1, L) it has not seen: one small host read."""
+        self.extend(sequence[0, len(self.tokens) :].tolist())
 
     def continuation(self, max_tokens: int, tail: list[int] | None = None) -> Match | None:
         """The tokens after the latest earlier occurrence of the longest matching suffix of the sequence (plus

@@ -76,16 +76,21 @@ class GumbelNoise:
     def __init__(self, block: int = 4096) -> None:
         self.block = block
         self.values: list[float] = []
+        self.used = 0  # values handed out from the current block
 
     def reset(self) -> None:
-        self.values = []
+        self.values, self.used = [], 0
 
     def take(self, count: int, generator: torch.Generator | None) -> list[float]:
-        while len(self.values) < count:
+        if self.used + count > len(self.values):  # the rest of the block, then as many fresh blocks as needed
+            left = self.values[self.used :]
             device = generator.device if generator is not None else "cpu"
-            uniform = torch.rand(self.block, generator=generator, device=device, dtype=torch.float64)
-            self.values.extend((-torch.log(-torch.log(uniform.clamp(1e-300, 1.0 - 1e-16)))).tolist())
-        taken, self.values = self.values[:count], self.values[count:]
+            while len(left) < count:
+                uniform = torch.rand(self.block, generator=generator, device=device, dtype=torch.float64)
+                left.extend((-torch.log(-torch.log(uniform.clamp(1e-300, 1.0 - 1e-16)))).tolist())
+            self.values, self.used = left, 0
+        taken = self.values[self.used : self.used + count]
+        self.used += count
         return taken
 
 

@@ -1,5 +1,6 @@
-"""Trees on the host that chains are merged into: retrieved continuations grafted onto a drafter's tree (reader),
-the accepted text grafted onto a tree another drafter did not propose (hedgespec)."""
+"""Trees on the host: a tree a model-free drafter builds token by token (stand), and trees that chains are merged
+into: retrieved continuations grafted onto a drafter's tree (reader), the accepted text grafted onto a tree
+another drafter did not propose (hedgespec)."""
 
 from __future__ import annotations
 
@@ -22,6 +23,14 @@ class HostTree:
     def of(cls, tree: TokenTree) -> HostTree:
         tree.resolve()  # a drafter's tree may still have its shape on the device
         return cls(tree.tokens.tolist(), list(tree.parents), list(tree.draft_probs))
+
+    def path_tokens(self, node: int) -> list[int]:
+        """The tokens from below the root down to ``node``."""
+        path = []
+        while node > 0:
+            path.append(self.tokens[node])
+            node = self.parents[node]
+        return path[::-1]
 
     def child_with(self, node: int, token: int) -> int | None:
         return next((kid for kid in range(node + 1, len(self.tokens))

@@ -16,7 +16,7 @@ from typing import Literal
 
 from harness.backend.models import load_model
 from harness.catalog import entry, method_names
-from harness.engine.method_spec import BuildInputs, MethodSpec, build_adapter
+from harness.engine.method_spec import BuildInputs, MethodSpec, build_adapter, method_spec
 from harness.errors import DraftcountError
 from harness.measure.costs import CostModel, Latencies
 from methods.hedgespec.adapter import Expert, HedgeSpecAdapter
@@ -80,8 +80,6 @@ def build(options: HedgeSpecOptions, inputs: BuildInputs) -> HedgeSpecAdapter:
 
 def drafting_seconds(options: dict, latencies: Latencies) -> float:
     """Every expert drafts every step: the sum of their drafting costs (nan where one is not modelled)."""
-    from harness.engine.method_spec import method_spec
-
     experts = options.get("experts") or HedgeSpecOptions.experts
     experts = experts.split(",") if isinstance(experts, str) else experts
     total = 0.0

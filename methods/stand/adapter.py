@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Literal
 
 import torch
@@ -23,6 +23,7 @@ from harness.backend.forward import LMOutput
 from harness.engine.adapter import AdapterBase, StepContext
 from harness.errors import DraftcountError
 from harness.retrieval.ngram_store import GumbelNoise, NgramDistributionStore, gumbel_top_k, top_k_rows
+from harness.trees.graft import HostTree
 from harness.trees.tree import TokenTree, children_of
 from harness.verify.sampling import logits_to_probs
 from harness.verify.verdict import Verdict
@@ -43,23 +44,6 @@ class StandOptions:
                                   f"and {self.store_top_k}")
         if not self.branching or any(width < 1 for width in self.branching):
             raise DraftcountError(f"option 'branching' of method 'stand' needs widths >= 1, got {self.branching}")
-
-
-@dataclass
-class DraftedTree:
-    """One step's tree on the host: tokens, parents, and the shape node each tree node stands for."""
-
-    tokens: list[int] = field(default_factory=list)
-    parents: list[int] = field(default_factory=list)
-    shape_nodes: list[int] = field(default_factory=list)
-
-    def path_tokens(self, node: int) -> list[int]:
-        """The drafted tokens from below the root down to ``node``."""
-        path = []
-        while node > 0:
-            path.append(self.tokens[node])
-            node = self.parents[node]
-        return path[::-1]
 
 
 def reduced_distribution(tokens: Sequence[int], probs: Sequence[float], removed: set[int], vocab: int,
@@ -86,12 +70,13 @@ class StandAdapter(AdapterBase):
         self.store_owner: str | None = None
         self.noise = GumbelNoise()
         self.tokens: list[int] = []
-        self.drafted = DraftedTree()
+        self.drafted = HostTree([], [], [])
+        self.shape_nodes: list[int] = []  # per node of the drafted tree, the shape node it stands for
         self.accepted_per_shape_node = [0] * len(shape)  # how often each shape node was accepted (tree search)
         self.details = {"tree_parents": list(shape), "max_n": options.max_n, "store_top_k": options.store_top_k,
                         "fill": options.fill, "keep_store": options.keep_store}
 
-    def _context(self, tree: DraftedTree, node: int) -> list[int]:
+    def _context(self, tree: HostTree, node: int) -> list[int]:
         """The last max_n tokens of the sequence followed by the drafted path down to ``node``."""
         return (self.tokens[-self.options.max_n :] + tree.path_tokens(node))[-self.options.max_n :]
 
@@ -105,13 +90,12 @@ class StandAdapter(AdapterBase):
 
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
         self.tokens.extend(sequence[0, len(self.tokens) :].tolist())
-        tree = DraftedTree([self.tokens[-1]], [-1], [0])
-        probs: list[torch.Tensor | None] = [None]
+        tree, shape_nodes = HostTree([self.tokens[-1]], [-1], [None]), [0]
         greedy = ctx.sampling.is_greedy
         queue = deque([0])
         while queue:
             node = queue.popleft()
-            kids = self.shape_children[tree.shape_nodes[node]]
+            kids = self.shape_children[shape_nodes[node]]
             found = self.store.lookup(self._context(tree, node)) if kids else None
             if found is None:
                 continue
@@ -121,20 +105,19 @@ class StandAdapter(AdapterBase):
             for rank, pick in enumerate(picks):
                 tree.tokens.append(found.tokens[pick])
                 tree.parents.append(node)
-                tree.shape_nodes.append(kids[rank])
-                probs.append(None if greedy else reduced_distribution(
+                tree.probs.append(None if greedy else reduced_distribution(
                     found.tokens, found.probs, set(picks[:rank]), ctx.target_vocab_size, sequence.device))
+                shape_nodes.append(kids[rank])
                 queue.append(len(tree.tokens) - 1)
-        self.drafted = tree
-        return TokenTree(torch.tensor(tree.tokens, device=sequence.device), tuple(tree.parents), probs)
+        self.drafted, self.shape_nodes = tree, shape_nodes
+        return tree.token_tree(sequence.device)
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
         # a composing method (hedgespec) may hand over this step's tree with nodes grafted after the drafted ones
-        verified = self.drafted if tree.size == len(self.drafted.tokens) else DraftedTree(
-            tree.tokens.tolist(), list(tree.parents), self.drafted.shape_nodes)
+        verified = self.drafted if tree.size == len(self.drafted.tokens) else HostTree.of(tree)
         for node in verdict.path[1:]:
-            if node < len(self.drafted.shape_nodes):
-                self.accepted_per_shape_node[self.drafted.shape_nodes[node]] += 1
+            if node < len(self.shape_nodes):
+                self.accepted_per_shape_node[self.shape_nodes[node]] += 1
         rows = list(verdict.path) if self.options.fill == "path" else list(range(tree.size))
         logits = target_out.logits[0, torch.tensor(rows, device=target_out.logits.device)]
         distribution = logits_to_probs(logits, ctx.sampling) if not ctx.sampling.is_greedy else logits.softmax(-1)
