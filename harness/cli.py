@@ -39,6 +39,9 @@ def _run_parser(subparsers: argparse._SubParsersAction) -> None:
                      help="generations per prompt and turn, each with its own seed (test-time scaling); a method "
                           "that learns across them (stand) keeps its state over one prompt's samples")
     run.add_argument("--pair-with-ar", action="store_true", help="interleave the ar baseline prompt by prompt")
+    run.add_argument("--interleave", default="auto", choices=["auto", "step", "turn"],
+                     help="with --pair-with-ar: step (the two generations of a turn take turns step by step, each "
+                          "timing its own steps; the default off CUDA) or turn (one after the other; CUDA's default)")
     run.add_argument("--warmup", type=int, default=1,
                      help="untimed warm-up generations per method (under CUDA graphs, up to 4 more while one "
                           "still captures a graph)")
@@ -65,7 +68,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if args.samples < 1:
         raise DraftcountError(f"--samples must be >= 1, got {args.samples}")
     get_verifier(args.verifier)  # a one-line error for an unknown verifier, before loading any model
-    if engine.cuda_graphs != "off" and not args.device.startswith("cuda"):
+    if engine.cuda_graphs not in ("off", "auto") and not args.device.startswith("cuda"):
         raise DraftcountError(f"--engine cuda_graphs={engine.cuda_graphs} needs a CUDA device, not --device {args.device}")
     config = RunConfig(
         method=args.method, target=args.target, prompts=args.prompts, out=args.out, variant=args.variant,
@@ -74,7 +77,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         limit=args.limit, max_new_tokens=args.max_new_tokens,
         sampling=SamplingConfig(args.temperature, args.top_k, args.top_p), seed=args.seed, dtype=args.dtype,
         device=args.device, pair_with_ar=args.pair_with_ar, warmup=args.warmup, engine=engine,
-        verifier=args.verifier, samples=args.samples,
+        verifier=args.verifier, samples=args.samples, interleave=args.interleave,
     )
     count = run(config, progress=not args.no_progress)
     print(f"wrote {count} records to {args.out}")

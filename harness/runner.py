@@ -3,6 +3,15 @@
 With pairing, `ar` and the method generate every turn in the same process on
 the same prompt with the same seed, alternating which goes first, so speedups
 are paired per-prompt ratios measured under the same conditions.
+
+How closely they are interleaved (``interleave``): ``step`` (the default on a
+host-only device) runs the two generations of a turn in turns, one decoding
+step of each, each timing only its own steps (``run_interleaved``): a shared,
+noisy machine slows both alike, so their ratio keeps only what the methods do.
+``turn`` (the default on CUDA, whose timing is event-based and quiet) runs one
+whole generation, then the other. On a 2-core VM, two identical `ar`
+generations timed one after the other differed by up to 25%; step by step, see
+docs/engine.md (Timing).
 """
 
 from __future__ import annotations
@@ -19,7 +28,7 @@ from tqdm import tqdm
 from harness.engine.adapter import DraftAdapter
 from harness.verify import DEFAULT_VERIFIER, get_verifier
 from harness.engine.method_spec import BuildInputs, build_adapter
-from harness.engine.loop import Generation, generate
+from harness.engine.loop import Generation, generation_steps, run_interleaved
 from harness.errors import DraftcountError
 from harness.backend.models import LoadedModel, load_model
 from harness.options import options_as_dict
@@ -53,6 +62,11 @@ class RunConfig:
     engine: EngineOptions = EngineOptions()
     verifier: str = DEFAULT_VERIFIER
     samples: int = 1  # generations per prompt and turn (test-time scaling); each has its own seed
+    interleave: str = "auto"  # step | turn | auto (step on a host-only device, turn on CUDA): see the docstring
+
+    def __post_init__(self) -> None:
+        if self.interleave not in ("auto", "step", "turn"):
+            raise DraftcountError(f"interleave must be auto, step or turn, not {self.interleave!r}")
 
 
 @dataclass
@@ -84,7 +98,7 @@ def _build_contenders(config: RunConfig, target: LoadedModel, draft: LoadedModel
     inputs = BuildInputs(target=target, draft=draft, drafter_dir=Path(config.drafter) if config.drafter else None)
     adapter, options = build_adapter(config.method, config.method_options, inputs)
     contenders = [_Contender("method", config.method, adapter, options)]
-    if config.pair_with_ar and config.method != "ar":
+    if config.pair_with_ar:  # method ar too: the A/A control, two identical contenders interleaved
         baseline, baseline_options = build_adapter("ar", {}, inputs)
         contenders.append(_Contender("baseline", "ar", baseline, baseline_options))
     return contenders
@@ -92,8 +106,8 @@ def _build_contenders(config: RunConfig, target: LoadedModel, draft: LoadedModel
 
 def _record(config: RunConfig, target: LoadedModel, draft: LoadedModel | None, contender: _Contender,
             prompt: Prompt, turn: int, sample: int, prompt_ids: list[int], seed: int, result: Generation,
-            graphs_captured: int, timing_reruns: int) -> dict[str, Any]:
-    """One generation's record; ``graphs_captured``: CUDA graphs captured during it (inside its timing);
+            graphs_captured: int, timing_reruns: int, engine: EngineOptions, interleave: str) -> dict[str, Any]:
+    """One generation's record (``engine``: the settings it ran under, ``auto`` resolved); ``graphs_captured``: CUDA graphs captured during it (inside its timing);
     ``timing_reruns``: earlier runs of it discarded because they captured one (``without_captures``)."""
     counters = result.counters.as_dict()
     return {
@@ -120,7 +134,7 @@ def _record(config: RunConfig, target: LoadedModel, draft: LoadedModel | None, c
         "sample": sample,
         "prompt_tokens": len(prompt_ids),
         "sampling": dataclasses.asdict(config.sampling),
-        "engine": dataclasses.asdict(config.engine),
+        "engine": dataclasses.asdict(engine),
         "verifier": config.verifier if contender.role == "method" else DEFAULT_VERIFIER,
         "seed": config.seed,
         "generation_seed": seed,
@@ -130,6 +144,7 @@ def _record(config: RunConfig, target: LoadedModel, draft: LoadedModel | None, c
         "timer": timer_name(target.device),
         "graphs_captured": graphs_captured,
         "timing_reruns": timing_reruns,
+        "interleave": interleave,
         "counters": counters,
         "output_ids": result.output_ids,
         "output_text": target.tokenizer.decode(result.output_ids, skip_special_tokens=True) if target.tokenizer else "",
@@ -150,13 +165,24 @@ def run(config: RunConfig, progress: bool = True) -> int:
     verifiers = {"method": get_verifier(config.verifier), "baseline": get_verifier(DEFAULT_VERIFIER)}  # ar: as always
     runtime = EngineRuntime(target, config.engine)  # one per run: its static cache and graphs serve every turn
     runtime.reserve(longest_sequence(target.tokenizer, prompts, config.max_new_tokens))  # sized before warm-up
+    interleave = config.interleave if config.interleave != "auto" else (
+        "turn" if target.device.type == "cuda" else "step")
+    runtimes = {contender.role: runtime for contender in contenders}
+    if interleave == "step":  # generations that run side by side need caches of their own
+        for contender in contenders[1:]:
+            runtimes[contender.role] = EngineRuntime(target, config.engine)
+            runtimes[contender.role].reserve(runtime.reserved)
+
+    def turn_steps(contender: _Contender, ids: list[int], seed: int, name: str, max_new: int, key: str,
+                   paused: bool):
+        return generation_steps(
+            target, contender.adapter, torch.tensor([ids]), max_new, config.sampling, eos,
+            make_generator(seed, target.device), verify=verifiers[contender.role], prompt_name=name,
+            runtime=runtimes[contender.role], prompt_key=key, paused_between_steps=paused,
+        )
 
     def run_turn(contender: _Contender, ids: list[int], seed: int, name: str, max_new: int, key: str) -> Generation:
-        return generate(
-            target, contender.adapter, torch.tensor([ids]), max_new, config.sampling, eos,
-            make_generator(seed, target.device), verify=verifiers[contender.role], prompt_name=name, runtime=runtime,
-            prompt_key=key,
-        )
+        return run_interleaved([turn_steps(contender, ids, seed, name, max_new, key, False)])[0]
 
     def warm_turn(contender: _Contender, index: int) -> Generation:
         prompt = prompts[index % len(prompts)]
@@ -164,7 +190,18 @@ def run(config: RunConfig, progress: bool = True) -> int:
                         f"{prompt.id} (warm-up)", min(16, config.max_new_tokens), "(warm-up)")
 
     for contender in contenders:  # until a warm-up captures no new CUDA graph (at most SETTLING_WARMUPS more)
-        warm_up(lambda index: warm_turn(contender, index), lambda: runtime.captures, config.warmup)
+        warm_up(lambda index: warm_turn(contender, index), lambda: runtimes[contender.role].captures, config.warmup)
+
+    def timed_turn(order: list[_Contender], inputs: list[list[int]], seed: int, name: str,
+                   key: str) -> list[tuple[Generation, int, int]]:
+        """Every contender's generation of one turn, with the graphs it captured and its discarded reruns."""
+        if interleave == "step":
+            steps = [turn_steps(contender, ids, seed, name, config.max_new_tokens, key, True)
+                     for contender, ids in zip(order, inputs)]
+            return [(result, 0, 0) for result in run_interleaved(steps)]
+        return [without_captures(lambda: run_turn(contender, ids, seed, name, config.max_new_tokens, key),
+                                 lambda: runtimes[contender.role].captures)
+                for contender, ids in zip(order, inputs)]
 
     written = 0
     total_turns = sum(len(prompt.turns) for prompt in prompts) * config.samples
@@ -177,15 +214,15 @@ def run(config: RunConfig, progress: bool = True) -> int:
                 order = contenders if (index + sample) % 2 == 0 else contenders[::-1]
                 for turn, question in enumerate(prompt.turns):
                     seed = generation_seed(config.seed, index, turn, sample)
-                    for contender in order:
-                        history = contender.history.setdefault((prompt.id, sample), [])
-                        ids = encode_turn(target.tokenizer, history, question)
-                        name = f"{prompt.id} turn {turn}" + (f" sample {sample}" if config.samples > 1 else "")
-                        result, captured, reruns = without_captures(
-                            lambda: run_turn(contender, ids, seed, name, config.max_new_tokens, f"{prompt.id}#{turn}"),
-                            lambda: runtime.captures)
+                    name = f"{prompt.id} turn {turn}" + (f" sample {sample}" if config.samples > 1 else "")
+                    histories = [contender.history.setdefault((prompt.id, sample), []) for contender in order]
+                    inputs = [encode_turn(target.tokenizer, history, question) for history in histories]
+                    outcomes = timed_turn(order, inputs, seed, name, f"{prompt.id}#{turn}")
+                    for contender, history, ids, (result, captured, reruns) in zip(order, histories, inputs,
+                                                                                   outcomes):
                         write_record(handle, _record(config, target, draft, contender, prompt, turn, sample, ids, seed,
-                                                     result, captured, reruns))
+                                                     result, captured, reruns, runtimes[contender.role].options,
+                                                     interleave))
                         history.append((question, target.tokenizer.decode(result.output_ids, skip_special_tokens=True)))
                         written += 1
                         bar.update(1)

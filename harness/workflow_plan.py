@@ -126,6 +126,10 @@ def variant_options(config: dict, variant: str, temperature: str, work_dir: Path
         name = (f"stand-t{temperature}-n{nodes}" if variant_method(config, variant) == "stand"
                 else f"sequoia-t{temperature}-b{budget}")
         options["tree_file"] = str(Path(work_dir) / "tree" / f"{name}.json")
+    if options.get("budget") == "auto":  # eagle, lyanna: the depth and budget measured best on this machine
+        options.pop("budget")
+        options.pop("depth", None)
+        options["shape_file"] = str(shape_file(config, variant, temperature, work_dir))
     if options.get("datastore") == "auto":
         options["datastore"] = str(Path(work_dir) / DATASTORE_FILE)
     if options.get("head") == "auto":
@@ -134,6 +138,41 @@ def variant_options(config: dict, variant: str, temperature: str, work_dir: Path
         options["experts"] = [resolve_expert(config, str(spec), settings.get("drafter", "eagle"), work_dir)
                               for spec in options["experts"]]
     return options
+
+
+def shape_file(config: dict, variant: str, temperature: str, work_dir: Path) -> Path:
+    """Where rule tree_shape writes a `budget: auto` variant's measured tree shape: one per method, drafter and
+    temperature (a traversal variant shares its token-level twin's trees)."""
+    method, drafter = variant_method(config, variant), variant_drafter(config, variant)
+    return Path(work_dir) / "tree" / f"shape-{method}-{drafter}-t{temperature}.json"
+
+
+def shape_variant(config: dict, method: str, drafter: str) -> str:
+    """The first `budget: auto` variant of ``method`` with ``drafter``: the options its shape is measured with."""
+    for variant in variant_names(config):
+        if (variant_method(config, variant) == method and variant_drafter(config, variant) == drafter
+                and variant_settings(config, variant).get("budget") == "auto"):
+            return variant
+    raise ValueError(f"no variant of {method} with drafter {drafter} has budget: auto")
+
+
+def tree_shape_arguments(config: dict, method: str, drafter: str, temperature: str, work_dir: Path, target: str,
+                         drafter_dir: str, prompts: str, latency: str) -> list[str]:
+    """Arguments of `python -m harness measure tree-shape` for rule tree_shape (threads, --out left out)."""
+    settings = config.get("tree_shape", {})
+    variant = shape_variant(config, method, drafter)
+    options = {key: value for key, value in variant_settings(config, variant).items()
+               if key not in WORKFLOW_ONLY_KEYS and key not in ("budget", "depth")}
+    bench = config["bench"]
+    arguments = ["--method", method, "--target", target, "--drafter", drafter_dir, "--prompts", prompts,
+                 "--latency", latency, "--temperature", str(temperature),
+                 "--max-depth", str(settings.get("max_depth", 8)), "--max-budget", str(settings.get("max_budget", 48)),
+                 "--limit", str(settings.get("prompts", 8)),
+                 "--max-new-tokens", str(settings.get("max_new_tokens", bench.get("max_new_tokens", 64))),
+                 "--device", str(bench.get("device", "cpu")), "--dtype", bench.get("dtype", "float32")]
+    for key, value in options.items():
+        arguments += ["--option", f"{key}={value}"]
+    return arguments
 
 
 def drafter_path(config: dict, drafter: str, work_dir: Path) -> str:
@@ -162,6 +201,8 @@ def built_inputs(config: dict, variant: str, temperature: str, work_dir: Path) -
                 if pair.startswith("drafter=")]
     if drafters:
         built["expert_drafters"] = drafters
+    if "shape_file" in options and "budget" in auto:
+        built["shape_file"] = str(options["shape_file"])
     if options.get("tree_file"):  # a user's tree file is an input too: a missing one fails at plan time
         built["tree_file"] = str(options["tree_file"])
     return built
@@ -234,7 +275,7 @@ def run_arguments(config: dict, variant: str, dataset: str, temperature: str, wo
     samples = variant_settings(config, variant).get("samples")
     if samples:
         arguments += ["--samples", str(samples)]
-    if method != "ar":
+    if variant != "ar":  # every other variant, the `ar` control (method ar) included, is paired with ar
         arguments.append("--pair-with-ar")
     return arguments
 

@@ -40,6 +40,30 @@ def test_run_sd_paired_with_ar(model_dirs, tmp_path, shared_data):
         assert pair["sd"]["verifier"] == "traversal" and pair["ar"]["verifier"] == "token_level"  # ar: as always
 
 
+def test_the_ar_control_pairs_ar_with_ar_and_summarizes_near_one(model_dirs, tmp_path, shared_data):
+    """The A/A control: `ar` run as a variant paired with `ar`, interleaved; same tokens, both timed by phase."""
+    out = tmp_path / "raw" / "ar_control.jsonl"
+    result = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "--method", "ar", "--variant", "ar_control", "--target",
+         str(model_dirs["target"]), "--prompts", str(shared_data / "mt_bench"), "--limit", "2",
+         "--max-new-tokens", "8", "--pair-with-ar", "--out", str(out), "--no-progress"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    records = read_records(out)
+    assert sorted(record["role"] for record in records) == ["baseline"] * 4 + ["method"] * 4
+    assert {record["variant"] for record in records} == {"ar_control", "ar"}
+    assert all(record["engine"]["kv_cache"] == "dynamic" for record in records)  # auto, resolved for the CPU
+    for record in records:
+        phases = record["counters"]["phase_seconds"]
+        assert sum(phases.values()) == pytest.approx(record["counters"]["wall_seconds"]) and phases["drafter"] == 0
+    from harness.analysis.summary import records_frame, summarize
+
+    row = summarize(records_frame([out])).set_index("variant").loc["ar_control"]
+    assert row.turns == 4 and row.tau == 1.0 and 0.3 < row.speedup_paired_mean < 3  # timed, paired
+    assert row.speedup_ci_low <= row.speedup_paired_mean <= row.speedup_ci_high
+
+
 def test_methods_listing():
     result = subprocess.run([sys.executable, "-m", "harness", "methods"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "ar" in result.stdout and "gamma=4" in result.stdout

@@ -29,7 +29,16 @@ def test_auto_files_become_the_workflow_outputs_and_inputs(config):
     work = Path("w")
     stand = plan.variant_options(config, "stand", "1", work)
     assert stand == {"tree_file": "w/tree/stand-t1-n24.json"} and "tree_nodes" not in stand
-    assert plan.variant_options(config, "tree_sd_sequoia", "0", work)["tree_file"] == "w/tree/sequoia-t0-bauto.json"
+    assert plan.variant_options(config, "tree_sd", "0", work)["tree_file"] == "w/tree/sequoia-t0-bauto.json"
+    # budget: auto: the measured shape file replaces depth and budget, shared by the traversal twin
+    eagle = plan.variant_options(config, "eagle", "1", work)
+    assert eagle == {"top_k": 4, "shape_file": "w/tree/shape-eagle-eagle-t1.json"}
+    assert plan.variant_options(config, "eagle_tv", "1", work)["shape_file"] == eagle["shape_file"]
+    assert plan.built_inputs(config, "lyanna", "0", work) == {"shape_file": "w/tree/shape-lyanna-lyanna-t0.json"}
+    assert "shape_file" not in plan.variant_options(config, "eagle_b12", "0", work)
+    shape = plan.tree_shape_arguments(config, "lyanna", "lyanna", "0", work, "t", "d", "p.jsonl", "lat.json")
+    assert shape[shape.index("--option") + 1] == "top_k=4" and "reuse=logits" in shape and "budget=auto" not in shape
+    assert shape[shape.index("--max-budget") + 1] == "48" and shape[shape.index("--latency") + 1] == "lat.json"
     reader = plan.built_inputs(config, "reader", "0", work)
     assert reader == {"head": "w/drafters/eagle", "datastore": f"w/{plan.DATASTORE_FILE}"}
     hedge = plan.variant_options(config, "hedgespec_domains", "0", work)

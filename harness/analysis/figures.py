@@ -32,7 +32,10 @@ STYLE = {
     "axes.grid": True, "grid.alpha": 0.3, "grid.linewidth": 0.5, "savefig.dpi": 150, "figure.dpi": 100,
 }
 FIGURES: dict[str, str] = {
-    "speedup": "Speedup over `ar` per dataset (mean of paired per-prompt ratios; bars: bootstrap 95% interval).",
+    "speedup": "Speedup over `ar` per dataset (geometric mean of paired per-turn ratios; bars: prompt-bootstrap "
+               "95% interval); a black tick marks the bound, the speedup with zero host overhead.",
+    "phases": "Time per emitted token by phase (mean over datasets): the target's prefill and verify forwards, the "
+              "drafter's forwards, verification and sampling, and the host's share (everything else).",
     "tau": "Acceptance length tau (new tokens per target forward, bonus token included); the dot marks accepted "
            "draft tokens per verification step (no bonus token).",
     "waste": "Compute per emitted token (FLOPs, mean over datasets): drafter and verifier work that led to an "
@@ -113,10 +116,39 @@ def plot_speedup(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str]) ->
     figure, axes, temperatures = _by_temperature(summary)
     for axis, temperature in zip(axes[0], temperatures):
         table = summary[summary.temperature == temperature]
-        _grouped_bars(axis, table, "speedup_paired_mean", variants, colors, "speedup_ci_low", "speedup_ci_high")
+        bars = _grouped_bars(axis, table, "speedup_paired_mean", variants, colors, "speedup_ci_low",
+                             "speedup_ci_high")
+        if "speedup_bound" in table:
+            for positions, rows in bars.values():
+                axis.plot(positions, rows.speedup_bound, "_", color="black", markersize=6, markeredgewidth=1.2)
         axis.axhline(1.0, color="black", linewidth=0.7, linestyle=":")
         axis.set_title(_temperature_label(temperature))
     axes[0][0].set_ylabel("speedup over ar")
+    axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    return figure
+
+
+PHASE_STYLE = (("phase_prefill_per_token", "prefill", "#c7c7c7"), ("phase_target_per_token", "target", "#1f77b4"),
+               ("phase_drafter_per_token", "drafter", "#ff7f0e"), ("phase_verify_per_token", "verify", "#2ca02c"),
+               ("phase_host_per_token", "host", "#d62728"))
+
+
+def plot_phases(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str]) -> plt.Figure:
+    variants = [v for v in variant_order(summary) if v in main]
+    figure, axes, temperatures = _by_temperature(summary, height=2.6)
+    for axis, temperature in zip(axes[0], temperatures):
+        table = summary[(summary.temperature == temperature) & summary.variant.isin(variants)]
+        means = table.groupby("variant")[[column for column, _, _ in PHASE_STYLE]].mean().reindex(
+            [v for v in variants if v in set(table.variant)])
+        bottom = np.zeros(len(means))
+        for column, label, color in PHASE_STYLE:
+            values = np.nan_to_num(means[column].to_numpy() * 1e3)
+            axis.bar(np.arange(len(means)), values, 0.7, bottom=bottom, color=color, label=label,
+                     hatch="//" if label == "host" else None, edgecolor="white", linewidth=0.3)
+            bottom += values
+        axis.set_xticks(np.arange(len(means)), means.index, rotation=60, ha="right")
+        axis.set_title(_temperature_label(temperature))
+    axes[0][0].set_ylabel("ms per emitted token")
     axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     return figure
 
@@ -269,7 +301,7 @@ def plot_efficiency(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str])
 
 
 PLOTTERS: dict[str, Callable[[pd.DataFrame, pd.DataFrame, list[str]], plt.Figure]] = {
-    "speedup": plot_speedup, "tau": plot_tau, "waste": plot_waste, "budget": plot_budget, "depth": plot_depth,
+    "speedup": plot_speedup, "phases": plot_phases, "tau": plot_tau, "waste": plot_waste, "budget": plot_budget, "depth": plot_depth,
     "ablation": plot_ablation, "efficiency": plot_efficiency,
 }
 

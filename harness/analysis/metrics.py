@@ -78,19 +78,47 @@ METRICS: tuple[Metric, ...] = (
            "target FLOPs x (verified / all target tokens) x rejected / verified / sum(new_tokens)",
            "verification FLOPs spent on rejected nodes, per emitted token"),
     Metric("options", "the variant's method options and drafter, as JSON", "how the variant was configured"),
-    Metric("speedup_paired_mean", "mean over turns of tokens_per_s(method) / tokens_per_s(ar), same prompt",
-           "for every prompt, the method's tokens/s over `ar`'s on the same prompt in the same process (the two "
-           "run interleaved, prompt by prompt, with the same sampling settings, seeds, dtype and device); the "
-           "mean of these paired ratios", "speedup"),
+    Metric("speedup_paired_mean", "exp(mean over turns of log(tokens_per_s(method) / tokens_per_s(ar))), same "
+           "prompt", "for every turn, the method's tokens/s over `ar`'s on the same prompt in the same process (the "
+           "two run interleaved, prompt by prompt, with the same sampling settings, seeds, dtype and device); the "
+           "geometric mean of these paired ratios (an arithmetic mean of noisy ratios is biased above 1: see "
+           "`harness/analysis/timing.py`). The variant `ar_control` pairs `ar` with itself: it must read 1.00",
+           "speedup"),
     Metric("speedup_ci", "[speedup_ci_low, speedup_ci_high]",
-           "percentile bootstrap 95% interval of the paired speedup (2,000 resamples, fixed seed)",
-           "95% interval", "{}", in_summary=False),
+           "percentile bootstrap 95% interval of the paired speedup (2,000 resamples of the prompts, a prompt's "
+           "turns together; fixed seed)", "95% interval", "{}", in_summary=False),
     Metric("speedup_total", "(sum(new_tokens) / sum(wall_seconds)) / (the same for the paired ar turns)",
            "the ratio of total tokens/s of the method and of its paired `ar` turns", "speedup (totals)"),
-    Metric("speedup_ci_low", "2.5th percentile of 2,000 bootstrap means of the paired ratios",
+    Metric("speedup_ci_low", "2.5th percentile of 2,000 prompt-bootstrap geometric means of the paired ratios",
            "lower end of the paired speedup's 95% interval"),
-    Metric("speedup_ci_high", "97.5th percentile of 2,000 bootstrap means of the paired ratios",
+    Metric("speedup_ci_high", "97.5th percentile of 2,000 prompt-bootstrap geometric means of the paired ratios",
            "upper end of the paired speedup's 95% interval"),
+    Metric("speedup_bound", "(ar's wall - host seconds per token) / (the variant's wall - host seconds per token), "
+           "paired turns", "the speedup with zero host overhead on both sides: only model forwards (prefill, "
+           "target, drafter) and verification counted. The gap to the measured speedup is what the host costs",
+           "bound"),
+    Metric("phase_prefill_per_token", "sum(prefill seconds) / sum(new_tokens)",
+           "seconds per emitted token in the target's forward over the prompt", "prefill ms/token", "{:.2f}", 1e-3),
+    Metric("phase_target_per_token", "sum(target verify-forward seconds) / sum(new_tokens)",
+           "seconds per emitted token in the target's forwards after the prefill (verification forwards)",
+           "target ms/token", "{:.2f}", 1e-3),
+    Metric("phase_drafter_per_token", "sum(drafter-forward seconds) / sum(new_tokens)",
+           "seconds per emitted token in the drafter's forwards and logits (draft model, head, backbone)",
+           "drafter ms/token", "{:.2f}", 1e-3),
+    Metric("phase_verify_per_token", "sum(verification and sampling seconds) / sum(new_tokens)",
+           "seconds per emitted token in the verifier's walk over the tree and sampling", "verify ms/token",
+           "{:.2f}", 1e-3),
+    Metric("phase_host_per_token", "sum(wall - the four phases above) / sum(new_tokens)",
+           "seconds per emitted token outside them: tree building, bookkeeping, cache edits, copies, the "
+           "method's own logic (a model-free lookup, say)", "host ms/token", "{:.2f}", 1e-3),
+    Metric("model_share", "sum(prefill + target + drafter seconds) / sum(wall_seconds)",
+           "the share of the wall time spent in model forwards", "model share"),
+    Metric("host_share", "sum(host seconds) / sum(wall_seconds)",
+           "the share of the wall time spent outside model forwards and verification", "host share"),
+    Metric("target_seconds_per_forward", "sum(target verify-forward seconds) / sum(target forwards - 1 per turn)",
+           "seconds per target forward after the prefill (one verification forward over the tree)"),
+    Metric("drafter_seconds_per_forward", "sum(drafter seconds) / sum(drafter forwards)",
+           "seconds per drafter forward (a draft-model step, a head's depth step, a backbone step)"),
     Metric("efficiency", "speedup_paired_mean / tau",
            "how much of the bound speedup = tau (free, perfect drafting) was realised", "efficiency"),
 )
@@ -101,8 +129,12 @@ def summary_columns() -> list[str]:
     return [metric.name for metric in METRICS if metric.in_summary]
 
 
-REPORT_COLUMNS = ("tokens_per_s", "speedup_paired_mean", "speedup_ci", "speedup_total", "tau", "accepted_per_step",
-                  "token_waste", "drafter_flop_waste", "verify_waste", "drafter_flops_per_accepted", "efficiency")
+REPORT_COLUMNS = ("tokens_per_s", "speedup_paired_mean", "speedup_ci", "speedup_bound", "speedup_total", "tau", "accepted_per_step",
+                  "token_waste", "drafter_flop_waste", "verify_waste", "drafter_flops_per_accepted", "efficiency",
+                  "host_share")
+PHASE_REPORT_COLUMNS = ("phase_prefill_per_token", "phase_target_per_token", "phase_drafter_per_token",
+                        "phase_verify_per_token", "phase_host_per_token", "model_share", "host_share",
+                        "speedup_bound", "speedup_paired_mean")
 
 
 def report_metrics() -> list[Metric]:

@@ -19,19 +19,9 @@ from harness.errors import DraftcountError
 from harness.analysis.figures import FIGURES
 from harness.analysis.metrics import report_definitions, report_metrics
 from harness.store.records import read_records
+from harness.analysis.report_timing import control_section, cost_section, phase_section
+from harness.analysis.tables import cell, markdown_table
 
-
-
-def _cell(value: Any, template: str) -> str:
-    if isinstance(value, float) and pd.isna(value):
-        return "-"
-    return template.format(value)
-
-
-def markdown_table(header: list[str], rows: list[list[str]]) -> str:
-    """A markdown table: a header row, its separator, one line per row of cells."""
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in rows])
 
 
 def results_table(summary: pd.DataFrame) -> str:
@@ -45,7 +35,7 @@ def results_table(summary: pd.DataFrame) -> str:
     rows = []
     for _, row in table.iterrows():
         cells = [row.variant, row.dataset, f"{row.temperature:g}"]
-        cells += [_cell(row[metric.name] / metric.scale if metric.scale != 1 else row[metric.name], metric.fmt)
+        cells += [cell(row[metric.name] / metric.scale if metric.scale != 1 else row[metric.name], metric.fmt)
                   for metric in columns]
         rows.append(cells)
     return markdown_table(header, rows)
@@ -134,8 +124,8 @@ def verifier_comparison(summary: pd.DataFrame) -> str:
     if pairs.empty:
         return ""
     rows = [[row.variant, row.variant_tv, row.dataset, f"{row.temperature:g}", f"{row.tau:.3f}", f"{row.tau_tv:.3f}",
-             f"{100 * (row.tau_tv / row.tau - 1):+.1f}%", _cell(row.speedup_paired_mean, "{:.2f}"),
-             _cell(row.speedup_paired_mean_tv, "{:.2f}")]
+             f"{100 * (row.tau_tv / row.tau - 1):+.1f}%", cell(row.speedup_paired_mean, "{:.2f}"),
+             cell(row.speedup_paired_mean_tv, "{:.2f}")]
             for _, row in pairs.sort_values(["temperature", "method", "dataset"]).iterrows()]
     return markdown_table(["variant", "traversal variant", "dataset", "T", "tau", "tau (traversal)", "change",
                            "speedup", "speedup (traversal)"], rows)
@@ -149,7 +139,7 @@ def samples_section(samples_csv: Path | None) -> str:
     if samples.empty:
         return ""
     rows = [[row.variant, row.dataset, f"{row.temperature:g}", str(int(row["sample"]) + 1), str(int(row.turns)),
-             f"{row.tau:.3f}", _cell(row.speedup_paired_mean, "{:.2f}")]
+             f"{row.tau:.3f}", cell(row.speedup_paired_mean, "{:.2f}")]
             for _, row in samples.sort_values(["variant", "dataset", "temperature", "sample"]).iterrows()]
     return markdown_table(["variant", "dataset", "T", "sample", "turns", "tau", "speedup"], rows)
 
@@ -172,8 +162,8 @@ def hedge_section(hedge_csv: Path | None, summary: pd.DataFrame) -> str:
         own = taus.get((row.variant, row.dataset, row.temperature), float("nan"))
         alone = taus.get((row.expert, row.dataset, row.temperature), float("nan"))
         cells = [row.variant, row.dataset, f"{row.temperature:g}", row.expert, f"{row.picked_share:.2f}",
-                 *(_cell(row[column], "{:.2f}") for column in windows), f"{row.loss_per_step:.3f}",
-                 f"{row.regret_per_step:+.3f}", _cell(own, "{:.3f}"), _cell(alone, "{:.3f}")]
+                 *(cell(row[column], "{:.2f}") for column in windows), f"{row.loss_per_step:.3f}",
+                 f"{row.regret_per_step:+.3f}", cell(own, "{:.3f}"), cell(alone, "{:.3f}")]
         rows.append(cells)
     return markdown_table(header, rows)
 
@@ -214,6 +204,27 @@ def write_report(summary_csv: Path, records_paths: list[Path], figures_dir: Path
         parts += ["### Ablations and budget sweeps", "",
                   "Each variant against its method's default configuration on the same prompts.", "",
                   results_table(ablation_rows), ""]
+    control = control_section(summary)
+    if control:
+        parts += ["### Control: `ar` against `ar`", "",
+                  "`ar_control` runs `ar` paired with `ar` exactly as every other variant is paired (same engine, "
+                  "same prompts, interleaved): any speedup it shows is measurement error, and it must read 1.00 "
+                  "within +-3%.", "", control, ""]
+    phases = phase_section(summary, main)
+    if phases:
+        parts += ["### Where the time goes", "",
+                  "Milliseconds per emitted token by phase (`harness/backend/phases.py`): the target's prefill and "
+                  "verify forwards, the drafter's forwards, verification and sampling, and the host (everything "
+                  "else: tree building, bookkeeping, cache edits, a model-free method's lookup). `model share` is "
+                  "the share of the wall time in model forwards, `host share` the share outside forwards and "
+                  "verification; `bound` is the speedup with zero host time on both sides, next to the measured "
+                  "one.", "", phases, ""]
+    costs = cost_section(summary)
+    if costs:
+        parts += ["### Cost structure", "",
+                  "The target's 1-token forward (from `ar`), each variant's verify forward over its tree and its "
+                  "drafter step, measured in the same runs. Speculation pays when a verify forward costs little "
+                  "more than a 1-token forward and a drafter step a small fraction of it.", "", costs, ""]
     traversal = verifier_comparison(summary)
     if traversal:
         parts += ["### Traversal verification", "",

@@ -1,7 +1,7 @@
 """Aggregation of raw records into per (method, dataset, temperature) figures.
 
 Speedups are paired: for every turn the method's tokens/s over `ar`'s on the
-same prompt in the same run.
+same prompt in the same run (their geometric mean; ``harness.analysis.timing``).
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ import pandas as pd
 from harness.store.atomic import atomic_path
 from harness.analysis.metrics import USEFUL_DRAFTER_FLOPS, summary_columns
 from harness.store.records import read_records
+from harness.analysis.timing import geometric_mean, paired_ratios, paired_speedup, phase_columns, phase_summary
 
 
 def records_frame(paths: list[Path]) -> pd.DataFrame:
@@ -28,10 +29,13 @@ def records_frame(paths: list[Path]) -> pd.DataFrame:
                 "compared_method": record["compared_method"], "dataset": record["dataset"],
                 "temperature": record["sampling"]["temperature"], "pair_id": record["pair_id"],
                 "verifier": record.get("verifier", "token_level"), "sample": record.get("sample", 0),
+                "prompt_id": record.get("prompt_id", record["pair_id"].split("#")[0]),
                 "new_tokens": counters["new_tokens"], "wall_seconds": counters["wall_seconds"],
+                **phase_columns(counters),
                 "target_forwards": counters["target"]["forwards"], "accepted_tokens": counters["accepted_tokens"],
                 "drafted_tokens": counters["drafted_tokens"], "verify_steps": len(counters["step_accepted"]),
-                "drafter_flops": counters["drafter"]["flops"], "target_flops": counters["target"]["flops"],
+                "drafter_flops": counters["drafter"]["flops"],
+                "drafter_forwards": counters["drafter"]["forwards"], "target_flops": counters["target"]["flops"],
                 "verify_tokens": counters["target"]["tokens"] - record["prompt_tokens"],
                 "drafter_useful_flops": counters.get("extra", {}).get(USEFUL_DRAFTER_FLOPS, 0.0),
                 "target_tokens": counters["target"]["tokens"],
@@ -48,8 +52,8 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
     """Per variant x dataset x temperature: tokens/s, tau (with and without the bonus token), token
     waste, drafter-FLOP waste, drafter FLOPs (all and wasted) per accepted token, verify waste (verified
     tokens that were neither accepted drafts nor roots), FLOPs per emitted token, the paired speedup over
-    `ar` (mean of per-prompt ratios with a bootstrap 95% interval, and ratio of totals) and efficiency
-    (paired speedup / tau)."""
+    `ar` (geometric mean of per-turn ratios with a prompt-bootstrap 95% interval, and ratio of totals),
+    efficiency (paired speedup / tau), time per token by phase and the overhead-free bound."""
     methods = frame[frame.role == "method"]
     baseline = frame[frame.role == "baseline"].set_index(["run", "pair_id"])
     rows = []
@@ -76,14 +80,11 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
         row.update(compute_breakdown(group))
         row["options"] = group.options.iloc[0]
         paired = paired_with_ar(group, baseline)
-        if method == "ar":
+        row.update(phase_summary(group, paired))
+        if len(paired):
+            row.update(paired_speedup(paired))
+        elif method == "ar":  # the `ar` variant itself (the A/A control is paired like any other)
             row["speedup_paired_mean"] = row["speedup_total"] = row["speedup_ci_low"] = row["speedup_ci_high"] = 1.0
-        elif len(paired):
-            ratio = paired_ratios(paired)
-            row["speedup_paired_mean"] = float(ratio.mean())
-            row["speedup_ci_low"], row["speedup_ci_high"] = bootstrap_interval(ratio.to_numpy())
-            row["speedup_total"] = float((paired.new_tokens.sum() / paired.wall_seconds.sum())
-                                         / (paired.new_tokens_ar.sum() / paired.wall_seconds_ar.sum()))
         if "speedup_paired_mean" in row:
             row["efficiency"] = row["speedup_paired_mean"] / row["tau"]
         rows.append(row)
@@ -92,13 +93,8 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
 
 def paired_with_ar(group: pd.DataFrame, baseline: pd.DataFrame) -> pd.DataFrame:
     """The method's turns joined with their paired `ar` turns (``baseline`` indexed by run and pair id)."""
-    paired = group.join(baseline[["new_tokens", "wall_seconds"]], on=["run", "pair_id"], rsuffix="_ar")
+    paired = group.join(baseline[["new_tokens", "wall_seconds", "phase_host"]], on=["run", "pair_id"], rsuffix="_ar")
     return paired.dropna(subset=["wall_seconds_ar"])
-
-
-def paired_ratios(paired: pd.DataFrame) -> pd.Series:
-    """Per turn: the method's tokens/s over its paired `ar` turn's."""
-    return (paired.new_tokens / paired.wall_seconds) / (paired.new_tokens_ar / paired.wall_seconds_ar)
 
 
 SAMPLE_COLUMNS = ["variant", "method", "dataset", "temperature", "sample", "turns", "tau", "speedup_paired_mean"]
@@ -120,7 +116,8 @@ def sample_table(frame: pd.DataFrame) -> pd.DataFrame:
             rows.append({"variant": variant, "method": method, "dataset": dataset, "temperature": temperature,
                          "sample": int(sample), "turns": len(turns),
                          "tau": turns.new_tokens.sum() / turns.target_forwards.sum(),
-                         "speedup_paired_mean": float(paired_ratios(paired).mean()) if len(paired) else np.nan})
+                         "speedup_paired_mean": geometric_mean(paired_ratios(paired).to_numpy())
+                         if len(paired) else np.nan})
     return pd.DataFrame(rows, columns=SAMPLE_COLUMNS)
 
 

@@ -81,7 +81,9 @@ def timer_name(device: torch.device) -> str:
 
 
 class Stopwatch:
-    """Seconds since start: CUDA events on a CUDA device, perf_counter (after synchronising) otherwise."""
+    """Seconds since start: CUDA events on a CUDA device, perf_counter (after synchronising) otherwise. On a
+    host-only device it can be paused (``pause``/``resume``): the time between does not count (step-interleaved
+    runs, where two generations take turns step by step)."""
 
     def __init__(self, device: torch.device) -> None:
         self.device = device
@@ -90,6 +92,17 @@ class Stopwatch:
             self.start_event = torch.cuda.Event(enable_timing=True)
             self.start_event.record(torch.cuda.current_stream(device))  # the model's GPU, current or not
         self.started = time.perf_counter()
+        self.paused_seconds = 0.0
+        self.paused_at: float | None = None
+
+    def pause(self) -> None:
+        if self.device.type == "cuda":
+            raise ValueError("a CUDA timing cannot be paused (its events time the device's queue, not this host)")
+        self.paused_at = time.perf_counter()
+
+    def resume(self) -> None:
+        self.paused_seconds += time.perf_counter() - self.paused_at
+        self.paused_at = None
 
     def elapsed(self) -> float:
         if self.device.type == "cuda":
@@ -98,7 +111,7 @@ class Stopwatch:
             end.synchronize()
             return self.start_event.elapsed_time(end) / 1e3
         synchronize(self.device)
-        return time.perf_counter() - self.started
+        return time.perf_counter() - self.started - self.paused_seconds
 
 
 def replay_of(run: Callable[[], object], device: torch.device, warmup: int) -> Callable[[], object]:

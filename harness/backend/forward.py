@@ -18,6 +18,7 @@ from harness.backend.cuda_graphs import GraphedForwards
 from harness.errors import DraftcountError
 from harness.backend.kv_cache import cache_argument
 from harness.backend.models import LoadedModel
+from harness.backend.phases import NO_CLOCK, PhaseClock
 
 
 @dataclass
@@ -25,6 +26,14 @@ class ForwardTally:
     forwards: int = 0
     tokens: int = 0
     flops: float = 0.0
+
+    def __post_init__(self) -> None:  # not fields: a tally's records hold counts only
+        self.clock: PhaseClock = NO_CLOCK
+        self.phase = "target"
+
+    def timed_by(self, clock: PhaseClock, phase: str) -> None:
+        """Time this tally's forwards as ``phase`` on ``clock`` (``run_model``)."""
+        self.clock, self.phase = clock, phase
 
     def add(self, new_tokens: int, flops: float) -> None:
         self.forwards += 1
@@ -74,14 +83,16 @@ def run_model(
         return _forward_outputs(lm, input_ids, cache, position_ids, prefix_visible(attention_bias, past + new_tokens),
                                 logits_to_keep, kept, total)
 
-    if graphs is not None:
-        logits, *states = graphs.run(
-            ("lm", logits_to_keep, kept), cache, past, new_tokens, attention_bias,
-            {"input_ids": input_ids, "position_ids": position_ids},
-            lambda inputs, mask: _forward_outputs(lm, inputs["input_ids"], cache, inputs["position_ids"], mask,
-                                                  logits_to_keep, kept, total), eager)
-    else:
-        logits, *states = eager()
+    with tally.clock.phase(tally.phase):
+        if graphs is not None:
+            outputs = graphs.run(
+                ("lm", logits_to_keep, kept), cache, past, new_tokens, attention_bias,
+                {"input_ids": input_ids, "position_ids": position_ids},
+                lambda inputs, mask: _forward_outputs(lm, inputs["input_ids"], cache, inputs["position_ids"], mask,
+                                                      logits_to_keep, kept, total), eager)
+        else:
+            outputs = eager()
+    logits, *states = outputs
     logits_tokens = min(logits_to_keep, new_tokens) if logits_to_keep > 0 else new_tokens
     flops = count_forward(lm, tally, new_tokens, past, logits_tokens)
     hidden = spread_layers(states, kept, total) if output_hidden_states else None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 
 from harness.backend.forward import ForwardTally
+from harness.backend.phases import NO_CLOCK, PhaseClock
 from harness.analysis.metrics import USEFUL_DRAFTER_FLOPS
 from harness.trees.tree import TokenTree
 from harness.verify.verdict import Verdict
@@ -22,6 +23,8 @@ class GenerationCounters:
         depth 1) sent to verification, and those accepted.
     extra: method-specific counters (named by the method, summed per turn).
     trace: method-specific per-step values (named by the method, one entry per verification step).
+    phase_seconds: the wall time split by phase (``harness.backend.phases``: prefill, target, drafter,
+        verify, host), filled when the generation was timed with ``start_clock``.
     """
 
     new_tokens: int = 0
@@ -39,9 +42,30 @@ class GenerationCounters:
     stop_reason: str = ""
     extra: dict[str, float] = field(default_factory=dict)
     trace: dict[str, list[float]] = field(default_factory=dict)
+    phase_seconds: dict[str, float] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:  # not a field: records hold the phase times, not the clock
+        self.clock: PhaseClock = NO_CLOCK
+
+    def start_clock(self, clock: PhaseClock) -> None:
+        """Time this generation's phases on ``clock``: target forwards count as prefill until the first
+        token is out (``record_prefill``), drafter forwards as drafter."""
+        self.clock = clock
+        self.target.timed_by(clock, "prefill")
+        self.drafter.timed_by(clock, "drafter")
+
+    def stop_clock(self) -> None:
+        """Read the clock (after the generation's timer has read ``wall_seconds``)."""
+        if self.clock is not NO_CLOCK:
+            self.phase_seconds = self.clock.finish(self.wall_seconds)
+
+    def phase(self, name: str):
+        """A context manager timing its block as phase ``name`` (a no-op when nobody times)."""
+        return self.clock.phase(name)
 
     def record_prefill(self) -> None:
         self.step_tokens.append(1)
+        self.target.phase = "target"
 
     def record_step(self, tree: TokenTree, verdict: Verdict) -> None:
         self.drafted_tokens += tree.num_drafts

@@ -7,6 +7,7 @@ decides, the cache keeps the accepted path, the adapter learns the verdict } unt
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
 
 import torch
@@ -22,6 +23,7 @@ from harness.verify.sampling import SamplingConfig, next_token
 from harness.engine.runtime import EngineRuntime
 from harness.backend.device import Stopwatch
 from harness.backend.device import to_device
+from harness.backend.phases import PhaseClock
 from harness.trees.tree import TokenTree, check_batch_size_one, tree_attention_bias
 from harness.verify import DEFAULT_VERIFIER, VERIFIERS, Verifier
 
@@ -90,8 +92,9 @@ def prefill(runtime: EngineRuntime, adapter: DraftAdapter, ctx: StepContext, pro
         target, prompt_ids, cache, positions(0, prompt_len, target.device), ctx.counters.target,
         logits_to_keep=0 if hidden else 1, output_hidden_states=hidden, hidden_layers=adapter.target_hidden_layers,
     )
-    first = next_token(out.logits[:, -1], ctx.sampling, ctx.generator)
-    first_id = int(first.item())
+    with ctx.counters.phase("verify"):
+        first = next_token(out.logits[:, -1], ctx.sampling, ctx.generator)
+        first_id = int(first.item())
     ctx.counters.record_prefill()
     adapter.begin(ctx, prompt_ids, out)
     return torch.cat([prompt_ids, first.reshape(1, 1)], dim=-1), first_id
@@ -111,7 +114,8 @@ def draft_and_run_target(runtime: EngineRuntime, adapter: DraftAdapter, ctx: Ste
 def accept(verify: Verifier, adapter: DraftAdapter, ctx: StepContext, tree: TokenTree, target_out: LMOutput,
            cache: Cache, prefix_len: int) -> list[int]:
     """Verify the tree, keep the accepted path in the target's cache, count, tell the adapter; the new tokens."""
-    verdict = verify(tree, target_out.logits[0], ctx.sampling, ctx.generator)
+    with ctx.counters.phase("verify"):
+        verdict = verify(tree, target_out.logits[0], ctx.sampling, ctx.generator)
     keep_tree_path(cache, prefix_len, list(verdict.path))
     ctx.counters.record_step(tree, verdict)
     adapter.commit(ctx, tree, verdict, target_out)
@@ -123,6 +127,77 @@ def decode_step(runtime: EngineRuntime, adapter: DraftAdapter, ctx: StepContext,
     """One speculative step: draft a tree, run the target over it, accept what verification keeps."""
     tree, target_out = draft_and_run_target(runtime, adapter, ctx, sequence, cache)
     return accept(verify, adapter, ctx, tree, target_out, cache, sequence.shape[-1] - 1)
+
+
+def generation_steps(
+    target: LoadedModel,
+    adapter: DraftAdapter,
+    prompt_ids: torch.Tensor,
+    max_new_tokens: int,
+    sampling: SamplingConfig,
+    eos_token_ids: frozenset[int] = frozenset(),
+    generator: torch.Generator | None = None,
+    verify: Verifier = VERIFIERS[DEFAULT_VERIFIER],
+    prompt_name: str = "",
+    runtime: EngineRuntime | None = None,
+    prompt_key: str = "",
+    paused_between_steps: bool = False,
+) -> Generator[None, None, Generation]:
+    """``generate`` one step at a time: a generator that yields after the prefill and after every decoding step
+    and returns the ``Generation``. With ``paused_between_steps`` (host-only devices) its timers stop while it
+    is suspended, so two generations driven in turns, step by step (``run_interleaved``), each time only their
+    own steps: what the runner does to compare a method with `ar` under the same machine conditions."""
+    check_batch_size_one(prompt_ids, "generate")
+    if max_new_tokens < 1:
+        raise DraftcountError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
+    prompt_len = prompt_ids.shape[-1]
+    check_fits_context(target, prompt_len, max_new_tokens, adapter.max_draft_nodes, prompt_name or "(unnamed)")
+    runtime = runtime or EngineRuntime(target)
+    target = runtime.target
+    counters = GenerationCounters()
+    ctx = StepContext(sampling, generator, counters, target.vocab_size, runtime, prompt_len + max_new_tokens + 1,
+                      prompt_key)
+    prompt_ids = prompt_ids.to(target.device)
+    stopwatch = Stopwatch(target.device)
+    counters.start_clock(PhaseClock(target.device))
+    with torch.inference_mode():  # not held across a yield: another generation may run in between
+        cache = runtime.cache_for(ctx.max_sequence, adapter.max_draft_nodes)
+        sequence, first_id = prefill(runtime, adapter, ctx, prompt_ids, cache)
+    produced = [first_id]
+    counters.prefill_seconds = stopwatch.elapsed()
+    while len(produced) < max_new_tokens and not eos_token_ids.intersection(produced[-1:]):
+        if paused_between_steps:
+            stopwatch.pause()
+            counters.clock.pause()
+        yield
+        if paused_between_steps:
+            counters.clock.resume()
+            stopwatch.resume()
+        with torch.inference_mode():
+            step_tokens = decode_step(runtime, adapter, ctx, sequence, cache, verify)
+            produced.extend(step_tokens)
+            if eos_token_ids.intersection(step_tokens):
+                break
+            sequence = torch.cat([sequence, to_device(torch.tensor([step_tokens]), sequence.device)], dim=-1)
+    counters.wall_seconds = stopwatch.elapsed()
+    counters.stop_clock()
+    output, counters.stop_reason = trim_output(produced, eos_token_ids, max_new_tokens)
+    counters.new_tokens = len(output)
+    return Generation(output_ids=output, counters=counters)
+
+
+def run_interleaved(steps: list[Generator[None, None, Generation]]) -> list[Generation]:
+    """Drive generations in turns, one step of each in list order, until all have finished; their results."""
+    results: list[Generation | None] = [None] * len(steps)
+    live = list(range(len(steps)))
+    while live:
+        for index in list(live):
+            try:
+                next(steps[index])
+            except StopIteration as done:
+                results[index] = done.value
+                live.remove(index)
+    return results
 
 
 def generate(
@@ -144,30 +219,5 @@ def generate(
     DynamicCache. Pass one runtime to every generation of a run so its static cache and graphs are reused.
     ``prompt_key`` names what is answered (the runner gives every sample of one prompt and turn the same key).
     """
-    check_batch_size_one(prompt_ids, "generate")
-    if max_new_tokens < 1:
-        raise DraftcountError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
-    prompt_len = prompt_ids.shape[-1]
-    check_fits_context(target, prompt_len, max_new_tokens, adapter.max_draft_nodes, prompt_name or "(unnamed)")
-    runtime = runtime or EngineRuntime(target)
-    target = runtime.target
-    counters = GenerationCounters()
-    ctx = StepContext(sampling, generator, counters, target.vocab_size, runtime, prompt_len + max_new_tokens + 1,
-                      prompt_key)
-    prompt_ids = prompt_ids.to(target.device)
-    with torch.inference_mode():
-        stopwatch = Stopwatch(target.device)
-        cache = runtime.cache_for(ctx.max_sequence, adapter.max_draft_nodes)
-        sequence, first_id = prefill(runtime, adapter, ctx, prompt_ids, cache)
-        produced = [first_id]
-        counters.prefill_seconds = stopwatch.elapsed()
-        while len(produced) < max_new_tokens and not eos_token_ids.intersection(produced[-1:]):
-            step_tokens = decode_step(runtime, adapter, ctx, sequence, cache, verify)
-            produced.extend(step_tokens)
-            if eos_token_ids.intersection(step_tokens):
-                break
-            sequence = torch.cat([sequence, to_device(torch.tensor([step_tokens]), sequence.device)], dim=-1)
-        counters.wall_seconds = stopwatch.elapsed()
-    output, counters.stop_reason = trim_output(produced, eos_token_ids, max_new_tokens)
-    counters.new_tokens = len(output)
-    return Generation(output_ids=output, counters=counters)
+    return run_interleaved([generation_steps(target, adapter, prompt_ids, max_new_tokens, sampling, eos_token_ids,
+                                             generator, verify, prompt_name, runtime, prompt_key)])[0]

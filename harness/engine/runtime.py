@@ -3,11 +3,14 @@
 ``EngineOptions`` (typed, unknown keys are errors; ``--engine KEY=VALUE`` on
 the command line, ``bench.engine`` in the workflow config):
 
-kv_cache: ``dynamic`` (transformers' DynamicCache: every forward concatenates,
+kv_cache: ``auto`` (the default: ``static`` on a CUDA device, ``dynamic`` elsewhere), ``dynamic``
+    (transformers' DynamicCache: every forward concatenates,
     a rejected path is cropped) or ``static`` (``harness.backend.static_cache``:
     buffers preallocated once per run for the target and for every drafter's
     own cache, accepted paths gathered in place).
-cuda_graphs: ``verify`` replays the target's verify forward from a CUDA graph
+cuda_graphs: ``auto`` (the default: ``on`` on a CUDA device, ``off`` elsewhere: the fast path is what a GPU
+    run measures unless ``--engine kv_cache=dynamic --engine cuda_graphs=off`` asks for eager),
+    ``verify`` replays the target's verify forward from a CUDA graph
     per tree size; ``on`` also the drafters' fixed-shape steps
     (``harness.backend.cuda_graphs``). Both need ``kv_cache=static`` and a CUDA device.
     Prefill stays eager.
@@ -50,20 +53,34 @@ TIMING_RERUNS = 2  # the most times a timed generation that captured a CUDA grap
 
 @dataclass(frozen=True)
 class EngineOptions:
-    kv_cache: Literal["dynamic", "static"] = "dynamic"
-    cuda_graphs: Literal["off", "verify", "on"] = "off"
+    kv_cache: Literal["auto", "dynamic", "static"] = "auto"
+    cuda_graphs: Literal["auto", "off", "verify", "on"] = "auto"
     compile: Literal["off", "on"] = "off"
     compile_mode: Literal["default", "max-autotune-no-cudagraphs", "reduce-overhead", "max-autotune"] = "default"
     compile_backend: Literal["inductor", "aot_eager", "eager"] = "inductor"  # the latter two: for debugging
 
     def __post_init__(self) -> None:
-        if self.cuda_graphs != "off" and self.kv_cache != "static":
+        if self.cuda_graphs not in ("off", "auto") and self.kv_cache == "dynamic":
             raise ValueError(f"cuda_graphs={self.cuda_graphs} needs kv_cache=static "
                              "(captured forwards need fixed cache addresses)")
         if self.cuda_graphs != "off" and self.compile == "on" and self.compile_mode in ("reduce-overhead",
                                                                                         "max-autotune"):
             raise ValueError(f"compile_mode={self.compile_mode} captures CUDA graphs itself; with cuda_graphs "
                              "use default or max-autotune-no-cudagraphs")
+
+
+    def resolved(self, device: torch.device | str) -> EngineOptions:
+        """These options with ``auto`` settled for ``device``: static cache + CUDA graphs on CUDA, eager elsewhere
+        (``cuda_graphs=auto`` with an explicit ``kv_cache=dynamic`` stays eager)."""
+        cuda = torch.device(device).type == "cuda"
+        kv_cache = self.kv_cache if self.kv_cache != "auto" else ("static" if cuda else "dynamic")
+        graphs = self.cuda_graphs
+        if graphs == "auto":
+            graphs = "on" if cuda and kv_cache == "static" else "off"
+        return dataclasses.replace(self, kv_cache=kv_cache, cuda_graphs=graphs)
+
+
+EAGER = EngineOptions(kv_cache="dynamic", cuda_graphs="off")  # the plain way, on any device
 
 
 def allow_recompiles(limit: int = RECOMPILE_LIMIT) -> None:
@@ -96,6 +113,7 @@ class EngineRuntime:
     """The target and the drafters' caches and graphs as the engine runs them under ``options``."""
 
     def __init__(self, target: LoadedModel, options: EngineOptions = EngineOptions(), capture: bool = True) -> None:
+        options = options.resolved(target.device)
         self.options = options
         self.capture = capture
         if options.compile == "on":

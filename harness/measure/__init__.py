@@ -9,6 +9,7 @@ from __future__ import annotations
 
 MEASUREMENTS: dict[str, tuple[str, str]] = {
     "ar-vs-generate": ("harness.measure.ar_vs_generate", "our ar against model.generate() on the same model"),
+    "bare-loop": ("harness.measure.bare_loop", "our ar against a bare model(...) decode loop, with an A/A control"),
     "overheads": ("harness.measure.overheads", "each overhead switch against its absence, interleaved"),
     "step-costs": ("harness.measure.step_costs", "seconds of each phase of a decoding step, per method"),
     "host-sync": ("harness.measure.host_sync_audit", "host synchronisations per decoding step, per method"),
@@ -16,5 +17,7 @@ MEASUREMENTS: dict[str, tuple[str, str]] = {
                                                    "prompts (stand)"),
     "verifiers": ("harness.measure.verifier_acceptance", "every verifier on the same trees: expected accepted "
                                                           "drafts per step"),
+    "tree-shape": ("harness.measure.tree_shape", "the depth and budget of highest estimated tokens/s for eagle or "
+                                                 "lyanna on this machine (budget: auto)"),
     "project-8b": ("harness.measure.project_8b", "latencies at Llama-3.1-8B shapes and projected speedups"),
 }

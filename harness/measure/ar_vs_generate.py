@@ -69,12 +69,16 @@ def config_target_shape(paths: list[Path]) -> tuple[LlamaShape, int]:
 
     shape: dict = {}
     vocab_size = None
+    grown = None
     for path in paths:
         if not path.is_file():
             raise DraftcountError(f"no config file {path}")
         config = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
         shape.update((config.get("target") or {}).get("shape") or {})
+        grown = ((config.get("target") or {}).get("grow") or {}).get("num_layers", grown)  # 0: no growth
         vocab_size = (config.get("tokenizer") or {}).get("vocab_size", vocab_size)
+    if grown:  # the target as benchmarked: deepened by target.grow
+        shape["num_layers"] = grown
     if not shape or vocab_size is None:
         raise DraftcountError(f"{', '.join(map(str, paths))}: need target.shape and tokenizer.vocab_size")
     try:

@@ -47,7 +47,7 @@ from harness.options import parse_key_values
 from harness.engine.method_spec import BuildInputs, build_adapter
 
 SETTINGS = {
-    "eager": EngineOptions(),
+    "eager": EngineOptions(kv_cache="dynamic", cuda_graphs="off"),
     "static_cache": EngineOptions(kv_cache="static"),
     "graphs_verify": EngineOptions(kv_cache="static", cuda_graphs="verify"),
     "cuda_graphs": EngineOptions(kv_cache="static", cuda_graphs="on"),

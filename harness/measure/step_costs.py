@@ -1,7 +1,9 @@
 """Where a speculative step's time goes: drafting (propose: a model-free method's lookups and tree building),
 bookkeeping (commit: a store's updates) and the rest (target forward + verification), per method, interleaved
 prompt by prompt in one process. Explains a speedup: a method beats `ar` only when tau * (ar's ms per token)
-exceeds its ms per step.
+exceeds its ms per step. For drafter methods it also prints the drafter's forwards per step, the milliseconds of
+one (its phase time, ``harness.backend.phases``: the forward and its logits) and what drafting costs per step
+(propose + commit) over the forwards' time: the drafting code's overhead on top of its bare forwards.
 
     python -m harness measure step-costs --target work/models/target --draft work/models/draft \
         --drafter eagle=work/drafters/eagle --drafter lyanna=work/drafters/lyanna --prompts work/prompts/stdlib_code.jsonl \
@@ -81,17 +83,24 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
             totals[name]["wall"] += counters.wall_seconds - counters.prefill_seconds
             totals[name]["steps"] += len(counters.step_accepted)
             totals[name]["tokens"] += counters.new_tokens - 1
+            totals[name]["drafter_seconds"] += counters.phase_seconds["drafter"]
+            totals[name]["drafter_forwards"] += counters.drafter.forwards
     ar_ms_per_token = 1000 * totals["ar"]["wall"] / totals["ar"]["tokens"]
     print(f"{'method':10s} {'tau':>5s} {'ms/step':>8s} {'draft':>7s} {'commit':>7s} {'target+verify':>13s} "
-          f"{'ms/token':>9s} {'speedup':>8s}")
+          f"{'ms/token':>9s} {'speedup':>8s} {'drafter fwd/step':>16s} {'ms/fwd':>7s} {'drafting/fwd time':>17s}")
     for name, total in totals.items():
         steps = total["steps"]
         tau = total["tokens"] / steps
         per_step = 1000 * total["wall"] / steps
         draft_ms, commit_ms = 1000 * total["propose"] / steps, 1000 * total["commit"] / steps
         per_token = 1000 * total["wall"] / total["tokens"]
+        forwards, drafter_s = total["drafter_forwards"], total["drafter_seconds"]
+        drafter_columns = (f"{forwards / steps:16.2f} {1000 * drafter_s / forwards:7.2f} "
+                           f"{(total['propose'] + total['commit']) / drafter_s:17.2f}" if forwards and drafter_s
+                           else f"{'-':>16s} {'-':>7s} {'-':>17s}")
         print(f"{name:10s} {tau:5.2f} {per_step:8.2f} {draft_ms:7.2f} {commit_ms:7.2f} "
-              f"{per_step - draft_ms - commit_ms:13.2f} {per_token:9.2f} {ar_ms_per_token / per_token:8.2f}")
+              f"{per_step - draft_ms - commit_ms:13.2f} {per_token:9.2f} {ar_ms_per_token / per_token:8.2f} "
+              f"{drafter_columns}")
 
 
 if __name__ == "__main__":

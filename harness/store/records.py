@@ -19,6 +19,8 @@ from typing import IO, Any
 from harness.store.atomic import atomic_path
 
 SCHEMA_VERSION = 1
+# the keys of a record's counters.phase_seconds, in order (harness.backend.phases times them; host is the rest)
+PHASES = ("prefill", "target", "drafter", "verify", "host")
 PROJECT_ROOT = Path(__file__).resolve().parents[2]
 
 

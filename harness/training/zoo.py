@@ -89,6 +89,34 @@ def new_llama(shape: LlamaShape, tokenizer: PreTrainedTokenizerFast, seed: int) 
     return model
 
 
+def grow_depth(model: LlamaForCausalLM, num_layers: int, seed: int) -> LlamaForCausalLM:
+    """``model`` deepened to ``num_layers`` decoder layers without changing what it computes (Net2Net-style
+    identity expansion): the base layers keep their order, evenly spaced (base layer j at position
+    j x num_layers / base), and every new layer starts with zero output projections (attention ``o_proj``, MLP
+    ``down_proj``), so it adds nothing to the residual stream until training makes it useful. Embeddings, final
+    norm and LM head are the base's. Every new layer costs a real layer's compute from the start."""
+    base = model.config.num_hidden_layers
+    if num_layers <= base or num_layers % base:
+        raise DraftcountError(f"grow: num_layers {num_layers} must be a multiple of the base's {base} layers, "
+                              "and larger")
+    torch.manual_seed(seed)
+    config = model.config.__class__.from_dict({**model.config.to_dict(), "num_hidden_layers": num_layers})
+    grown = LlamaForCausalLM(config).to(next(model.parameters()).device)
+    grown.generation_config = model.generation_config
+    stride = num_layers // base
+    state = {key: value for key, value in model.state_dict().items() if not key.startswith("model.layers.")}
+    for index, layer in enumerate(model.model.layers):
+        state.update({f"model.layers.{index * stride}.{key}": value for key, value in layer.state_dict().items()})
+    for index, layer in enumerate(grown.model.layers):
+        if index % stride:
+            torch.nn.init.zeros_(layer.self_attn.o_proj.weight)
+            torch.nn.init.zeros_(layer.mlp.down_proj.weight)
+    missing, unexpected = grown.load_state_dict(state, strict=False)
+    if unexpected or any(not key.startswith("model.layers.") for key in missing):
+        raise DraftcountError(f"grow: unexpected weights {unexpected[:3]}, missing {missing[:3]}")
+    return grown
+
+
 def next_token_loss(model: LlamaForCausalLM, windows: torch.Tensor) -> torch.Tensor:
     return model(input_ids=windows, labels=windows).loss
 

@@ -15,7 +15,8 @@ from harness.backend.models import wrap_model
 from harness.verify.sampling import SamplingConfig
 from harness.training.loop import TrainConfig, batches_from_step, train
 from harness.training.zoo import (
-    LlamaShape, distillation_loss, heldout_perplexity, new_llama, next_token_loss, repetition_rate, save_model,
+    LlamaShape, distillation_loss, grow_depth, heldout_perplexity, new_llama, next_token_loss, repetition_rate,
+    save_model,
     top1_agreement,
 )
 
@@ -64,11 +65,24 @@ def train_zoo_lm(role: str, tokenizer_dir: Path, train_tokens: Path, heldout_tok
                    "distill_temperature": temperature if teacher is not None else None}
     result = train(model, loss_fn, config, checkpoint=checkpoint, fingerprint=fingerprint,
                    description=f"train {role}", progress=progress)
-
     windows = even_windows(heldout, evaluation["heldout_windows"], evaluation["window_len"]).to(device)
+    grown = {}
+    grow = model_config.get("grow") or {}
+    if grow.get("num_layers"):  # a deeper model from the trained base (``grow_depth``), then trained on; 0: none
+        grown["base"] = {"num_layers": shape.num_layers, "parameters": sum(p.numel() for p in model.parameters()),
+                         "heldout_perplexity": heldout_perplexity(model, windows), "training": result.as_dict()}
+        model = grow_depth(model, grow["num_layers"], config.seed)
+        grow_train = {**model_config["train"], **grow.get("train", {})}
+        grow_train.pop("batch_size", None), grow_train.pop("seq_len", None)
+        grow_config = TrainConfig(**grow_train)
+        fingerprint = {**fingerprint, "grow": grow}
+        result = train(model, loss_fn, grow_config, checkpoint=checkpoint.with_name(checkpoint.name + ".grow"),
+                       fingerprint=fingerprint, description=f"train {role} ({grow['num_layers']} layers)",
+                       progress=progress)
     metrics = {
         "role": role,
         "parameters": sum(p.numel() for p in model.parameters()),
+        **({"grown_from": grown["base"]} if grown else {}),
         "training": result.as_dict(),
         "tokens_per_second": result.tokens / result.seconds if result.seconds else 0.0,
         "heldout_perplexity": heldout_perplexity(model, windows),

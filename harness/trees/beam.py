@@ -26,8 +26,10 @@ sampling lossless (EAGLE's convention).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 
@@ -54,6 +56,21 @@ class BeamShape:
     @property
     def max_nodes(self) -> int:
         return min(self.budget, self.pool_size)
+
+
+def shape_from_file(path: str, top_k: int) -> tuple[int, int]:
+    """The depth and budget a tree-shape file chose (``python -m harness measure tree-shape``: the shape of
+    highest estimated tokens/s on the machine it was measured on) for a beam of ``top_k``."""
+    try:
+        shape = json.loads(Path(path).read_text())
+        depth, budget, measured_k = int(shape["depth"]), int(shape["budget"]), int(shape["top_k"])
+    except FileNotFoundError:
+        raise DraftcountError(f"no tree-shape file {path} (python -m harness measure tree-shape writes one)") from None
+    except (ValueError, KeyError, TypeError) as error:
+        raise DraftcountError(f"{path} is not a tree-shape file: {error!r}") from None
+    if measured_k != top_k:
+        raise DraftcountError(f"{path} was measured with top_k={measured_k}, not {top_k}")
+    return depth, budget
 
 
 @dataclass(frozen=True)

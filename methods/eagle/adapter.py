@@ -24,7 +24,9 @@ import torch
 from transformers import DynamicCache
 
 from harness.engine.adapter import AdapterBase, StepContext
-from harness.trees.beam import BeamShape, BeamTree, Frontier, frontier_attention_bias, grow_beam_tree
+from harness.trees.beam import (
+    BeamShape, BeamTree, Frontier, frontier_attention_bias, grow_beam_tree, shape_from_file,
+)
 from harness.engine.counters import DrafterWork, count_useful_drafter_flops
 from harness.backend.forward import LMOutput, positions, run_drafter
 from harness.backend.kv_cache import crop_cache
@@ -43,7 +45,13 @@ class EagleOptions:
     depth: int = 5
     budget: int = 24  # draft nodes verified per step (root excluded)
 
+    shape_file: str = ""  # a measured tree shape (measure tree-shape): its depth and budget replace the above
+
     def __post_init__(self) -> None:
+        if self.shape_file:  # the records then hold the depth and budget the run used
+            depth, budget = shape_from_file(self.shape_file, self.top_k)
+            object.__setattr__(self, "depth", depth)
+            object.__setattr__(self, "budget", budget)
         BeamShape(self.top_k, self.depth, self.budget)
 
 
@@ -100,8 +108,10 @@ class EagleAdapter(AdapterBase):
             return self.head(inputs["features"][None], inputs["tokens"][None], inputs["position_ids"], self.cache,
                              mask)[0]
 
-        hidden = run_drafter(call, self.cache, {"features": features, "tokens": tokens, "position_ids": position_ids},
-                             tokens.shape[0], bias, self.runner.dtype, self.graphs, key="head")
+        with ctx.counters.phase("drafter"):
+            hidden = run_drafter(call, self.cache, {"features": features, "tokens": tokens,
+                                                    "position_ids": position_ids},
+                                 tokens.shape[0], bias, self.runner.dtype, self.graphs, key="head")
         flops = self.runner.cost.forward_flops(tokens.shape[0], past + tokens.shape[0], logits_rows)
         ctx.counters.drafter.add(tokens.shape[0], flops)
         return hidden, flops
@@ -131,9 +141,12 @@ class EagleAdapter(AdapterBase):
             out, cost = self._forward(ctx, inputs, frontier.tokens, position_ids, bias, logits_rows=k)
             self.work.charge([(frontier.depth, row) for row in range(k)], cost)
             outputs.append(out)
-            return self.runner.logprobs(out)
+            with ctx.counters.phase("drafter"):
+                return self.runner.logprobs(out)
 
-        self.beam = grow_beam_tree(sequence[0, -1], self.runner.logprobs(root_hidden), expand, self.shape)
+        with ctx.counters.phase("drafter"):
+            root_logprobs = self.runner.logprobs(root_hidden)
+        self.beam = grow_beam_tree(sequence[0, -1], root_logprobs, expand, self.shape)
         return self.beam.tree
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:

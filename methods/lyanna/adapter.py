@@ -30,7 +30,7 @@ import torch
 from transformers import DynamicCache
 
 from harness.engine.adapter import AdapterBase, StepContext
-from harness.trees.beam import BeamShape, BeamTree, Frontier, grow_beam_tree
+from harness.trees.beam import BeamShape, BeamTree, Frontier, grow_beam_tree, shape_from_file
 from harness.engine.counters import DrafterWork, count_useful_drafter_flops
 from harness.errors import DraftcountError
 from harness.backend.forward import LMOutput, positions, run_drafter
@@ -56,7 +56,13 @@ class LyannaOptions:
     overlap: Literal["on", "off"] = "off"  # on: run the backbone ahead while verification runs (reuse=states)
     overlap_steps: int = 2
 
+    shape_file: str = ""  # a measured tree shape (measure tree-shape): its depth and budget replace the above
+
     def __post_init__(self) -> None:
+        if self.shape_file:  # the records then hold the depth and budget the run used
+            depth, budget = shape_from_file(self.shape_file, self.top_k)
+            object.__setattr__(self, "depth", depth)
+            object.__setattr__(self, "budget", budget)
         BeamShape(self.top_k, self.depth, self.budget)
         if self.overlap == "on" and self.reuse != "states":
             raise ValueError("overlap=on needs reuse=states: states run ahead are used only through state reuse")
@@ -125,8 +131,9 @@ class LyannaAdapter(AdapterBase):
         def call(buffers: dict[str, torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
             return self.drafter(buffers["inputs"][None], buffers["position_ids"], self.cache, mask)[0]
 
-        out = run_drafter(call, self.cache, {"inputs": inputs, "position_ids": positions(start, count, self.device)},
-                          count, None, self.dtype, self.graphs, key="backbone")
+        with ctx.counters.phase("drafter"):
+            out = run_drafter(call, self.cache, {"inputs": inputs, "position_ids": positions(start, count, self.device)},
+                              count, None, self.dtype, self.graphs, key="backbone")
         flops = self.cost.forward_flops(count, past + count, 0)
         ctx.counters.drafter.add(count, flops)
         return out, flops
@@ -186,7 +193,8 @@ class LyannaAdapter(AdapterBase):
         states = self._depth_states(ctx, first + root_known, self.depth_positions[-1])
         with_states = [p for p in self.depth_positions if p in states]
         stacked = torch.stack([states[p] for p in with_states])
-        base = self.drafter.state_logits(stacked)
+        with ctx.counters.phase("drafter"):
+            base = self.drafter.state_logits(stacked)
         head_flops = 2.0 * base.shape[-1] * stacked.shape[-1]  # one state's LM-head logits
         self._book(ctx, [("state", p) for p in with_states], head_flops * len(with_states))
         logprobs = torch.log_softmax(base.float(), dim=-1)
@@ -202,7 +210,8 @@ class LyannaAdapter(AdapterBase):
             if depth == 1 and root_known:  # the target's own distribution after the root
                 return torch.log_softmax(self.root_logits.float(), dim=-1).expand(parents.shape[0], -1)
             row = depth - 1 - root_known
-            logits = self.drafter.node_logits(stacked[row], parents.to(self.device), base[row]).float()
+            with ctx.counters.phase("drafter"):
+                logits = self.drafter.node_logits(stacked[row], parents.to(self.device), base[row]).float()
             self._book(ctx, [("inject", depth)], self.drafter.injection_flops(parents.shape[0]))
             combined = torch.log_softmax(logits, dim=-1) + extra[row]
             return torch.log_softmax(self.drafter.to_full_vocab(combined), dim=-1)

@@ -46,6 +46,9 @@ def make_record(variant, method, role, prompt, temperature, new_tokens, seconds,
             "target": {"forwards": len(steps) + 1, "tokens": 10 + verified, "flops": 100.0 * (10 + verified)},
             "drafter": {"forwards": len(steps), "tokens": drafted, "flops": 50.0 * drafted},
             "extra": {"drafter_useful_flops": 50.0 * accepted},
+            "phase_seconds": {"prefill": 0.1 * seconds, "target": 0.5 * seconds,
+                              "drafter": 0.0 if method == "ar" else 0.2 * seconds, "verify": 0.05 * seconds,
+                              "host": (0.35 if method == "ar" else 0.15) * seconds},
         },
     }
 
@@ -201,6 +204,29 @@ def test_report_numbers_match_the_tables_and_the_records(tmp_path):
     for name in set(FIGURES) - {"samples"}:  # drawn from the per-sample table, not given here
         assert f"![{name}](figures/{name}.png)" in text
     assert len(table) == 8
+    # where the time goes: every phase per emitted token, the shares and the bound, read from the table
+    assert "### Where the time goes" in text and "### Cost structure" in text
+    cells = report_cells(text.split("### Where the time goes")[1], "sd", "code", "1")
+    row = csv.loc[("sd", 1.0)]
+    assert cells["host ms/token"] == f"{1e3 * row.phase_host_per_token:.2f}" and cells["bound"] == f"{row.speedup_bound:.2f}"
+    # sd spends 85% of its wall time off the host, ar 65%: without host time ar gains more, the bound is lower
+    assert row.speedup_bound == pytest.approx(row.speedup_total * 0.65 / 0.85, rel=1e-4)
+    assert row.host_share == pytest.approx(0.15, rel=1e-4)
+
+
+def test_the_control_section_says_whether_the_aa_control_holds(tmp_path):
+    records = []
+    for index, (mine, theirs) in enumerate(((1.0, 1.02), (1.01, 1.0), (0.99, 1.0))):
+        records.append(make_record("ar_control", "ar", "method", f"p{index}", 0.0, 8, mine, [0] * 8))
+        records.append(make_record("ar", "ar", "baseline", f"p{index}", 0.0, 8, theirs, [0] * 8))
+    path = tmp_path / "raw" / "ar_control" / "code-t0.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    write_summary([path], tmp_path / "summary.csv")
+    text = write_report(tmp_path / "summary.csv", [path], tmp_path / "figures", tmp_path / "report.md")
+    control = text.split("### Control: `ar` against `ar`")[1]
+    line = next(line for line in control.splitlines() if line.startswith("| code | 0 |"))
+    assert line.endswith("| yes |") and "| 3 |" in line
 
 
 def test_specbench_answer_files(tmp_path):
@@ -220,8 +246,8 @@ def test_specbench_answer_files(tmp_path):
     speeds0 = [sum(a["choices"][0]["new_tokens"]) / sum(a["choices"][0]["wall_time"]) for a in baseline]
     assert np.mean(speeds) / np.mean(speeds0) == pytest.approx((7 / 0.5 + 10 / 0.6) / (8 / 1.0 + 8 / 1.1))
     summary = summarize(records_frame(paths)).set_index(["variant", "temperature"])
-    assert summary.loc[("sd", 0.0)].speedup_paired_mean == pytest.approx(
-        np.mean([(7 / 0.5) / (8 / 1.0), (10 / 0.6) / (8 / 1.1)]))
+    assert summary.loc[("sd", 0.0)].speedup_paired_mean == pytest.approx(  # ours: the geometric mean
+        np.exp(np.mean(np.log([(7 / 0.5) / (8 / 1.0), (10 / 0.6) / (8 / 1.1)]))))
     assert re.fullmatch(r"sd:p1#0", method[0]["answer_id"])
 
 

@@ -42,7 +42,8 @@ VARIANTS = {"ar": ("ar", {}, None), "sd": ("sd", {"gamma": 4}, "draft"),
             "lyanna": ("lyanna", {"top_k": 4, "depth": 5, "budget": 24, "reuse": "logits"}, "lyanna"),
             "lyanna_overlap": ("lyanna", {"reuse": "states", "overlap": "on"}, "lyanna"),
             "lyanna_unfused": ("lyanna", {"reuse": "states", "overlap": "on", "verify_fusion": "off"}, "lyanna")}
-ENGINES = {"eager": EngineOptions(), "static": EngineOptions(kv_cache="static"),
+ENGINES = {"eager": EngineOptions(kv_cache="dynamic", cuda_graphs="off"),
+           "static": EngineOptions(kv_cache="static", cuda_graphs="off"),
            "graphs_verify": EngineOptions(kv_cache="static", cuda_graphs="verify"),
            "graphs": EngineOptions(kv_cache="static", cuda_graphs="on")}
 

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from harness import SamplingConfig, generate
+from harness.backend.phases import PHASES
 from harness.engine.loop import trim_output
 from harness.engine.method_spec import BuildInputs, build_adapter
 from tests.helpers import PathTreeDrafter
@@ -69,7 +70,12 @@ def test_max_new_tokens_is_exact_and_counters_are_consistent(trained_pair, tempe
             assert counters.accepted_tokens == sum(counters.accepted_by_depth)
             assert counters.accepted_tokens <= counters.tried_tokens <= counters.drafted_tokens
             assert counters.wall_seconds >= counters.prefill_seconds > 0
+            phases = counters.phase_seconds  # the wall time split by phase, exactly
+            assert list(phases) == list(PHASES) and sum(phases.values()) == pytest.approx(counters.wall_seconds)
+            assert phases["prefill"] > 0 and phases["verify"] > 0 and min(phases.values()) >= 0
             if name == "ar":
                 assert counters.drafter.forwards == 0 and counters.drafted_tokens == 0 and counters.tau == 1.0
+                assert phases["drafter"] == 0
             elif max_new_tokens > 1:  # one token comes from the prefill alone
                 assert counters.drafter.forwards > 0 and counters.drafter.flops > 0
+                assert phases["drafter"] > 0 and phases["target"] > 0

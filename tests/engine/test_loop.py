@@ -45,3 +45,39 @@ def test_tree_verifier_greedy_equals_ar(trained_pair, branching, mode):
     drafter = PathTreeDrafter(draft, branching, mode)
     for prompt, reference in zip(PROMPTS, expected):
         assert generate(target, drafter, prompt, 40, GREEDY).output_ids == reference
+
+
+def test_step_interleaved_generations_match_and_time_only_their_own_steps(random_pair):
+    """The runner's A/B interleaving: two generations take turns step by step; each makes the tokens it makes
+    alone and its timers stop while the other runs."""
+    import time
+
+    from harness.engine.loop import generation_steps, run_interleaved
+
+    target, draft = random_pair
+    inputs = BuildInputs(target, draft, None)
+    ar, sd = build_adapter("ar", {}, inputs)[0], build_adapter("sd", {"gamma": 3}, inputs)[0]
+    expected = [generate(target, adapter, PROMPTS[1], 20, GREEDY).output_ids for adapter in (ar, sd)]
+    started = time.perf_counter()
+    results = run_interleaved([generation_steps(target, adapter, PROMPTS[1], 20, GREEDY, paused_between_steps=True)
+                               for adapter in (ar, sd)])
+    elapsed = time.perf_counter() - started
+    assert [result.output_ids for result in results] == expected
+    assert sum(result.counters.wall_seconds for result in results) <= elapsed  # no step counted twice
+    for result in results:
+        assert sum(result.counters.phase_seconds.values()) == pytest.approx(result.counters.wall_seconds)
+
+
+def test_a_paused_stopwatch_leaves_the_pause_out():
+    import time
+    from types import SimpleNamespace
+
+    from harness.backend.device import Stopwatch
+
+    watch = Stopwatch(torch.device("cpu"))
+    watch.pause()
+    time.sleep(0.05)
+    watch.resume()
+    assert watch.elapsed() < 0.04
+    with pytest.raises(ValueError, match="CUDA timing cannot be paused"):  # its events time the device queue
+        Stopwatch.pause(SimpleNamespace(device=torch.device("cuda")))

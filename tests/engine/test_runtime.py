@@ -132,7 +132,9 @@ def test_bad_switches_are_clear_errors(random_pair, tmp_path):
     with pytest.raises(DraftcountError, match="unknown option 'static'.*valid options: compile, compile_backend, compile_mode"):
         parse_options(EngineOptions, {"static": "on"}, "the engine")
     with pytest.raises(DraftcountError, match="cuda_graphs=verify needs kv_cache=static"):
-        parse_options(EngineOptions, {"cuda_graphs": "verify"}, "the engine")
+        parse_options(EngineOptions, {"kv_cache": "dynamic", "cuda_graphs": "verify"}, "the engine")
+    with pytest.raises(ValueError, match="cuda_graphs=verify needs kv_cache=static"):  # auto is dynamic on CPU
+        EngineOptions(cuda_graphs="verify").resolved("cpu")
     with pytest.raises(DraftcountError, match="need a CUDA device"):
         GraphedForwards(target.device, target.dtype, capture=True)
     dynamic_rope = dataclasses.replace(target, model=LlamaForCausalLM(LlamaConfig(
@@ -271,3 +273,13 @@ def test_overhead_table_blanks_a_failed_pair_and_keeps_the_rest(monkeypatch):
     assert failed["error"].startswith("DraftcountError") and all(
         failed[key] == "" for key in ("tokens_per_s", "ratio_to_eager", "speedup_over_ar", "outputs_differing_from_eager"))
     assert all(row["error"] == "" for key, row in rows.items() if key != ("lyanna", "static_cache"))
+
+
+def test_auto_engine_is_the_fast_path_on_cuda_and_eager_elsewhere():
+    auto = EngineOptions()
+    assert auto.resolved("cpu") == EngineOptions(kv_cache="dynamic", cuda_graphs="off")
+    assert auto.resolved("cuda") == EngineOptions(kv_cache="static", cuda_graphs="on")
+    assert EngineOptions(kv_cache="dynamic").resolved("cuda").cuda_graphs == "off"  # eager stays a switch
+    assert EngineOptions(kv_cache="static", cuda_graphs="verify").resolved("cuda").cuda_graphs == "verify"
+    with pytest.raises(ValueError, match="needs kv_cache=static"):
+        EngineOptions(kv_cache="dynamic", cuda_graphs="on")

@@ -75,6 +75,8 @@ def test_random_shape_is_the_configured_target(tmp_path):
     shape, vocab = bench["config_target_shape"]([config / "default.yaml", config / "gpu.yaml"])
     assert shape == LlamaShape(hidden_size=1024, num_layers=12, num_heads=16, intermediate_size=2816, context=2048)
     assert vocab == 8192
+    default, _ = bench["config_target_shape"]([config / "default.yaml"])
+    assert default.num_layers == 16 and default.hidden_size == 256  # the grown target, as benchmarked
     small = LlamaShape(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, context=128)
     model = bench["random_llama_shaped"](small, 100)
     embeddings, layer, norm = 2 * 100 * 32, 4 * 32 * 32 + 3 * 32 * 64 + 2 * 32, 32  # untied input/output

@@ -85,13 +85,17 @@ def test_greedy_output_equals_ar(markov_zoo: Zoo, method: str):
     target: LoadedModel = markov_zoo.target
     ar, _ = build_adapter("ar", {}, BuildInputs(target, None, None))
     adapter, _ = build_adapter(method, {}, markov_zoo.inputs(method))
-    drafted = 0
+    drafted, drafter_forwards, drafter_seconds = 0, 0, 0.0
     for prompt in _prompts():
         expected = generate(target, ar, prompt, 32, GREEDY).output_ids
         result = generate(target, adapter, prompt, 32, GREEDY)
         assert result.output_ids == expected, f"{method} left ar's greedy output on prompt {prompt.tolist()}"
         drafted += result.counters.drafted_tokens
+        drafter_forwards += result.counters.drafter.forwards
+        drafter_seconds += result.counters.phase_seconds["drafter"]
     assert method == "ar" or drafted > 0, f"{method} drafted nothing: the test would not exercise verification"
+    # a method whose drafter runs forwards has them timed as the drafter phase (none: no drafter time)
+    assert (drafter_seconds > 0) == (drafter_forwards > 0), f"{method}: drafter forwards not timed as drafter"
 
 
 @pytest.mark.parametrize("method", METHODS)

@@ -130,3 +130,23 @@ def test_code_prompts_end_at_a_header():
 def test_repetition_rate():
     assert repetition_rate(list(range(20))) == 0.0
     assert repetition_rate([1, 2] * 20) > 0.9
+
+
+def test_grow_depth_keeps_the_function_and_adds_real_layers():
+    from harness.training.zoo import grow_depth
+    from tests.helpers import make_llama
+
+    base = make_llama(vocab=40, hidden=32, layers=2, heads=4, seed=0).eval()
+    grown = grow_depth(base, 6, seed=1).eval()
+    ids = torch.randint(0, 40, (2, 12), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert torch.equal(base(ids).logits, grown(ids).logits)  # new layers add exactly nothing yet
+    assert grown.config.num_hidden_layers == 6 and len(grown.model.layers) == 6
+    assert torch.equal(grown.model.layers[3].self_attn.q_proj.weight, base.model.layers[1].self_attn.q_proj.weight)
+    new = grown.model.layers[1]
+    assert new.self_attn.q_proj.weight.abs().sum() > 0 and new.mlp.down_proj.weight.abs().sum() == 0
+    grown.train()
+    grown(input_ids=ids, labels=ids).loss.backward()  # trainable: the zero projections get gradients
+    assert new.mlp.down_proj.weight.grad.abs().sum() > 0
+    with pytest.raises(Exception, match="multiple of the base"):
+        grow_depth(base, 5, seed=1)

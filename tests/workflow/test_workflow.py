@@ -17,7 +17,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 ZOO_RULES = {"corpus", "tokenizer", "tokenize", "train_target", "train_draft", "dump_features", "code_prompts"}
 MODEL_FREE_RULES = {"calibration_prompts", "stand_tree", "reader_datastore"}
-TREE_RULES = {"measure_acceptance", "measure_latency", "sequoia_tree"}
+TREE_RULES = {"measure_acceptance", "measure_latency", "measure_draft_step", "sequoia_tree"}
 REPORT_RULES = {"summary", "figures", "report", "export_specbench"}
 SMOKE_VARIANTS = ["ar", "sd", "tree_sd", "tree_sd_sequoia", "tree_sd_sequoia_b16", "eagle", "eagle_b12", "lyanna",
                   "lyanna_feature", "lyanna_unfused", "pld", "stand", "reader"]
@@ -51,11 +51,13 @@ def test_dry_run_lists_every_rule(tmp_path):
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
     assert ZOO_RULES | TREE_RULES | MODEL_FREE_RULES | REPORT_RULES | {"bench", "all"} <= set(counts), counts
-    # {ar, sd, tree_sd, tree_sd_sequoia, eagle, lyanna, pld, stand, reader, hedgespec} x 2 datasets x {0, 1}
+    # {ar, ar_control, sd, tree_sd, eagle, lyanna, pld, stand, reader, hedgespec} x 2 datasets x {0, 1}
     # + {tree_sd, eagle, lyanna, stand}_tv x 2 datasets at T = 1
-    # + 6 lyanna ablations, stand_samples, reader_retrieval and 6 budget-sweep variants x 1 dataset x {0, 1}
+    # + 6 lyanna ablations, stand_samples, reader_retrieval, tree_sd_specinfer and 6 budget-sweep variants
+    #   x 1 dataset x {0, 1}
     # + eagle_net, eagle_gui, hedgespec_domains on stdlib_domains x {0, 1}
-    assert counts["bench"] == 10 * 4 + 4 * 2 + 14 * 2 + 3 * 2
+    assert counts["bench"] == 10 * 4 + 4 * 2 + 15 * 2 + 3 * 2
+    assert counts["tree_shape"] == 4  # eagle and lyanna (their traversal twins share it) x {0, 1}
     assert counts["stand_tree"] == 2 and counts["reader_datastore"] == 1  # one tree per temperature
     assert counts["tokenize_domain"] == 2 and counts["domain_prompts"] == 1
     assert counts["train_drafter"] == 6  # eagle, lyanna, lyanna_feature, lyanna_vocab, eagle_net, eagle_gui
@@ -66,12 +68,13 @@ def test_one_target_runs_only_what_it_needs(tmp_path):
     result = snakemake("-n", "bench_ar", *overrides(tmp_path))
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
-    assert "train_draft" not in counts and "dump_features" not in counts and counts["bench"] == 4
+    assert "train_draft" not in counts and "dump_features" not in counts and counts["bench"] == 4 + 4  # + control
     tree = job_counts(snakemake("-n", "bench_tree_sd", *overrides(tmp_path)).stdout)
-    assert tree["bench"] == 8 + 2 and TREE_RULES <= set(tree) and "dump_features" not in tree
+    assert tree["bench"] == 4 + 2 and TREE_RULES <= set(tree) and "dump_features" not in tree
     eagle = job_counts(snakemake("-n", "bench_eagle", *overrides(tmp_path)).stdout)
     assert eagle["bench"] == 4 + 2 and eagle["train_drafter"] == 1 and "train_draft" not in eagle
-    assert not (TREE_RULES | REPORT_RULES) & set(eagle)
+    assert {"measure_latency", "tree_shape"} <= set(eagle)  # budget: auto; no draft LM, no Sequoia search
+    assert not ({"measure_acceptance", "measure_draft_step", "sequoia_tree"} | REPORT_RULES) & set(eagle)
     lyanna = job_counts(snakemake("-n", "bench_lyanna", *overrides(tmp_path)).stdout)
     assert lyanna["bench"] == 4 + 2 and lyanna["train_drafter"] == 1 and "train_draft" not in lyanna
     ablation = job_counts(snakemake("-n", "ablate_lyanna", *overrides(tmp_path)).stdout)
@@ -80,7 +83,7 @@ def test_one_target_runs_only_what_it_needs(tmp_path):
     assert sweep["bench"] == 4 + 4 and sweep["train_drafter"] == 3  # budget sweep; the two domain heads alone
     figure = job_counts(snakemake("-n", str(tmp_path / "results" / "figures" / "speedup.pdf"),
                                   *overrides(tmp_path)).stdout)
-    assert figure["figures"] == 1 and figure["bench"] == 82 and "report" not in figure
+    assert figure["figures"] == 1 and figure["bench"] == 84 and "report" not in figure
     stand = job_counts(snakemake("-n", "bench_stand", *overrides(tmp_path)).stdout)
     assert stand["bench"] == 4 + 2 and stand["stand_tree"] == 2 and stand["calibration_prompts"] == 1
     assert "train_drafter" not in stand and "dump_features" not in stand
@@ -110,8 +113,8 @@ def test_real_checkpoint_config_and_slurm_profile_dry_run(tmp_path):
                        "--profile", "workflow/profiles/slurm")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     counts = job_counts(result.stdout)
-    # {ar, sd, tree_sd, eagle, lyanna} x 4 datasets x {0, 1} + 3 lyanna ablations x mt_bench x {0, 1}
-    assert counts["bench"] == 5 * 8 + 3 * 2 and counts["train_drafter"] == 1  # the EAGLE head is used as is
+    # {ar, ar_control, sd, tree_sd, eagle, lyanna} x 4 datasets x {0, 1} + 3 lyanna ablations x mt_bench x {0, 1}
+    assert counts["bench"] == 6 * 8 + 3 * 2 and counts["train_drafter"] == 1  # the EAGLE head is used as is
     assert not {"train_target", "train_draft", "tokenizer"} & set(counts) and REPORT_RULES <= set(counts)
     bench_jobs = result.stdout.split("rule bench:")[1:]
     assert all("slurm_partition=gpu" in job and "gpu=1" in job and "--device cuda" in job for job in bench_jobs)
@@ -124,7 +127,7 @@ def test_every_profile_plans_the_pipeline_and_the_checks(tmp_path, profile):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     counts = job_counts(result.stdout)
     assert {"bench", "summary", "report", "lossless", "overheads", "host_sync", "projection", "checks"} <= set(counts)
-    if profile in ("smoke", "gpu"):  # engine passes: the smoke profile's static caches, the GPU's CUDA graphs
+    if profile in ("smoke", "gpu"):  # engine passes: the smoke profile's static caches, the GPU's eager pass
         assert 0 < counts["bench_pass"] <= counts["bench"] and counts["pass_summary"] == 1
     if profile == "gpu":
         assert counts["ar_vs_generate"] == 3 and "--device cuda" in snakemake(
@@ -249,7 +252,7 @@ def test_smoke_pipeline_end_to_end_killed_and_resumed(tmp_path):
     assert set(pd.read_csv(done / "host_sync.csv").variant) >= {"ar", "sd", "eagle", "lyanna"}
     assert (pd.read_csv(done / "projection" / "projection.csv").projected_speedup.notna()).any()
     static = pd.read_csv(results / "tables" / "summary_static.csv")  # the engine pass `static`: main variants
-    assert sorted(static.variant) == sorted(["ar", "sd", "tree_sd", "tree_sd_sequoia", "eagle", "lyanna", "pld", "stand",
+    assert sorted(static.variant) == sorted(["ar", "ar_control", "sd", "tree_sd", "eagle", "lyanna", "pld", "stand",
                                              "reader"])
     for name in ("lossless", "ar_vs_generate_eager", "overheads", "host_sync", "projection"):
         assert (done / "benchmarks" / f"{name}.tsv").is_file() and (done / "logs" / f"{name}.log").is_file()

@@ -13,7 +13,8 @@ from types import SimpleNamespace
 
 CHECKS = config.get("checks", {})
 CHECK_DIR = "checks"
-GENERATE_SETTINGS = {"eager": [], "static": ["--engine", "kv_cache=static"],
+GENERATE_SETTINGS = {"eager": ["--engine", "kv_cache=dynamic", "--engine", "cuda_graphs=off"],
+                     "static": ["--engine", "kv_cache=static", "--engine", "cuda_graphs=off"],
                      "graphs": ["--engine", "kv_cache=static", "--engine", "cuda_graphs=on"]}
 
 

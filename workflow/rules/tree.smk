@@ -20,17 +20,19 @@ rule measure_acceptance:
         "../scripts/measure_acceptance.py"
 
 
+# Latencies decide tree sizes, so they are measured alone (the rule takes every core: no other job runs beside
+# it) with the bench jobs' torch threads (bench.threads).
 rule measure_latency:
     input:
         target=target_model(),
-        draft=draft_model(),
     output:
         work("tree/latency.json"),
     params:
         tree=config["tree_search"],
         device=config["bench"].get("device", "cpu"),
         dtype=config["bench"].get("dtype", "float32"),
-    threads: config["threads"]
+        torch_threads=config["bench"].get("threads", config["threads"]),
+    threads: workflow.cores
     resources:
         mem_mb=4000,
         runtime=20,
@@ -39,10 +41,30 @@ rule measure_latency:
         "../scripts/measure_latency.py"
 
 
+rule measure_draft_step:
+    input:
+        draft=draft_model(),
+    output:
+        work("tree/draft-step.json"),
+    params:
+        tree=config["tree_search"],
+        device=config["bench"].get("device", "cpu"),
+        dtype=config["bench"].get("dtype", "float32"),
+        torch_threads=config["bench"].get("threads", config["threads"]),
+    threads: workflow.cores
+    resources:
+        mem_mb=4000,
+        runtime=10,
+        gpu=gpus_per_job(),
+    script:
+        "../scripts/measure_draft_step.py"
+
+
 rule sequoia_tree:
     input:
         acceptance=work("tree/acceptance-t{temperature}.json"),
         latency=work("tree/latency.json"),
+        draft_step=work("tree/draft-step.json"),
     output:
         work("tree/sequoia-t{temperature}-b{budget}.json"),
     wildcard_constraints:
@@ -54,3 +76,29 @@ rule sequoia_tree:
         runtime=10,
     script:
         "../scripts/sequoia_tree.py"
+
+
+# budget: auto for eagle and lyanna: the depth and budget of highest estimated tokens/s, from a calibration run of
+# the method at its largest shape (accepted nodes by depth and rank) and the latencies above.
+rule tree_shape:
+    input:
+        target=target_model(),
+        drafter=lambda wildcards: drafter_dir(wildcards.drafter),
+        prompts=work("prompts/calibration.jsonl"),
+        latency=work("tree/latency.json"),
+    output:
+        work("tree/shape-{method}-{drafter}-t{temperature}.json"),
+    wildcard_constraints:
+        method="eagle|lyanna",
+        temperature=r"[0-9.]+",
+    params:
+        arguments=lambda wildcards, input: shlex.join(plan.tree_shape_arguments(
+            config, wildcards.method, wildcards.drafter, wildcards.temperature, WORK, input.target, input.drafter,
+            input.prompts, input.latency)),
+    threads: config["bench"].get("threads", config["threads"])
+    resources:
+        mem_mb=4000,
+        runtime=20,
+        gpu=gpus_per_job(),
+    shell:
+        "python -m harness measure tree-shape {params.arguments} --threads {threads} --no-progress --out {output}"

@@ -9,7 +9,8 @@ acceptance = json.loads(Path(snakemake.input.acceptance).read_text())  # noqa: F
 latency = json.loads(Path(snakemake.input.latency).read_text())  # noqa: F821
 target_latency = {int(size): seconds for size, seconds in latency["target"].items()
                   if int(size) - 1 <= settings.get("max_budget", 64)}
-shape, rates = choose_budget(acceptance["acceptance"], target_latency, latency["draft_step"],
+draft_step = json.loads(Path(snakemake.input.draft_step).read_text())["draft_step"]  # noqa: F821
+shape, rates = choose_budget(acceptance["acceptance"], target_latency, draft_step,
                              settings.get("max_depth"))
 budget = snakemake.wildcards.budget  # noqa: F821
 if budget != "auto":  # a fixed budget: the best shape of that size, whatever the latencies say

@@ -1,0 +1,20 @@
+"""Markdown table cells and tables, shared by every report section."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pandas as pd
+
+
+def cell(value: Any, template: str) -> str:
+    """``value`` formatted by ``template``; a dash for a missing (NaN) value."""
+    if isinstance(value, float) and pd.isna(value):
+        return "-"
+    return template.format(value)
+
+
+def markdown_table(header: list[str], rows: list[list[str]]) -> str:
+    """A markdown table: a header row, its separator, one line per row of cells."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    return "\n".join(lines + ["| " + " | ".join(cells) + " |" for cells in rows])

@@ -1,0 +1,195 @@
+"""Latency-aware tree size for the beam-tree methods (`eagle`, `lyanna`): the depth and budget that maximise
+estimated tokens per second on this machine.
+
+EAGLE-2's tree (``harness.trees.beam``) expands the same frontiers whatever the budget, then keeps the budget's
+best pool nodes by score; a shallower tree's pool is a prefix of a deeper one's. So one calibration run at the
+largest shape (``--max-depth``, ``--max-budget``) tells, for every smaller (depth D, budget B), which of each
+step's accepted nodes that tree would have held: node i of the accepted path is in it if its depth is at most D
+and it ranks below B among the pool nodes of depth at most D. The accepted length under (D, B) is the longest
+prefix of the path inside it (exact for greedy verification of the same drafts; at T > 0 an estimate: a
+smaller tree also changes the residual distributions). This is the data Sequoia's rule uses (acceptance by depth
+and rank), measured for the method's own drafter.
+
+Costs, measured on this machine: the target's forward over B + 1 tokens (``tree/latency.json``, rule
+measure_latency), the drafter's time per step (the calibration run's drafter phase, scaled by D / max depth)
+and the rest of a step (host and verification, from the same run). Estimated tokens/s for (D, B):
+(1 + accepted(D, B)) / (target(B + 1) + drafter x D / max_depth + rest). The chosen shape goes to a JSON file
+that the method reads with ``shape_file=`` (its depth and budget replace the options').
+
+    python -m harness measure tree-shape --method eagle --target work/models/target --drafter work/drafters/eagle \
+        --prompts work/prompts/calibration.jsonl --latency work/tree/latency.json --out shape.json
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+from tqdm import tqdm
+
+from harness.backend.models import load_model
+from harness.data.prompts import encode_turn, load_prompts
+from harness.engine.loop import generate
+from harness.engine.method_spec import BuildInputs, build_adapter
+from harness.errors import DraftcountError
+from harness.options import parse_key_values
+from harness.store.atomic import atomic_path
+from harness.verify.sampling import SamplingConfig, make_generator
+
+BEAM_METHODS = ("eagle", "lyanna")
+
+
+def pool_depths(top_k: int, depth: int) -> np.ndarray:
+    """The depth of every pool node of a beam tree (pool order: k nodes of depth 1, then k x k per depth)."""
+    return np.concatenate([np.ones(top_k, dtype=int)] + [np.full(top_k * top_k, level, dtype=int)
+                                                          for level in range(2, depth + 1)])
+
+
+def path_ranks(scores: np.ndarray, depths: np.ndarray, path: list[int], max_depth: int) -> np.ndarray:
+    """(len(path), max_depth): each accepted pool node's rank among the pool nodes of depth <= D (best score
+    first, ties to the earlier node, as the beam ranks them), for D = 1..max_depth; a large number where the
+    node is deeper than D."""
+    ranks = np.full((len(path), max_depth), np.iinfo(np.int64).max // 2, dtype=np.int64)
+    for level in range(1, max_depth + 1):
+        members = np.flatnonzero(depths <= level)
+        order = members[np.argsort(-scores[members], kind="stable")]
+        position = {int(node): rank for rank, node in enumerate(order)}
+        for row, node in enumerate(path):
+            if node in position:
+                ranks[row, level - 1] = position[node]
+    return ranks
+
+
+def accepted_table(step_ranks: list[np.ndarray], max_depth: int, max_budget: int) -> np.ndarray:
+    """(max_depth, max_budget): mean accepted draft tokens per step for depth D (row D - 1) and budget B
+    (column B - 1): per step, the longest prefix of the accepted path whose nodes all rank below B."""
+    table = np.zeros((max_depth, max_budget))
+    budgets = np.arange(1, max_budget + 1)
+    for ranks in step_ranks:
+        for level in range(max_depth):
+            inside = ranks[:, level][None, :] < budgets[:, None]  # (budgets, path nodes)
+            table[level] += np.cumprod(inside, axis=1).sum(axis=1)
+    return table / max(len(step_ranks), 1)
+
+
+def latency_at(latency: dict[str, float], size: int) -> float:
+    """The target's forward seconds over ``size`` tokens, interpolated between the measured sizes."""
+    sizes = np.array(sorted(int(key) for key in latency))
+    return float(np.interp(size, sizes, [latency[str(key)] for key in sizes]))
+
+
+@dataclass
+class Calibration:
+    step_ranks: list[np.ndarray] = field(default_factory=list)
+    steps: int = 0
+    drafter_seconds: float = 0.0
+    rest_seconds: float = 0.0  # host + verification
+
+
+def choose_shape(table: np.ndarray, latency: dict[str, float], calibration: Calibration) -> dict:
+    """The (depth, budget) of highest estimated tokens/s, with the estimate for every shape considered."""
+    max_depth, max_budget = table.shape
+    drafter = calibration.drafter_seconds / max(calibration.steps, 1)
+    rest = calibration.rest_seconds / max(calibration.steps, 1)
+    estimates = np.zeros_like(table)
+    for level in range(1, max_depth + 1):
+        for budget in range(1, max_budget + 1):
+            seconds = latency_at(latency, budget + 1) + drafter * level / max_depth + rest
+            estimates[level - 1, budget - 1] = (1 + table[level - 1, budget - 1]) / seconds
+    level, budget = np.unravel_index(int(np.argmax(estimates)), estimates.shape)
+    ar_rate = 1 / (latency_at(latency, 1) + rest)
+    return {"depth": int(level + 1), "budget": int(budget + 1),
+            "estimated_tokens_per_s": float(estimates[level, budget]),
+            "estimated_speedup": float(estimates[level, budget] / ar_rate),
+            "accepted_per_step": float(table[level, budget]),
+            "drafter_seconds_per_step_at_max_depth": drafter, "rest_seconds_per_step": rest,
+            "accepted_by_depth_and_budget": np.round(table, 4).tolist(),
+            "tokens_per_s_by_depth_and_budget": np.round(estimates, 2).tolist()}
+
+
+def calibrate(method: str, options: dict, target_dir: str, drafter_dir: str | None, prompts_path: str,
+              temperature: float, max_new_tokens: int, limit: int | None, device: str, dtype: str,
+              progress: bool = True) -> tuple[Calibration, int]:
+    """Generate the calibration prompts with the method at its largest shape; the accepted nodes' ranks per
+    step and the phase times. Returns them and the beam's top_k."""
+    target = load_model(target_dir, dtype, device)
+    adapter, built = build_adapter(method, options, BuildInputs(target, None, Path(drafter_dir) if drafter_dir
+                                                                else None))
+    shape = adapter.shape
+    depths = pool_depths(shape.top_k, shape.depth)
+    calibration = Calibration()
+    original_commit = adapter.commit
+
+    def commit(ctx, tree, verdict, target_out):
+        beam = adapter.beam
+        path = [beam.pool_of_node[node] for node in verdict.path[1:]]
+        calibration.step_ranks.append(path_ranks(beam.pool_scores.float().cpu().numpy(), depths, path,
+                                                 shape.depth))
+        original_commit(ctx, tree, verdict, target_out)
+
+    adapter.commit = commit
+    prompts = load_prompts(prompts_path, None, limit)
+    sampling = SamplingConfig(temperature)
+    for index, prompt in enumerate(tqdm(prompts, desc=f"calibrate {method}", disable=not progress)):
+        ids = torch.tensor([encode_turn(target.tokenizer, [], prompt.turns[0])])
+        counters = generate(target, adapter, ids, max_new_tokens, sampling,
+                            generator=make_generator(index, target.device)).counters
+        phases = counters.phase_seconds
+        calibration.steps += len(counters.step_accepted)
+        calibration.drafter_seconds += phases["drafter"]
+        calibration.rest_seconds += phases["host"] + phases["verify"]
+    return calibration, shape.top_k
+
+
+def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--method", required=True, choices=BEAM_METHODS)
+    parser.add_argument("--target", required=True)
+    parser.add_argument("--drafter", required=True, help="the method's trained drafter")
+    parser.add_argument("--prompts", required=True, help="calibration prompts (JSONL; not the benchmark's)")
+    parser.add_argument("--latency", required=True, type=Path, help="target latency per size (rule measure_latency)")
+    parser.add_argument("--out", required=True, type=Path)
+    parser.add_argument("--option", action="append", metavar="KEY=VALUE", help="the method's other options")
+    parser.add_argument("--max-depth", type=int, default=8)
+    parser.add_argument("--max-budget", type=int, default=64)
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--max-new-tokens", type=int, default=64)
+    parser.add_argument("--limit", type=int, help="calibration prompts used (default: all)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32")
+    parser.add_argument("--threads", type=int, help="torch threads (the bench jobs': bench.threads)")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    if not args.latency.is_file():
+        raise DraftcountError(f"no latency file {args.latency} (rule measure_latency writes it)")
+    latency = json.loads(args.latency.read_text())["target"]
+    if max(int(size) for size in latency) < args.max_budget + 1:
+        raise DraftcountError(f"{args.latency} measures sizes up to {max(map(int, latency))}; --max-budget "
+                              f"{args.max_budget} needs {args.max_budget + 1}")
+    options = {**parse_key_values(args.option), "depth": args.max_depth, "budget": args.max_budget}
+    calibration, top_k = calibrate(args.method, options, args.target, args.drafter, args.prompts, args.temperature,
+                                   args.max_new_tokens, args.limit, args.device, args.dtype, not args.no_progress)
+    if not calibration.step_ranks:
+        raise DraftcountError("the calibration run made no verification step (prompts too short?)")
+    table = accepted_table(calibration.step_ranks, args.max_depth, args.max_budget)
+    chosen = choose_shape(table, latency, calibration)
+    result = {"method": args.method, "top_k": top_k, "temperature": args.temperature, **chosen,
+              "calibration": {"prompts": args.prompts, "steps": calibration.steps, "max_depth": args.max_depth,
+                              "max_budget": args.max_budget, "latency": str(args.latency)}}
+    with atomic_path(args.out) as partial:
+        partial.write_text(json.dumps(result, indent=1) + "\n")
+    print(f"{args.method} at T={args.temperature:g}: depth {chosen['depth']}, budget {chosen['budget']} "
+          f"({chosen['accepted_per_step']:.2f} accepted/step, estimated {chosen['estimated_tokens_per_s']:.1f} "
+          f"tokens/s, {chosen['estimated_speedup']:.2f}x ar) from {calibration.steps} calibration steps")
+    return 0
+
+
+if __name__ == "__main__":
+    main()

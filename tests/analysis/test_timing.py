@@ -1,0 +1,56 @@
+"""Speedups as geometric means with a prompt bootstrap; phase columns and the overhead-free bound."""
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from harness.analysis.timing import geometric_mean, paired_speedup, phase_summary, prompt_bootstrap_interval
+
+
+def test_an_aa_comparison_centres_on_one_where_the_arithmetic_mean_does_not():
+    """Two identical computations with symmetric noise: ratios r and 1/r. Their arithmetic mean is above 1
+    (the bias that made an identical computation read 1.12x); the geometric mean is 1."""
+    ratios = np.array([1.25, 0.8, 1.6, 0.625, 1.1, 1 / 1.1])
+    assert ratios.mean() > 1.04
+    assert geometric_mean(ratios) == pytest.approx(1.0)
+    low, high = prompt_bootstrap_interval(ratios, np.array(["a", "a", "b", "b", "c", "c"]))
+    assert low == pytest.approx(1.0) and high == pytest.approx(1.0)  # each prompt's pair cancels: no spread
+
+
+def test_the_bootstrap_resamples_prompts_not_turns():
+    ratios = np.array([2.0, 2.0, 2.0, 0.5])
+    by_turn = prompt_bootstrap_interval(ratios, np.arange(4))
+    one_prompt = prompt_bootstrap_interval(ratios, np.zeros(4))
+    assert one_prompt[0] == pytest.approx(one_prompt[1])  # one prompt: every resample is the same
+    assert by_turn[0] < by_turn[1]
+
+
+def _turns(wall, new_tokens, host, prompt_ids, suffix=""):
+    return {f"wall_seconds{suffix}": wall, f"new_tokens{suffix}": new_tokens, f"phase_host{suffix}": host,
+            "prompt_id": prompt_ids}
+
+
+def test_paired_speedup_and_bound():
+    paired = pd.DataFrame({**_turns([1.0, 2.0], [20, 20], [0.5, 0.5], ["p", "q"]),
+                           **_turns([2.0, 2.0], [10, 10], [0.2, 0.2], ["p", "q"], "_ar")})
+    speed = paired_speedup(paired)
+    assert speed["speedup_paired_mean"] == pytest.approx(np.sqrt(4.0 * 2.0))
+    assert speed["speedup_total"] == pytest.approx((40 / 3.0) / (20 / 4.0))
+    group = paired.assign(phase_prefill=0.1, phase_target=0.4, phase_drafter=[0.3, 1.0], phase_verify=0.1,
+                          target_forwards=[6, 6], drafter_forwards=[13, 20])
+    row = phase_summary(group, paired)
+    # without host time: ar spends (4.0 - 0.4) s on 20 tokens, the method (3.0 - 1.0) s on 40
+    assert row["speedup_bound"] == pytest.approx((3.6 / 20) / (2.0 / 40))
+    assert row["phase_drafter_per_token"] == pytest.approx(1.3 / 40)
+    assert row["host_share"] == pytest.approx(1.0 / 3.0)
+    assert row["model_share"] == pytest.approx((0.2 + 0.8 + 1.3) / 3.0)
+    assert row["target_seconds_per_forward"] == pytest.approx(0.8 / 10)
+    assert row["drafter_seconds_per_forward"] == pytest.approx(1.3 / 33)
+
+
+def test_records_without_phase_times_give_no_bound():
+    paired = pd.DataFrame({**_turns([1.0], [20], [np.nan], ["p"]), **_turns([2.0], [10], [np.nan], ["p"], "_ar")})
+    group = paired.assign(phase_prefill=np.nan, phase_target=np.nan, phase_drafter=np.nan, phase_verify=np.nan,
+                          target_forwards=[3], drafter_forwards=[0])
+    row = phase_summary(group, paired)
+    assert np.isnan(row["speedup_bound"]) and np.isnan(row["host_share"]) and np.isnan(row["drafter_seconds_per_forward"])

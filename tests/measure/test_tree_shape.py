@@ -1,0 +1,51 @@
+"""budget: auto: accepted length by depth and budget from one calibration run's ranks, the shape chosen from it."""
+
+import json
+
+import numpy as np
+import pytest
+
+from harness.errors import DraftcountError
+from harness.measure.tree_shape import Calibration, accepted_table, choose_shape, path_ranks, pool_depths
+from methods.eagle.adapter import EagleOptions
+from methods.lyanna.adapter import LyannaOptions
+
+
+def test_pool_depths_follow_the_beam_pool_order():
+    assert pool_depths(2, 3).tolist() == [1, 1, 2, 2, 2, 2, 3, 3, 3, 3]
+
+
+def test_ranks_and_accepted_length_by_depth_and_budget():
+    depths = pool_depths(2, 3)
+    scores = np.array([-0.1, -1.0, -0.3, -2.0, -1.1, -1.2, -0.5, -3.0, -3.1, -3.2])
+    path = [0, 2, 6]  # depth 1, 2, 3: the best node of each depth
+    ranks = path_ranks(scores, depths, path, 3)
+    assert ranks[:, 0].tolist()[0] == 0 and ranks[1, 0] > 100 and ranks[2, 1] > 100  # deeper than D: never in
+    assert ranks[:, 2].tolist() == [0, 1, 2]  # among all 10: -0.1, -0.3, -0.5 rank first
+    assert ranks[:, 1].tolist()[:2] == [0, 1]
+    table = accepted_table([ranks], max_depth=3, max_budget=4)
+    assert table[2].tolist() == [1, 2, 3, 3]  # depth 3: budget 1 holds the first node, 3 hold the whole path
+    assert table[0].tolist() == [1, 1, 1, 1]  # depth 1: one accepted node at most
+    assert table[1].tolist() == [1, 2, 2, 2]
+
+
+def test_the_chosen_shape_trades_acceptance_against_latency():
+    table = np.array([[1.0, 1.0, 1.0, 1.0], [1.0, 1.5, 1.8, 2.0], [1.0, 1.6, 2.0, 2.6]])
+    calibration = Calibration(steps=10, drafter_seconds=0.3, rest_seconds=0.1)  # 30 ms per step at depth 3
+    flat = choose_shape(table, {"1": 0.1, "8": 0.1}, calibration)  # verifying 5 tokens costs what 1 does
+    assert (flat["depth"], flat["budget"]) == (3, 4)
+    steep = choose_shape(table, {"1": 0.01, "5": 0.2}, calibration)  # bigger trees cost far more
+    assert steep["budget"] < 4 and steep["estimated_speedup"] == pytest.approx(
+        steep["estimated_tokens_per_s"] * 0.02)
+
+
+def test_methods_read_the_measured_shape(tmp_path):
+    shape = tmp_path / "shape.json"
+    shape.write_text(json.dumps({"depth": 3, "budget": 9, "top_k": 4}))
+    eagle = EagleOptions(top_k=4, shape_file=str(shape))
+    assert (eagle.depth, eagle.budget) == (3, 9)  # the records hold what ran
+    assert LyannaOptions(shape_file=str(shape)).budget == 9
+    with pytest.raises(DraftcountError, match="top_k=4, not 2"):
+        EagleOptions(top_k=2, shape_file=str(shape))
+    with pytest.raises(DraftcountError, match="no tree-shape file"):
+        EagleOptions(shape_file=str(tmp_path / "missing.json"))
