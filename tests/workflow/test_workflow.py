@@ -19,8 +19,8 @@ ZOO_RULES = {"corpus", "tokenizer", "tokenize", "train_target", "train_draft", "
 MODEL_FREE_RULES = {"calibration_prompts", "stand_tree", "reader_datastore"}
 TREE_RULES = {"measure_acceptance", "measure_latency", "measure_draft_step", "sequoia_tree"}
 REPORT_RULES = {"summary", "figures", "report", "export_specbench"}
-SMOKE_VARIANTS = ["ar", "sd", "tree_sd", "tree_sd_sequoia", "tree_sd_sequoia_b16", "eagle", "eagle_b12", "lyanna",
-                  "lyanna_feature", "lyanna_unfused", "pld", "stand", "reader"]
+SMOKE_VARIANTS = ["ar", "ar_control", "sd", "tree_sd", "tree_sd_specinfer", "tree_sd_sequoia_b16", "eagle", "eagle_b12",
+                  "lyanna", "lyanna_feature", "lyanna_unfused", "pld", "stand", "reader"]
 
 
 def snakemake(*args, timeout=900, **kwargs):
@@ -280,5 +280,5 @@ def test_killed_training_resumes_from_its_checkpoint(tmp_path):
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     assert "resuming train target from step" in result.stdout + result.stderr
     metrics = json.loads((tmp_path / "work" / "metrics" / "target.json").read_text())
-    assert metrics["training"]["resumed_from_step"] > 0
+    assert metrics["grown_from"]["training"]["resumed_from_step"] > 0  # the killed stage: the base, before growth
 
