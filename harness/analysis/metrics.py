@@ -129,18 +129,18 @@ def summary_columns() -> list[str]:
     return [metric.name for metric in METRICS if metric.in_summary]
 
 
-REPORT_COLUMNS = ("tokens_per_s", "speedup_paired_mean", "speedup_ci", "speedup_bound", "speedup_total", "tau", "accepted_per_step",
-                  "token_waste", "drafter_flop_waste", "verify_waste", "drafter_flops_per_accepted", "efficiency",
+REPORT_COLUMNS = ("tokens_per_s", "speedup_paired_mean", "speedup_ci", "speedup_bound", "speedup_total", "tau",
+                  "accepted_per_step", "token_waste", "drafter_flop_waste", "verify_waste", "drafter_flops_per_accepted", "efficiency",
                   "host_share")
 PHASE_REPORT_COLUMNS = ("phase_prefill_per_token", "phase_target_per_token", "phase_drafter_per_token",
                         "phase_verify_per_token", "phase_host_per_token", "model_share", "host_share",
                         "speedup_bound", "speedup_paired_mean")
 
 
-def report_metrics() -> list[Metric]:
-    """The report's results-table columns, in the order it shows them: every labelled metric."""
+def report_metrics(names: tuple[str, ...] = REPORT_COLUMNS) -> list[Metric]:
+    """The metrics of a report table's columns, in the order it shows them (default: the results tables')."""
     by_name = {metric.name: metric for metric in METRICS}
-    return [by_name[name] for name in REPORT_COLUMNS]
+    return [by_name[name] for name in names]
 
 
 def report_definitions() -> str:

@@ -20,7 +20,7 @@ from harness.analysis.figures import FIGURES
 from harness.analysis.metrics import report_definitions, report_metrics
 from harness.store.records import read_records
 from harness.analysis.report_timing import control_section, cost_section, phase_section
-from harness.analysis.tables import cell, markdown_table
+from harness.analysis.tables import cell, markdown_table, metric_cells
 
 
 
@@ -35,8 +35,7 @@ def results_table(summary: pd.DataFrame) -> str:
     rows = []
     for _, row in table.iterrows():
         cells = [row.variant, row.dataset, f"{row.temperature:g}"]
-        cells += [cell(row[metric.name] / metric.scale if metric.scale != 1 else row[metric.name], metric.fmt)
-                  for metric in columns]
+        cells += metric_cells(row, columns)
         rows.append(cells)
     return markdown_table(header, rows)
 

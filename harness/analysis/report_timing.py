@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import pandas as pd
 
-from harness.analysis.metrics import PHASE_REPORT_COLUMNS, METRICS
-from harness.analysis.tables import cell, markdown_table
+from harness.analysis.metrics import PHASE_REPORT_COLUMNS, report_metrics
+from harness.analysis.tables import cell, markdown_table, metric_cells
 
 CONTROL_VARIANT = "ar_control"
 CONTROL_TOLERANCE = 0.03
@@ -33,13 +33,12 @@ def control_section(summary: pd.DataFrame) -> str:
 def phase_section(summary: pd.DataFrame, main: list[str]) -> str:
     """Per main variant: milliseconds per emitted token by phase, the model and host shares, the measured
     speedup and the bound."""
-    by_name = {metric.name: metric for metric in METRICS}
-    columns = [by_name[name] for name in PHASE_REPORT_COLUMNS]
+    columns = report_metrics(PHASE_REPORT_COLUMNS)
     rows = summary[summary.variant.isin(main)].sort_values(["temperature", "dataset", "variant"])
     if rows.phase_host_per_token.isna().all():
         return ""
     cells = [[row.variant, row.dataset, f"{row.temperature:g}"]
-             + [cell(row[metric.name] / metric.scale, metric.fmt) for metric in columns]
+             + metric_cells(row, columns)
              for _, row in rows.iterrows()]
     return markdown_table(["variant", "dataset", "T"] + [metric.label for metric in columns], cells)
 

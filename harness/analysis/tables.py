@@ -14,6 +14,12 @@ def cell(value: Any, template: str) -> str:
     return template.format(value)
 
 
+def metric_cells(row: Any, metrics: list) -> list[str]:
+    """``row``'s value of each metric as its report column shows it (divided by its scale, in its format)."""
+    return [cell(row[metric.name] / metric.scale if metric.scale != 1 else row[metric.name], metric.fmt)
+            for metric in metrics]
+
+
 def markdown_table(header: list[str], rows: list[list[str]]) -> str:
     """A markdown table: a header row, its separator, one line per row of cells."""
     lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
