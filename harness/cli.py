@@ -1,5 +1,5 @@
-"""Command line: ``python -m harness run|train|methods|summarize|figures|report|export-specbench|divergence|
-measure|metrics ...``."""
+"""Command line: ``python -m harness run|train|methods|summarize|figures|report|export-specbench|specbench-speed|
+divergence|measure|metrics ...``."""
 
 from __future__ import annotations
 
@@ -22,6 +22,14 @@ def _run_parser(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--dataset", help="dataset name recorded in the results (default: the prompt file's stem)")
     run.add_argument("--category", help="keep only prompts of this category (comma-separated for several)")
     run.add_argument("--limit", type=int, help="keep only the first N prompts")
+    run.add_argument("--stratify", action="store_true",
+                     help="spread --limit evenly over the prompt set's categories (Spec-Bench: all 13 of them)")
+    run.add_argument("--chat-template", default="auto", choices=["auto", "model", "plain", "vicuna", "llama-2"],
+                     help="how turns become prompt text: auto = the model's chat template if it has one, else plain; "
+                          "vicuna/llama-2 = FastChat's templates")
+    run.add_argument("--system-prompt", default="", help="a system prompt (default: the template's own, or none)")
+    run.add_argument("--repeats", type=int, default=1,
+                     help="run the whole prompt set this many times (same seeds): mean +- std of the speedup over runs")
     run.add_argument("--max-new-tokens", type=int, default=128)
     run.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
     run.add_argument("--top-k", type=int, default=0, help="0 = off")
@@ -53,6 +61,7 @@ def _run_parser(subparsers: argparse._SubParsersAction) -> None:
 def _cmd_run(args: argparse.Namespace) -> int:
     from harness.engine.runtime import EngineOptions
     from harness.runner import RunConfig, run
+    from harness.data.templates import PromptFormat
     from harness.engine.method_spec import parse_method_options
     from harness.verify.sampling import SamplingConfig
 
@@ -74,10 +83,11 @@ def _cmd_run(args: argparse.Namespace) -> int:
         method=args.method, target=args.target, prompts=args.prompts, out=args.out, variant=args.variant,
         draft=args.draft,
         drafter=args.drafter, method_options=options, dataset=args.dataset, category=args.category,
-        limit=args.limit, max_new_tokens=args.max_new_tokens,
+        limit=args.limit, stratify=args.stratify, prompt_format=PromptFormat(args.chat_template, args.system_prompt),
+        max_new_tokens=args.max_new_tokens,
         sampling=SamplingConfig(args.temperature, args.top_k, args.top_p), seed=args.seed, dtype=args.dtype,
         device=args.device, pair_with_ar=args.pair_with_ar, warmup=args.warmup, engine=engine,
-        verifier=args.verifier, samples=args.samples, interleave=args.interleave,
+        verifier=args.verifier, samples=args.samples, interleave=args.interleave, repeats=args.repeats,
     )
     count = run(config, progress=not args.no_progress)
     print(f"wrote {count} records to {args.out}")
@@ -135,6 +145,10 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
     if missing:
         raise DraftcountError(f"no records file {missing[0]}")
     table = write_summary(args.records, args.out, args.depth_out, args.samples_out, args.hedge_out)
+    if args.categories_out:
+        from harness.analysis.categories import write_categories
+
+        write_categories(args.records, args.categories_out)
     shown = ["variant", "dataset", "temperature", "tokens_per_s", "tau", "speedup_paired_mean", "efficiency"]
     print(table[[column for column in shown if column in table]].to_string(
         index=False, float_format=lambda value: f"{value:.3f}"))
@@ -149,7 +163,7 @@ def _cmd_figures(args: argparse.Namespace) -> int:
             raise DraftcountError(f"no table {path} (write it with `python -m harness summarize`)")
     main = [name for name in (args.main or "").split(",") if name]
     names = [name for name in (args.only or "").split(",") if name]
-    for path in write_figures(args.summary, args.depth, args.out_dir, main, names, args.samples):
+    for path in write_figures(args.summary, args.depth, args.out_dir, main, names, args.samples, args.categories):
         print(f"wrote {path}")
     return 0
 
@@ -161,7 +175,8 @@ def _cmd_report(args: argparse.Namespace) -> int:
         if not path.is_file():
             raise DraftcountError(f"no file {path}")
     main = [name for name in (args.main or "").split(",") if name]
-    write_report(args.summary, args.records, args.figures, args.out, main, args.metrics, args.samples, args.hedge)
+    write_report(args.summary, args.records, args.figures, args.out, main, args.metrics, args.samples, args.hedge,
+                 args.categories)
     print(f"wrote {args.out}")
     return 0
 
@@ -174,6 +189,20 @@ def _cmd_export_specbench(args: argparse.Namespace) -> int:
             raise DraftcountError(f"no records file {path}")
         for written in export_records(path, args.out_dir):
             print(f"wrote {written}")
+    return 0
+
+
+def _cmd_specbench_speed(args: argparse.Namespace) -> int:
+    from harness.analysis.specbench import speed_report
+
+    base = args.base_path or args.file_path.with_name(args.file_path.name.replace(".jsonl", ".ar.jsonl"))
+    report = speed_report(args.file_path, base, args.tokenizer_path, args.task)
+    print(f"Task: {args.task} ({report['answers']} answers; baseline tokens "
+          f"{'counted again with ' + args.tokenizer_path if args.tokenizer_path else 'as recorded'})")
+    print(f"#Mean accepted tokens: {report['mean_accepted_tokens']}")
+    print(f"Tokens per second: {report['tokens_per_second']}")
+    print(f"Tokens per second for the baseline: {report['tokens_per_second_baseline']}")
+    print(f"Speedup ratio: {report['speedup']}")
     return 0
 
 
@@ -202,6 +231,8 @@ def _reporting_parsers(subparsers: argparse._SubParsersAction) -> None:
                          help="also write the per-sample-index table (CSV) of variants run with --samples here")
     summary.add_argument("--hedge-out", type=Path,
                          help="also write the drafter-selection table (CSV) of hedgespec variants here")
+    summary.add_argument("--categories-out", type=Path,
+                         help="also write the per-category table (CSV) of prompt sets with several categories here")
     figures = subparsers.add_parser("figures", help="paper-style figures (PDF + PNG) from the summary tables")
     figures.add_argument("--summary", required=True, type=Path, help="summary CSV written by `summarize`")
     figures.add_argument("--depth", required=True, type=Path, help="per-depth acceptance CSV (`summarize --depth-out`)")
@@ -209,6 +240,8 @@ def _reporting_parsers(subparsers: argparse._SubParsersAction) -> None:
     figures.add_argument("--main", help="comma-separated variants run on every dataset (the rest are ablations)")
     figures.add_argument("--only", help="comma-separated figure names (default: all)")
     figures.add_argument("--samples", type=Path, help="per-sample-index CSV (`summarize --samples-out`): figure samples")
+    figures.add_argument("--categories", type=Path,
+                         help="per-category CSV (`summarize --categories-out`): figure categories")
     report = subparsers.add_parser("report", help="markdown report: tables, figures, environment, definitions")
     report.add_argument("records", nargs="+", type=Path, help="records files the summary was computed from")
     report.add_argument("--summary", required=True, type=Path, help="summary CSV written by `summarize`")
@@ -217,6 +250,7 @@ def _reporting_parsers(subparsers: argparse._SubParsersAction) -> None:
     report.add_argument("--main", help="comma-separated variants run on every dataset (the rest are ablations)")
     report.add_argument("--samples", type=Path, help="per-sample-index CSV (`summarize --samples-out`)")
     report.add_argument("--hedge", type=Path, help="drafter-selection CSV (`summarize --hedge-out`)")
+    report.add_argument("--categories", type=Path, help="per-category CSV (`summarize --categories-out`)")
     report.add_argument("--out", required=True, type=Path, help="output markdown file")
     divergence = subparsers.add_parser("divergence", help="how often greedy outputs leave their paired ar output")
     divergence.add_argument("records", nargs="+", type=Path, help="records files written by `run --pair-with-ar`")
@@ -226,6 +260,15 @@ def _reporting_parsers(subparsers: argparse._SubParsersAction) -> None:
     export = subparsers.add_parser("export-specbench", help="write records in Spec-Bench's answer-file layout")
     export.add_argument("records", nargs="+", type=Path, help="records files written by `run`")
     export.add_argument("--out-dir", required=True, type=Path, help="folder for <run>/model_answer/<variant>.jsonl")
+    speed = subparsers.add_parser(
+        "specbench-speed", help="speedup and mean accepted tokens of an export, computed as Spec-Bench's speed.py does")
+    speed.add_argument("--file-path", required=True, type=Path, help="the method's answer file (<variant>.jsonl)")
+    speed.add_argument("--base-path", type=Path,
+                       help="the baseline's answer file (default: <variant>.ar.jsonl beside it)")
+    speed.add_argument("--tokenizer-path",
+                       help="count the baseline's tokens from its text with this tokenizer, as speed.py does "
+                            "(default: its recorded new_tokens)")
+    speed.add_argument("--task", default="overall", help="overall (default), mt_bench, or one category")
 
 
 def _cmd_methods(args: argparse.Namespace) -> int:
@@ -291,6 +334,19 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_fetch(args: argparse.Namespace) -> int:
+    from harness.store.hub import DRAFTER_FILES, link_snapshot, model_snapshot
+
+    if args.kind == "model":
+        patterns = sorted({str(path.relative_to(snapshot)) for snapshot in [model_snapshot(args.repo_id)]
+                           for path in snapshot.rglob("*") if path.is_file()})
+    else:
+        patterns = DRAFTER_FILES
+    out = link_snapshot(args.repo_id, args.out, patterns)
+    print(f"{args.repo_id} -> {out}")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness", description="draftcount speculative-decoding harness")
     subparsers = parser.add_subparsers(dest="command", required=True)
@@ -306,9 +362,15 @@ def main(argv: list[str] | None = None) -> int:
     datastore.add_argument("--tokenizer", help="tokenizer directory for a text source (the target's)")
     datastore.add_argument("--key-len", type=int, default=4, help="longest suffix a lookup matches (default 4)")
     datastore.add_argument("--out", required=True, type=Path, help="datastore file to write")
+    fetch = subparsers.add_parser("fetch", help="a hub id's files as a local directory (links into the hub cache)")
+    fetch.add_argument("repo_id", help="owner/name on the Hugging Face hub")
+    fetch.add_argument("--kind", choices=["model", "drafter"], default="model",
+                       help="model: weights, config, tokenizer; drafter: an EAGLE head's config and weights")
+    fetch.add_argument("--out", required=True, type=Path, help="directory to fill with links")
     args = parser.parse_args(argv)
-    handlers = {"run": _cmd_run, "train": _cmd_train, "methods": _cmd_methods, "summarize": _cmd_summarize,
+    handlers = {"fetch": _cmd_fetch, "run": _cmd_run, "train": _cmd_train, "methods": _cmd_methods, "summarize": _cmd_summarize,
                 "figures": _cmd_figures, "report": _cmd_report, "export-specbench": _cmd_export_specbench,
+                "specbench-speed": _cmd_specbench_speed,
                 "divergence": _cmd_divergence, "measure": _cmd_measure, "metrics": _cmd_metrics,
                 "build-datastore": _cmd_build_datastore}
     try:

@@ -20,6 +20,7 @@ import dataclasses
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -33,6 +34,7 @@ from harness.errors import DraftcountError
 from harness.backend.models import LoadedModel, load_model
 from harness.options import options_as_dict
 from harness.data.prompts import Prompt, encode_turn, load_prompts, longest_sequence
+from harness.data.templates import PromptFormat
 from harness.store.records import SCHEMA_VERSION, atomic_jsonl, environment, write_record
 from harness.verify.sampling import SamplingConfig, make_generator
 from harness.engine.runtime import EngineOptions, EngineRuntime, warm_up, without_captures
@@ -52,6 +54,8 @@ class RunConfig:
     dataset: str | None = None
     category: str | None = None
     limit: int | None = None
+    stratify: bool = False  # the limit spread evenly over the prompt set's categories
+    prompt_format: PromptFormat = PromptFormat()  # chat template and system prompt (harness.data.templates)
     max_new_tokens: int = 128
     sampling: SamplingConfig = SamplingConfig()
     seed: int = 0
@@ -62,9 +66,12 @@ class RunConfig:
     engine: EngineOptions = EngineOptions()
     verifier: str = DEFAULT_VERIFIER
     samples: int = 1  # generations per prompt and turn (test-time scaling); each has its own seed
+    repeats: int = 1  # runs over the whole prompt set (same seeds): the spread of the timing across runs
     interleave: str = "auto"  # step | turn | auto (step on a host-only device, turn on CUDA): see the docstring
 
     def __post_init__(self) -> None:
+        if self.repeats < 1:
+            raise DraftcountError(f"repeats must be >= 1, got {self.repeats}")
         if self.interleave not in ("auto", "step", "turn"):
             raise DraftcountError(f"interleave must be auto, step or turn, not {self.interleave!r}")
 
@@ -75,7 +82,6 @@ class _Contender:
     method: str
     adapter: DraftAdapter
     options: Any
-    history: dict[tuple[str, int], list[tuple[str, str]]] = field(default_factory=dict)
 
 
 def generation_seed(seed: int, prompt_index: int, turn: int, sample: int = 0) -> int:
@@ -106,7 +112,8 @@ def _build_contenders(config: RunConfig, target: LoadedModel, draft: LoadedModel
 
 def _record(config: RunConfig, target: LoadedModel, draft: LoadedModel | None, contender: _Contender,
             prompt: Prompt, turn: int, sample: int, prompt_ids: list[int], seed: int, result: Generation,
-            graphs_captured: int, timing_reruns: int, engine: EngineOptions, interleave: str) -> dict[str, Any]:
+            graphs_captured: int, timing_reruns: int, engine: EngineOptions, interleave: str,
+            repeat: int = 0) -> dict[str, Any]:
     """One generation's record (``engine``: the settings it ran under, ``auto`` resolved); ``graphs_captured``: CUDA graphs captured during it (inside its timing);
     ``timing_reruns``: earlier runs of it discarded because they captured one (``without_captures``)."""
     counters = result.counters.as_dict()
@@ -119,7 +126,9 @@ def _record(config: RunConfig, target: LoadedModel, draft: LoadedModel | None, c
         "compared_method": config.method,
         "method_options": options_as_dict(contender.options),
         "method_details": dict(contender.adapter.details),
-        "pair_id": f"{prompt.id}#{turn}" + (f"@{sample}" if config.samples > 1 else ""),
+        "pair_id": f"{prompt.id}#{turn}" + (f"@{sample}" if config.samples > 1 else "")
+                   + (f"~{repeat}" if config.repeats > 1 else ""),
+        "repeat": repeat,
         "models": {
             "target": config.target,
             "draft": config.draft,
@@ -133,6 +142,7 @@ def _record(config: RunConfig, target: LoadedModel, draft: LoadedModel | None, c
         "turn": turn,
         "sample": sample,
         "prompt_tokens": len(prompt_ids),
+        "prompt_format": dataclasses.asdict(config.prompt_format),
         "sampling": dataclasses.asdict(config.sampling),
         "engine": dataclasses.asdict(engine),
         "verifier": config.verifier if contender.role == "method" else DEFAULT_VERIFIER,
@@ -155,7 +165,7 @@ def _record(config: RunConfig, target: LoadedModel, draft: LoadedModel | None, c
 
 def run(config: RunConfig, progress: bool = True) -> int:
     """Run ``config`` and write its records to ``config.out``; returns the number of records."""
-    prompts = load_prompts(config.prompts, config.category, config.limit)
+    prompts = load_prompts(config.prompts, config.category, config.limit, config.stratify)
     target = load_model(config.target, config.dtype, config.device)
     if target.tokenizer is None:
         raise DraftcountError(f"target '{config.target}' has no tokenizer")
@@ -164,7 +174,7 @@ def run(config: RunConfig, progress: bool = True) -> int:
     eos = eos_ids(target)
     verifiers = {"method": get_verifier(config.verifier), "baseline": get_verifier(DEFAULT_VERIFIER)}  # ar: as always
     runtime = EngineRuntime(target, config.engine)  # one per run: its static cache and graphs serve every turn
-    runtime.reserve(longest_sequence(target.tokenizer, prompts, config.max_new_tokens))  # sized before warm-up
+    runtime.reserve(longest_sequence(target.tokenizer, prompts, config.max_new_tokens, config.prompt_format))  # sized before warm-up
     interleave = config.interleave if config.interleave != "auto" else (
         "turn" if target.device.type == "cuda" else "step")
     runtimes = {contender.role: runtime for contender in contenders}
@@ -186,7 +196,7 @@ def run(config: RunConfig, progress: bool = True) -> int:
 
     def warm_turn(contender: _Contender, index: int) -> Generation:
         prompt = prompts[index % len(prompts)]
-        return run_turn(contender, encode_turn(target.tokenizer, [], prompt.turns[0]), config.seed,
+        return run_turn(contender, encode_turn(target.tokenizer, [], prompt.turns[0], config.prompt_format), config.seed,
                         f"{prompt.id} (warm-up)", min(16, config.max_new_tokens), "(warm-up)")
 
     for contender in contenders:  # until a warm-up captures no new CUDA graph (at most SETTLING_WARMUPS more)
@@ -203,28 +213,33 @@ def run(config: RunConfig, progress: bool = True) -> int:
                                  lambda: runtimes[contender.role].captures)
                 for contender, ids in zip(order, inputs)]
 
+    def conversation(handle, index: int, prompt: Prompt, sample: int, repeat: int) -> Iterator[float]:
+        """Every turn of one prompt for every contender, records written; yields each generation's tokens per
+        target forward (the progress bar's figure)."""
+        order = contenders if (index + sample) % 2 == 0 else contenders[::-1]
+        histories = [[] for _ in order]
+        for turn, question in enumerate(prompt.turns):
+            seed = generation_seed(config.seed, index, turn, sample)
+            name = f"{prompt.id} turn {turn}" + (f" sample {sample}" if config.samples > 1 else "")
+            inputs = [encode_turn(target.tokenizer, history, question, config.prompt_format) for history in histories]
+            outcomes = timed_turn(order, inputs, seed, name, f"{prompt.id}#{turn}")
+            for contender, history, ids, (result, captured, reruns) in zip(order, histories, inputs, outcomes):
+                write_record(handle, _record(config, target, draft, contender, prompt, turn, sample, ids, seed, result,
+                                             captured, reruns, runtimes[contender.role].options, interleave, repeat))
+                history.append((question, target.tokenizer.decode(result.output_ids, skip_special_tokens=True)))
+                yield result.counters.tokens_per_forward
+
     written = 0
-    total_turns = sum(len(prompt.turns) for prompt in prompts) * config.samples
+    total_turns = sum(len(prompt.turns) for prompt in prompts) * config.samples * config.repeats
     with atomic_jsonl(config.out) as handle, tqdm(
         total=total_turns * len(contenders), desc=f"{config.method} on {Path(config.prompts).name}",
         unit="gen", disable=not progress,
     ) as bar:
-        for index, prompt in enumerate(prompts):
-            for sample in range(config.samples):
-                order = contenders if (index + sample) % 2 == 0 else contenders[::-1]
-                for turn, question in enumerate(prompt.turns):
-                    seed = generation_seed(config.seed, index, turn, sample)
-                    name = f"{prompt.id} turn {turn}" + (f" sample {sample}" if config.samples > 1 else "")
-                    histories = [contender.history.setdefault((prompt.id, sample), []) for contender in order]
-                    inputs = [encode_turn(target.tokenizer, history, question) for history in histories]
-                    outcomes = timed_turn(order, inputs, seed, name, f"{prompt.id}#{turn}")
-                    for contender, history, ids, (result, captured, reruns) in zip(order, histories, inputs,
-                                                                                   outcomes):
-                        write_record(handle, _record(config, target, draft, contender, prompt, turn, sample, ids, seed,
-                                                     result, captured, reruns, runtimes[contender.role].options,
-                                                     interleave))
-                        history.append((question, target.tokenizer.decode(result.output_ids, skip_special_tokens=True)))
+        for repeat in range(config.repeats):
+            for index, prompt in enumerate(prompts):
+                for sample in range(config.samples):
+                    for tau in conversation(handle, index, prompt, sample, repeat):
                         written += 1
                         bar.update(1)
-                        bar.set_postfix(tau=f"{result.counters.tau:.2f}")
+                        bar.set_postfix(tokens_per_forward=f"{tau:.2f}")
     return written

@@ -7,10 +7,26 @@ from pathlib import Path
 from typing import Any
 
 from harness.catalog import catalog, entry, method_names
+from harness.store.hub import is_hub_id
 
 BUILTIN_DATASETS = ("humaneval", "stdlib_code", "stdlib_domains")
 WORKFLOW_ONLY_KEYS = ("method", "drafter", "ablation", "verifier", "samples", "temperatures", "datasets")
 DATASTORE_FILE = "datastore/train.pt"  # `datastore: auto`: the retrieval datastore over the zoo's training split
+
+
+HUB_DIR = "hub"  # hub ids' files, linked into work_dir/hub/<owner>--<name> by rule fetch_hub
+
+
+def local_source(source: str, work_dir: Path) -> str:
+    """A model or drafter path as rules take it: itself, or for a hub id the directory rule fetch_hub makes of it
+    (so a hub id is never a missing input file)."""
+    return str(Path(work_dir) / HUB_DIR / source.replace("/", "--")) if is_hub_id(source) else source
+
+
+def hub_sources(config: dict) -> dict[str, str]:
+    """{local directory name: hub id} for every model and drafter the config gives as a hub id."""
+    sources = [*config.get("models", {}).values(), *(settings.get("path", "") for settings in config["drafters"].values())]
+    return {source.replace("/", "--"): source for source in sources if source and is_hub_id(str(source))}
 
 
 def needs_draft_lm(method: str) -> bool:
@@ -176,8 +192,9 @@ def tree_shape_arguments(config: dict, method: str, drafter: str, temperature: s
 
 
 def drafter_path(config: dict, drafter: str, work_dir: Path) -> str:
-    """Where a configured drafter lives: its `path`, or the directory the workflow trains it into."""
-    return str(config["drafters"].get(drafter, {}).get("path") or Path(work_dir) / "drafters" / drafter)
+    """Where a configured drafter lives: its `path` (a hub id's fetched directory), or where the workflow trains it."""
+    path = config["drafters"].get(drafter, {}).get("path")
+    return local_source(str(path), work_dir) if path else str(Path(work_dir) / "drafters" / drafter)
 
 
 def resolve_expert(config: dict, spec: str, default_drafter: str, work_dir: Path) -> str:
@@ -238,6 +255,63 @@ def dataset_limit(config: dict, dataset: str) -> int:
     return config["bench"].get("limit", 0)
 
 
+def dataset_selection(config: dict, dataset: str, work_dir: Path) -> tuple[int, dict[str, int]] | None:
+    """(turns, prompts per category) a bench job over ``dataset`` will run, read from its prompt file at plan time
+    (the same selection as ``harness.data.prompts.load_prompts``: the limit, stratified or not); None for a set
+    the workflow builds or a file that is not there yet."""
+    import json
+
+    source = Path(dataset_prompts(config, dataset, work_dir))
+    if source.is_dir():
+        source = next((source / name for name in ("question.jsonl", "test.jsonl") if (source / name).is_file()), source)
+    if dataset in BUILTIN_DATASETS or source.suffix != ".jsonl" or not source.is_file():
+        return None
+    rows = [json.loads(line) for line in source.open(encoding="utf-8") if line.strip()]
+    entries = [(str(row.get("category", dataset)), len(row.get("turns", [None]))) for row in rows]
+    limit = dataset_limit(config, dataset) or len(entries)
+    if config["bench"].get("stratify"):
+        by_category: dict[str, list[int]] = {}
+        for index, (category, _) in enumerate(entries):
+            by_category.setdefault(category, []).append(index)
+        # round robin over the categories, as ``stratified`` does: the first `limit` of that order
+        order = [indices[depth] for depth in range(max(map(len, by_category.values()), default=0))
+                 for indices in by_category.values() if depth < len(indices)]
+        kept = sorted(order[:limit])
+    else:
+        kept = list(range(min(limit, len(entries))))
+    counts: dict[str, int] = {}
+    for index in kept:
+        counts[entries[index][0]] = counts.get(entries[index][0], 0) + 1
+    return sum(entries[index][1] for index in kept), counts
+
+
+def bench_runtime_minutes(config: dict, dataset: str, work_dir: Path) -> int:
+    """A bench job's time limit (SLURM -t): with ``bench.seconds_per_token`` (the target's measured seconds per
+    `ar` token on the device), 10 minutes of loading plus turns x max_new_tokens x that x 3 (the `ar` baseline, and
+    the method at up to twice ar's time) x repeats; 60 minutes without it or for a set built by the workflow."""
+    bench = config["bench"]
+    per_token = bench.get("seconds_per_token")
+    selection = dataset_selection(config, dataset, work_dir) if per_token else None
+    if dataset == "humaneval" and per_token:
+        selection = (config["prompts"]["humaneval_limit"], {})
+    if selection is None:
+        return 60
+    turns = selection[0]
+    seconds = turns * bench.get("max_new_tokens", 128) * float(per_token) * 3 * bench.get("repeats", 1)
+    return 10 + int(seconds / 60 + 0.999)
+
+
+DUMP_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
+
+
+def feature_dump_bytes(features: dict, hidden: int) -> int:
+    """Bytes a feature dump (rule dump_features) writes: every window's token ids (int32) and its hidden states of
+    every configured layer (``harness.training.features.dump_size_bytes`` says the same at dump time)."""
+    layers = len(features.get("layers", ["last"]))
+    element = DUMP_BYTES[features.get("dtype", "bfloat16")]
+    return int(features["sequences"]) * int(features["seq_len"]) * (hidden * layers * element + 4)
+
+
 def _option_arguments(options: dict[str, Any]) -> list[str]:
     arguments = []
     for key, value in options.items():
@@ -264,7 +338,13 @@ def run_arguments(config: dict, variant: str, dataset: str, temperature: str, wo
         arguments += ["--drafter", drafter]
     limit = dataset_limit(config, dataset)
     if limit:
-        arguments += ["--limit", str(limit)]
+        arguments += ["--limit", str(limit)] + (["--stratify"] if bench.get("stratify") else [])
+    if bench.get("chat_template", "auto") != "auto":
+        arguments += ["--chat-template", bench["chat_template"]]
+    if bench.get("system_prompt"):
+        arguments += ["--system-prompt", bench["system_prompt"]]
+    if bench.get("repeats", 1) > 1:
+        arguments += ["--repeats", str(bench["repeats"])]
     arguments += _option_arguments(variant_options(config, variant, temperature, work_dir))
     for key, value in bench.get("engine", {}).items():
         value = {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value

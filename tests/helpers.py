@@ -214,3 +214,16 @@ def engine_runtime(target: LoadedModel, switch: str) -> EngineRuntime:
     """A runtime with one of the engine's overhead switches on; the CUDA-graph path runs its static buffers
     eagerly (``capture=False``), which is what a machine without a GPU can test."""
     return EngineRuntime(target, ENGINE_SWITCHES[switch], capture=False)
+
+
+def sharded_lm_loss(model: LlamaForCausalLM, tokens: torch.Tensor, batch_size: int):
+    """A sharded ``train`` loss: micro-batch ``shard`` of step ``step`` is its rows of a global batch of
+    ``batch_size * shard.count`` random 16-token windows of ``tokens`` (drawn from the step number)."""
+    from harness.data.token_streams import random_windows
+    from harness.training.loop import batches_from_step
+
+    def loss_fn(step, shard):
+        size = batch_size * shard.count
+        windows = batches_from_step(step, 0, lambda g: random_windows(tokens, size, 16, g))[shard.rows(batch_size)]
+        return model(input_ids=windows, labels=windows).loss, windows.numel()
+    return loss_fn

@@ -64,6 +64,38 @@ def test_the_ar_control_pairs_ar_with_ar_and_summarizes_near_one(model_dirs, tmp
     assert row.speedup_ci_low <= row.speedup_paired_mean <= row.speedup_ci_high
 
 
+def test_repeats_stratified_prompts_and_the_prompt_format(model_dirs, tmp_path, shared_data):
+    """bench.repeats: the prompt set twice over (same seeds, same tokens), each run's speedup, mean +- std over runs;
+    a stratified limit and a FastChat template with a system prompt are recorded with every turn."""
+    out = tmp_path / "raw" / "sd.jsonl"
+    result = subprocess.run(
+        [sys.executable, "-m", "harness", "run", "--method", "sd", "--target", str(model_dirs["target"]),
+         "--draft", str(model_dirs["draft"]), "--prompts", str(shared_data / "spec_bench"), "--category",
+         "writing,translation,qa", "--limit", "3", "--stratify", "--chat-template", "vicuna", "--system-prompt",
+         "Be brief.", "--repeats", "2", "--max-new-tokens", "6", "--pair-with-ar", "--out", str(out),
+         "--no-progress"],
+        capture_output=True, text=True, timeout=600,
+    )
+    assert result.returncode == 0, result.stderr
+    records = read_records(out)
+    assert len(records) == 2 * (2 + 1 + 1) * 2  # repeats x turns (writing: 2, translation, qa) x (sd, ar)
+    assert {record["category"] for record in records} == {"writing", "translation", "qa"}
+    assert all(record["prompt_format"] == {"template": "vicuna", "system_prompt": "Be brief."} for record in records)
+    runs = {repeat: sorted((r["pair_id"].split("~")[0], r["role"], r["output_ids"]) for r in records
+                           if r["repeat"] == repeat) for repeat in (0, 1)}
+    assert runs[0] == runs[1] and len({record["pair_id"] for record in records}) == 8
+    from harness.analysis.summary import records_frame, summarize
+
+    row = summarize(records_frame([out])).set_index("variant").loc["sd"]
+    assert row.repeats == 2 and row.turns == 8 and row.speedup_repeat_std > 0
+    from harness.analysis.specbench import export_records, read_answers
+
+    written = {path.name for path in export_records(out, tmp_path / "specbench")}
+    assert written == {"sd.jsonl", "sd.ar.jsonl", "sd.run2.jsonl", "sd.run2.ar.jsonl"}
+    answers = read_answers(tmp_path / "specbench" / "sd" / "model_answer" / "sd.run2.jsonl")
+    assert len(answers) == 3 and sum(len(line["choices"][0]["turns"]) for line in answers) == 4  # one run's turns
+
+
 def test_methods_listing():
     result = subprocess.run([sys.executable, "-m", "harness", "methods"], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0 and "ar" in result.stdout and "gamma=4" in result.stdout

@@ -54,3 +54,35 @@ def test_samples_and_own_datasets(config):
     assert plan.variant_datasets(config, "hedgespec_domains") == ["stdlib_domains"]
     assert plan.dataset_prompts(config, "stdlib_domains", Path("w")) == "w/prompts/stdlib_domains.jsonl"
     assert plan.variant_datasets(config, "stand_samples") == ["stdlib_code"]
+
+
+def test_hub_ids_become_fetched_directories(config, tmp_path):
+    assert plan.local_source("meta-llama/Llama-3.1-8B-Instruct", Path("w")) == "w/hub/meta-llama--Llama-3.1-8B-Instruct"
+    local = tmp_path / "model"
+    local.mkdir()
+    assert plan.local_source(str(local), Path("w")) == str(local)  # an existing directory is itself
+    assert plan.local_source("./missing/model", Path("w")) == "./missing/model"  # a path, never a hub request
+    own = {**config, "models": {"target": "org/target", "draft": str(local)},
+           "drafters": {"eagle3": {"path": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}, "lyanna": {}}}
+    assert plan.hub_sources(own) == {"org--target": "org/target",
+                                     "yuhuili--EAGLE3-LLaMA3.1-Instruct-8B": "yuhuili/EAGLE3-LLaMA3.1-Instruct-8B"}
+    assert plan.drafter_path(own, "eagle3", Path("w")) == "w/hub/yuhuili--EAGLE3-LLaMA3.1-Instruct-8B"
+
+
+def test_bench_time_limits_and_the_feature_dump_size(tmp_path):
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(f'{{"question_id": {i}, "category": "{c}", "turns": {t}}}\n'
+                                 for i, (c, t) in enumerate([("a", '["x", "y"]'), ("a", '["x", "y"]'), ("b", '["x"]'),
+                                                             ("b", '["x"]'), ("c", '["x"]')])))
+    config = {"bench": {"dataset_paths": {"q": str(questions)}, "limit": 3, "max_new_tokens": 100},
+              "prompts": {"humaneval_limit": 7}}
+    assert plan.dataset_selection(config, "q", tmp_path) == (5, {"a": 2, "b": 1})  # the first 3
+    config["bench"]["stratify"] = True
+    assert plan.dataset_selection(config, "q", tmp_path) == (4, {"a": 1, "b": 1, "c": 1})  # one of each
+    assert plan.bench_runtime_minutes(config, "q", tmp_path) == 60  # no seconds_per_token: the default
+    config["bench"].update(seconds_per_token=0.5, repeats=2)
+    # 10 min + 4 turns x 100 tokens x 0.5 s x 3 x 2 repeats = 10 + 20 minutes
+    assert plan.bench_runtime_minutes(config, "q", tmp_path) == 30
+    assert plan.bench_runtime_minutes(config, "humaneval", tmp_path) == 10 + 35  # 7 prompts x 100 x 0.5 x 3 x 2
+    features = {"sequences": 10, "seq_len": 8, "layers": ["last", 2], "dtype": "bfloat16"}
+    assert plan.feature_dump_bytes(features, 16) == 10 * 8 * (16 * 2 * 2 + 4)

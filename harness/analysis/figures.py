@@ -23,6 +23,7 @@ from matplotlib.colors import to_rgb  # noqa: E402
 from harness.store.atomic import atomic_path  # noqa: E402
 from harness.catalog import catalog  # noqa: E402
 from harness.errors import DraftcountError  # noqa: E402
+from harness.analysis.categories import plot_categories  # noqa: E402
 
 EXTRA_COLORS = ["#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
 SIZE_OPTIONS = {"budget", "tree_budget", "gamma", "branching", "tree_file", "depth", "top_k"}
@@ -36,8 +37,8 @@ FIGURES: dict[str, str] = {
                "95% interval); a black tick marks the bound, the speedup with zero host overhead.",
     "phases": "Time per emitted token by phase (mean over datasets): the target's prefill and verify forwards, the "
               "drafter's forwards, verification and sampling, and the host's share (everything else).",
-    "tau": "Acceptance length tau (new tokens per target forward, bonus token included); the dot marks accepted "
-           "draft tokens per verification step (no bonus token).",
+    "tau": "Acceptance length tau (EAGLE/Spec-Bench: mean accepted length per decoding step, prefill excluded); the "
+           "dot marks accepted draft tokens per verification step (no bonus token).",
     "waste": "Compute per emitted token (FLOPs, mean over datasets): drafter and verifier work that led to an "
              "emitted token (solid) and work thrown away (hatched).",
     "budget": "Tau and speedup against the tokens verified per step (tree size), for variants of one method "
@@ -46,8 +47,11 @@ FIGURES: dict[str, str] = {
              "draft token at depth d.",
     "ablation": "The lyanna ablation: tau, speedup and drafter-FLOP waste of each switch against the default "
                 "(plain bars: T = 0, hatched: T = 1).",
-    "efficiency": "Speedup against tau for every dataset (main variants); the dashed line is the bound "
-                  "speedup = tau of overhead-free drafting.",
+    "efficiency": "Speedup against tokens per target forward for every dataset (main variants); the dashed line "
+                  "is the bound speedup = tokens per forward of overhead-free drafting.",
+    "categories": "Speedup over `ar` per category of each prompt set with several (Spec-Bench's view: MT-Bench's "
+                  "categories as one task, then translation, summarization, QA, math reasoning, RAG; bars: "
+                  "prompt-bootstrap 95% interval).",
     "samples": "Tau against the sample index, for variants run with several samples per prompt (a method that "
                "learns across one prompt's samples, as stand's store does, should rise).",
 }
@@ -161,7 +165,7 @@ def plot_tau(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str]) -> plt
         for positions, rows in _grouped_bars(axis, table, "tau", variants, colors).values():
             axis.plot(positions, rows.accepted_per_step, "o", color="black", markersize=2)
         axis.set_title(_temperature_label(temperature))
-    axes[0][0].set_ylabel("tau (tokens per target forward)")
+    axes[0][0].set_ylabel("tau (accepted length per step)")
     axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     return figure
 
@@ -288,11 +292,11 @@ def plot_efficiency(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str])
     summary = summary[summary.variant.isin(main)]
     for variant in variant_order(summary):
         for temperature, rows in summary[summary.variant == variant].groupby("temperature"):
-            axis.scatter(rows.tau, rows.speedup_paired_mean, color=colors[variant], marker=markers[temperature],
+            axis.scatter(rows.tokens_per_forward, rows.speedup_paired_mean, color=colors[variant], marker=markers[temperature],
                          s=14, label=variant if temperature == min(markers) else None, zorder=3)
-    top = max(float(summary.tau.max()), float(summary.speedup_paired_mean.max())) * 1.05
-    axis.plot([1, top], [1, top], "--", color="black", linewidth=0.8, label="bound: speedup = tau")
-    axis.set_xlabel("tau (tokens per target forward)")
+    top = max(float(summary.tokens_per_forward.max()), float(summary.speedup_paired_mean.max())) * 1.05
+    axis.plot([1, top], [1, top], "--", color="black", linewidth=0.8, label="bound: speedup = tokens per forward")
+    axis.set_xlabel("tokens per target forward")
     axis.set_ylabel("speedup over ar")
     for temperature, marker in markers.items():
         axis.scatter([], [], color="0.4", marker=marker, s=14, label=_temperature_label(temperature))
@@ -339,15 +343,16 @@ def save_figure(figure: plt.Figure, out_dir: Path, name: str) -> list[Path]:
 
 
 def write_figures(summary_csv: Path, depth_csv: Path, out_dir: Path, main: list[str] | None = None,
-                  names: list[str] | None = None, samples_csv: Path | None = None) -> list[Path]:
+                  names: list[str] | None = None, samples_csv: Path | None = None,
+                  categories_csv: Path | None = None) -> list[Path]:
     """Draw the named figures (default: all) from the tables; ``main`` lists the variants run on every
     dataset (default: every variant), the others are ablations. Figure ``samples`` is drawn when the
-    per-sample-index table ``samples_csv`` is given."""
+    per-sample-index table ``samples_csv`` is given, figure ``categories`` when the per-category table is."""
     summary = pd.read_csv(summary_csv, keep_default_na=False, na_values=[""])
     depth = pd.read_csv(depth_csv)
     if summary.empty:
         raise DraftcountError(f"{summary_csv} holds no rows to plot")
-    unknown = sorted(set(names or []) - set(PLOTTERS) - {"samples"})
+    unknown = sorted(set(names or []) - set(PLOTTERS) - {"samples", "categories"})
     if unknown:
         raise DraftcountError(f"unknown figure {unknown[0]!r}; known: {sorted(PLOTTERS)}")
     main = main or sorted(summary.variant.unique())
@@ -358,8 +363,11 @@ def write_figures(summary_csv: Path, depth_csv: Path, out_dir: Path, main: list[
     paths = []
     with plt.rc_context(STYLE):
         for name in names or list(PLOTTERS):
-            if name != "samples":
+            if name in PLOTTERS:
                 paths += save_figure(PLOTTERS[name](summary, depth, main), out_dir, name)
         if samples_csv is not None and (not names or "samples" in names):
             paths += save_figure(plot_samples(pd.read_csv(samples_csv), variant_colors(summary)), out_dir, "samples")
+        if categories_csv is not None and (not names or "categories" in names):
+            paths += save_figure(plot_categories(pd.read_csv(categories_csv), main, variant_colors(summary)), out_dir,
+                                 "categories")
     return paths

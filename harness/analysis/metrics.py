@@ -5,6 +5,10 @@ and its definitions come from the rows marked for the report, and ``docs/metrics
 (``python -m harness metrics --out docs/metrics.md``; a test keeps it in step). Adding a metric: compute it in
 ``summarize`` and add its row here. Sums run over the turns of one variant x dataset x temperature (the method's
 own turns; its paired `ar` turns only in the speedups).
+
+Acceptance length has two conventions in the field; ``tau`` is EAGLE's and Spec-Bench's (mean accepted length
+per decoding step, prefill excluded: the reported one), ``tokens_per_forward`` the other (new tokens per target
+forward, prefill counted). ``harness.analysis.specbench`` exports the same accept lengths for Spec-Bench.
 """
 
 from __future__ import annotations
@@ -42,11 +46,20 @@ METRICS: tuple[Metric, ...] = (
            "new tokens (trimmed at EOS, counted the same way for every method) over the wall time of the "
            "generation, prefill included; warm-up generations are not timed. The timer is named in every raw "
            "record (`timer`: `perf_counter` on CPU, CUDA events on a GPU)", "tokens/s", "{:.1f}"),
-    Metric("tau", "sum(new_tokens) / sum(target forwards)",
-           "acceptance length: new tokens per target forward pass, the bonus token included and the prefill "
-           "forward counted. A method that runs the target twice per step (`lyanna` with `verify_fusion=off`) "
-           "can have tau below 1",
+    Metric("tau", "sum(accept lengths) / sum(verification steps); a turn's accept lengths are accepted drafts + 1 "
+           "per verification step, the last one cut where the output ends (EOS, max_new_tokens), none for the "
+           "prefill",
+           "mean accepted length per decoding step, EAGLE's and Spec-Bench's convention (the `#Mean accepted "
+           "tokens` of Spec-Bench's `evaluation/speed.py` on our export, `python -m harness specbench-speed`): "
+           "each verification step counts the tokens it appends, its root (the token the previous forward "
+           "produced) and its accepted drafts; the prefill is not a step. It is 1 for `ar` and at least 1 for every "
+           "method. Every `tau` column (this table, the report's tables, the per-sample table, the figures) is this "
+           "one; `tokens_per_forward` is the other common convention (draftcount's tau before issue 36)",
            "tau"),
+    Metric("tokens_per_forward", "sum(new_tokens) / sum(target forwards)",
+           "new tokens per target forward pass, the prefill forward and its token counted and the last bonus "
+           "token included: the speedup of free, perfect drafting whose forwards cost what ar's do. A method that "
+           "runs the target twice per step (`lyanna` with `verify_fusion=off`) can read below 1"),
     Metric("accepted_per_step", "sum(accepted draft tokens) / sum(verification steps)",
            "accepted draft tokens per verification step, without the bonus token (gpt-fast's convention)",
            "accepted/step"),
@@ -89,6 +102,17 @@ METRICS: tuple[Metric, ...] = (
            "turns together; fixed seed)", "95% interval", "{}", in_summary=False),
     Metric("speedup_total", "(sum(new_tokens) / sum(wall_seconds)) / (the same for the paired ar turns)",
            "the ratio of total tokens/s of the method and of its paired `ar` turns", "speedup (totals)"),
+    Metric("speedup_specbench", "mean over prompts of sum(new_tokens) / sum(wall_seconds) of the prompt's turns, "
+           "over the same mean for the paired ar turns; first sample of each prompt only",
+           "the speedup Spec-Bench's `evaluation/speed.py` computes from our export (`python -m harness "
+           "specbench-speed` gives the same number; speed.py itself counts ar's tokens again from the text with "
+           "the tokenizer, see docs/workflow.md): a ratio of arithmetic means of per-prompt tokens/s, so it weighs "
+           "prompts by their speed rather than pairing turns, and differs from the paired geometric mean"),
+    Metric("repeats", "number of distinct `repeat` values of the records (bench.repeats)",
+           "runs of the whole prompt set in the job (1 unless bench.repeats is set)"),
+    Metric("speedup_repeat_std", "standard deviation (ddof 1) over repeats of each repeat's paired speedup",
+           "the spread of the paired speedup between runs of the same job, as Spec-Bench reports mean +- std over "
+           "runs; NaN with one repeat (the speedup itself is over all repeats' turns)", "+- std (runs)"),
     Metric("speedup_ci_low", "2.5th percentile of 2,000 prompt-bootstrap geometric means of the paired ratios",
            "lower end of the paired speedup's 95% interval"),
     Metric("speedup_ci_high", "97.5th percentile of 2,000 prompt-bootstrap geometric means of the paired ratios",
@@ -119,8 +143,9 @@ METRICS: tuple[Metric, ...] = (
            "seconds per target forward after the prefill (one verification forward over the tree)"),
     Metric("drafter_seconds_per_forward", "sum(drafter seconds) / sum(drafter forwards)",
            "seconds per drafter forward (a draft-model step, a head's depth step, a backbone step)"),
-    Metric("efficiency", "speedup_paired_mean / tau",
-           "how much of the bound speedup = tau (free, perfect drafting) was realised", "efficiency"),
+    Metric("efficiency", "speedup_paired_mean / tokens_per_forward",
+           "how much of the bound speedup = tokens per target forward (free, perfect drafting) was realised",
+           "efficiency"),
 )
 
 

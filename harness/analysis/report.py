@@ -16,6 +16,7 @@ import pandas as pd
 
 from harness.store.atomic import atomic_path
 from harness.errors import DraftcountError
+from harness.analysis.categories import category_sections
 from harness.analysis.figures import FIGURES
 from harness.analysis.metrics import report_definitions, report_metrics
 from harness.store.records import read_records
@@ -31,6 +32,8 @@ def results_table(summary: pd.DataFrame) -> str:
         "-" if pd.isna(low) else f"[{low:.2f}, {high:.2f}]"
         for low, high in zip(table.speedup_ci_low, table.speedup_ci_high)]
     columns = report_metrics()
+    if "repeats" in table and (table.repeats.fillna(1) > 1).any():  # bench.repeats: mean +- std over runs
+        columns = report_metrics([*[metric.name for metric in columns], "speedup_repeat_std"])
     header = ["variant", "dataset", "T"] + [metric.label for metric in columns]
     rows = []
     for _, row in table.iterrows():
@@ -169,7 +172,8 @@ def hedge_section(hedge_csv: Path | None, summary: pd.DataFrame) -> str:
 
 def write_report(summary_csv: Path, records_paths: list[Path], figures_dir: Path, out: Path,
                  main: list[str] | None = None, metrics_paths: list[Path] | None = None,
-                 samples_csv: Path | None = None, hedge_csv: Path | None = None) -> str:
+                 samples_csv: Path | None = None, hedge_csv: Path | None = None,
+                 categories_csv: Path | None = None) -> str:
     """Write the markdown report; figures are linked relative to the report's folder."""
     summary = pd.read_csv(summary_csv, keep_default_na=False, na_values=[""])
     if summary.empty:
@@ -203,6 +207,13 @@ def write_report(summary_csv: Path, records_paths: list[Path], figures_dir: Path
         parts += ["### Ablations and budget sweeps", "",
                   "Each variant against its method's default configuration on the same prompts.", "",
                   results_table(ablation_rows), ""]
+    categories = (pd.read_csv(categories_csv) if categories_csv is not None and Path(categories_csv).is_file()
+                  else pd.DataFrame())
+    if not categories.empty:
+        parts += ["### Per category", "",
+                  "Spec-Bench's view: each prompt set with several categories, by task (MT-Bench's eight categories "
+                  "are one task, multi-turn conversation) or by category, measured on that category's turns only "
+                  "(`harness/analysis/categories.py`).", "", *category_sections(categories, main)]
     control = control_section(summary)
     if control:
         parts += ["### Control: `ar` against `ar`", "",

@@ -14,8 +14,10 @@ import pandas as pd
 
 from harness.store.atomic import atomic_path
 from harness.analysis.metrics import USEFUL_DRAFTER_FLOPS, summary_columns
+from harness.analysis.specbench import accept_lengths
 from harness.store.records import read_records
-from harness.analysis.timing import geometric_mean, paired_ratios, paired_speedup, phase_columns, phase_summary
+from harness.analysis.timing import (geometric_mean, paired_ratios, paired_speedup, phase_columns, phase_summary,
+                                     specbench_speedup)
 
 
 def records_frame(paths: list[Path]) -> pd.DataFrame:
@@ -30,10 +32,12 @@ def records_frame(paths: list[Path]) -> pd.DataFrame:
                 "temperature": record["sampling"]["temperature"], "pair_id": record["pair_id"],
                 "verifier": record.get("verifier", "token_level"), "sample": record.get("sample", 0),
                 "prompt_id": record.get("prompt_id", record["pair_id"].split("#")[0]),
+                "category": record.get("category") or "", "repeat": record.get("repeat", 0),
                 "new_tokens": counters["new_tokens"], "wall_seconds": counters["wall_seconds"],
                 **phase_columns(counters),
                 "target_forwards": counters["target"]["forwards"], "accepted_tokens": counters["accepted_tokens"],
                 "drafted_tokens": counters["drafted_tokens"], "verify_steps": len(counters["step_accepted"]),
+                "accept_length_sum": sum(accept_lengths(counters["step_accepted"], counters["new_tokens"])),
                 "drafter_flops": counters["drafter"]["flops"],
                 "drafter_forwards": counters["drafter"]["forwards"], "target_flops": counters["target"]["flops"],
                 "verify_tokens": counters["target"]["tokens"] - record["prompt_tokens"],
@@ -49,11 +53,13 @@ def records_frame(paths: list[Path]) -> pd.DataFrame:
 
 
 def summarize(frame: pd.DataFrame) -> pd.DataFrame:
-    """Per variant x dataset x temperature: tokens/s, tau (with and without the bonus token), token
+    """Per variant x dataset x temperature: tokens/s, tau (EAGLE/Spec-Bench: mean accepted length per decoding
+    step, prefill excluded), tokens per target forward, accepted drafts per step (no bonus token), token
     waste, drafter-FLOP waste, drafter FLOPs (all and wasted) per accepted token, verify waste (verified
     tokens that were neither accepted drafts nor roots), FLOPs per emitted token, the paired speedup over
-    `ar` (geometric mean of per-turn ratios with a prompt-bootstrap 95% interval, and ratio of totals),
-    efficiency (paired speedup / tau), time per token by phase and the overhead-free bound."""
+    `ar` (geometric mean of per-turn ratios with a prompt-bootstrap 95% interval, ratio of totals, and
+    Spec-Bench's ratio of mean per-prompt tokens/s), efficiency (paired speedup / tokens per target forward),
+    time per token by phase and the overhead-free bound (``harness.analysis.metrics`` defines each column)."""
     methods = frame[frame.role == "method"]
     baseline = frame[frame.role == "baseline"].set_index(["run", "pair_id"])
     rows = []
@@ -63,7 +69,8 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
             "variant": variant, "method": method, "dataset": dataset, "temperature": temperature,
             "verifier": group.verifier.iloc[0], "turns": len(group),
             "tokens_per_s": group.new_tokens.sum() / group.wall_seconds.sum(),
-            "tau": group.new_tokens.sum() / group.target_forwards.sum(),
+            "tau": tau(group),
+            "tokens_per_forward": group.new_tokens.sum() / group.target_forwards.sum(),
             "accepted_per_step": group.accepted_tokens.sum() / max(group.verify_steps.sum(), 1),
             "token_waste": 1 - group.accepted_tokens.sum() / group.drafted_tokens.sum()
             if group.drafted_tokens.sum() else 0.0,
@@ -81,14 +88,35 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
         row["options"] = group.options.iloc[0]
         paired = paired_with_ar(group, baseline)
         row.update(phase_summary(group, paired))
+        row["repeats"] = group.repeat.nunique()
         if len(paired):
             row.update(paired_speedup(paired))
+            row["speedup_repeat_std"] = repeat_spread(paired)
+            row["speedup_specbench"] = specbench_speedup(paired)
         elif method == "ar":  # the `ar` variant itself (the A/A control is paired like any other)
-            row["speedup_paired_mean"] = row["speedup_total"] = row["speedup_ci_low"] = row["speedup_ci_high"] = 1.0
+            for column in ("speedup_paired_mean", "speedup_total", "speedup_ci_low", "speedup_ci_high",
+                           "speedup_specbench"):
+                row[column] = 1.0
         if "speedup_paired_mean" in row:
-            row["efficiency"] = row["speedup_paired_mean"] / row["tau"]
+            row["efficiency"] = row["speedup_paired_mean"] / row["tokens_per_forward"]
         rows.append(row)
     return pd.DataFrame(rows).reindex(columns=summary_columns())
+
+
+def tau(turns: pd.DataFrame) -> float:
+    """Mean accepted length per decoding step (EAGLE/Spec-Bench): the turns' accept lengths (``accepted + 1``
+    per verification step, the last step cut at the turn's end, no prefill entry) over their verification
+    steps; Spec-Bench's "mean accepted tokens" of the same turns exported. NaN without a verification step."""
+    steps = turns.verify_steps.sum()
+    return float(turns.accept_length_sum.sum() / steps) if steps else np.nan
+
+
+def repeat_spread(paired: pd.DataFrame) -> float:
+    """Standard deviation over repeats (bench.repeats) of each repeat's paired speedup; NaN with one repeat."""
+    if paired.repeat.nunique() < 2:
+        return np.nan
+    return float(np.std([geometric_mean(paired_ratios(turns).to_numpy())
+                         for _, turns in paired.groupby("repeat")], ddof=1))
 
 
 def paired_with_ar(group: pd.DataFrame, baseline: pd.DataFrame) -> pd.DataFrame:
@@ -115,7 +143,7 @@ def sample_table(frame: pd.DataFrame) -> pd.DataFrame:
             paired = paired_with_ar(turns, baseline)
             rows.append({"variant": variant, "method": method, "dataset": dataset, "temperature": temperature,
                          "sample": int(sample), "turns": len(turns),
-                         "tau": turns.new_tokens.sum() / turns.target_forwards.sum(),
+                         "tau": tau(turns),
                          "speedup_paired_mean": geometric_mean(paired_ratios(paired).to_numpy())
                          if len(paired) else np.nan})
     return pd.DataFrame(rows, columns=SAMPLE_COLUMNS)
@@ -217,4 +245,5 @@ def write_summary(paths: list[Path], out: Path, depth_out: Path | None = None,
         write_table(sample_table(frame), samples_out)
     if hedge_out is not None:
         write_table(hedge_table(frame), hedge_out)
+
     return table

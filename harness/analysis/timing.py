@@ -5,7 +5,11 @@ Speedup. Each method turn runs beside an `ar` turn on the same prompt, in the sa
 mean of noisy ratios is biased upwards (E[X/Y] > 1 for independent, equally distributed X and Y): an A/A
 comparison of two identical computations read 1.03-1.12 that way. The speedup is therefore the geometric mean
 of the per-turn ratios, exp(mean(log r)), which an A/A comparison centres on 1; its 95% interval is a
-percentile bootstrap that resamples prompts (a prompt's turns and samples stay together).
+percentile bootstrap that resamples prompts (a prompt's turns and samples stay together: the turns of one
+prompt share its subject, length and history, so they are not independent draws, and resampling them one by
+one would understate the spread). Two other summaries of the same turns are reported beside it: the ratio of
+total tokens/s, and Spec-Bench's (``evaluation/speed.py``): the mean over prompts of the method's tokens/s (its
+turns' tokens over their seconds) over the same mean for `ar` (``specbench_speedup``).
 
 Phases (``harness.backend.phases``): seconds per emitted token in prefill, target verify forwards, drafter
 forwards, verification and sampling, and host (the rest). The bound is the speedup the variant would reach if
@@ -51,6 +55,21 @@ def prompt_bootstrap_interval(values: np.ndarray, clusters: np.ndarray, confiden
     means = sums[draws].sum(axis=1) / counts[draws].sum(axis=1)
     tail = (1 - confidence) / 2
     return float(np.exp(np.quantile(means, tail))), float(np.exp(np.quantile(means, 1 - tail)))
+
+
+def specbench_speedup(paired: pd.DataFrame) -> float:
+    """Spec-Bench's speedup (``evaluation/speed.py``) of paired turns: per prompt (an answer line) tokens/s =
+    sum(new_tokens) / sum(wall_seconds) over its turns, for the method and for `ar`; the mean of the method's
+    over the mean of ar's. Only the first sample of a prompt counts, as speed.py reads ``choices[0]``."""
+    if "sample" in paired:
+        paired = paired[paired["sample"] == 0]
+    keys = [key for key in ("run", "prompt_id") if key in paired]
+    prompts = paired.groupby(keys)[["new_tokens", "wall_seconds", "new_tokens_ar", "wall_seconds_ar"]].sum()
+    if not len(prompts):
+        return float("nan")
+    mine = (prompts.new_tokens / prompts.wall_seconds).mean()
+    theirs = (prompts.new_tokens_ar / prompts.wall_seconds_ar).mean()
+    return float(mine / theirs)
 
 
 def paired_speedup(paired: pd.DataFrame) -> dict[str, float]:

@@ -15,6 +15,7 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
 
 from harness.errors import DraftcountError
+from harness.store.hub import is_hub_id, model_snapshot
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 
@@ -121,7 +122,7 @@ def check_model_source(source: str) -> None:
         if not path.is_dir() or not (path / "config.json").is_file():
             raise DraftcountError(f"model path '{source}' holds no model (no config.json in it)")
         return
-    if source.startswith((".", "/", "~")) or source.count("/") > 1:
+    if not is_hub_id(source):
         raise DraftcountError(f"model path '{source}' does not exist")
 
 
@@ -136,7 +137,7 @@ def load_model(
     check_model_source(source)
     torch_dtype = resolve_dtype(dtype)
     torch_device = resolve_device(device)
-    location = str(Path(source).expanduser()) if Path(source).expanduser().exists() else source
+    location = str(Path(source).expanduser()) if not is_hub_id(source) else str(model_snapshot(source))
     try:
         model = AutoModelForCausalLM.from_pretrained(
             location, dtype=torch_dtype, attn_implementation=attn_implementation

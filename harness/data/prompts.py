@@ -14,6 +14,7 @@ from pathlib import Path
 from transformers import PreTrainedTokenizerBase
 
 from harness.errors import DraftcountError
+from harness.data.templates import FASTCHAT, PromptFormat, chat_messages, resolved_template
 from harness.store.jsonl import read_jsonl_rows
 
 
@@ -88,11 +89,30 @@ def _load_jsonl_any(path: Path) -> list[Prompt]:
     )
 
 
-def load_prompts(spec: str, category: str | None = None, limit: int | None = None) -> list[Prompt]:
+def stratified(prompts: list[Prompt], limit: int) -> list[Prompt]:
+    """``limit`` prompts spread over the categories: the first of each category in turn (categories in the order
+    they first appear), kept in file order. Spec-Bench's first 80 lines are all MT-Bench; this takes 80 / 13 of
+    each of its 13 categories instead."""
+    queues: dict[str, list[Prompt]] = {}
+    for prompt in prompts:
+        queues.setdefault(prompt.category, []).append(prompt)
+    chosen: set[int] = set()
+    depth = 0
+    while len(chosen) < min(limit, len(prompts)):
+        for queue in queues.values():
+            if depth < len(queue) and len(chosen) < limit:
+                chosen.add(id(queue[depth]))
+        depth += 1
+    return [prompt for prompt in prompts if id(prompt) in chosen]
+
+
+def load_prompts(spec: str, category: str | None = None, limit: int | None = None,
+                 stratify: bool = False) -> list[Prompt]:
     """Load a prompt set by name ('humaneval') or path (.jsonl, .txt, or a directory holding one).
 
     ``category`` keeps only prompts of that category (comma-separated for
-    several); ``limit`` keeps the first N after filtering.
+    several); ``limit`` keeps the first N after filtering, or with ``stratify``
+    N spread evenly over the categories (``stratified``).
     """
     if spec == "humaneval":
         prompts = load_humaneval()
@@ -122,42 +142,39 @@ def load_prompts(spec: str, category: str | None = None, limit: int | None = Non
     if limit is not None:
         if limit < 1:
             raise DraftcountError(f"limit must be >= 1, got {limit}")
-        prompts = prompts[:limit]
+        prompts = stratified(prompts, limit) if stratify else prompts[:limit]
     if not prompts:
         raise DraftcountError(f"prompt set {spec!r} holds no prompts")
     return prompts
 
 
-def encode_turn(
-    tokenizer: PreTrainedTokenizerBase, history: list[tuple[str, str]], question: str
-) -> list[int]:
-    """Token ids of the conversation so far plus ``question``, ready for generation.
+def encode_turn(tokenizer: PreTrainedTokenizerBase, history: list[tuple[str, str]], question: str,
+                fmt: PromptFormat = PromptFormat()) -> list[int]:
+    """Token ids of the conversation so far plus ``question``, ready for generation (``harness.data.templates``).
 
-    With a chat template: the template with the generation prompt appended.
-    Without one: earlier turns and answers joined by blank lines, then the
-    question, tokenized with the tokenizer's special tokens (BOS when it adds one).
+    The model's chat template: rendered with the generation prompt appended, tokenized without extra special
+    tokens. FastChat templates and plain text: tokenized with the tokenizer's special tokens (BOS when it adds one),
+    as Spec-Bench and EAGLE's scripts do.
     """
-    if getattr(tokenizer, "chat_template", None):
-        messages = []
-        for asked, answered in history:
-            messages += [{"role": "user", "content": asked}, {"role": "assistant", "content": answered}]
-        messages.append({"role": "user", "content": question})
+    template = resolved_template(fmt, bool(getattr(tokenizer, "chat_template", None)))
+    if template == "model":
+        messages = chat_messages(history, question, fmt.system_prompt)
         text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
         return tokenizer(text, add_special_tokens=False)["input_ids"]
-    text = "".join(f"{asked}\n\n{answered}\n\n" for asked, answered in history) + question
-    return tokenizer(text)["input_ids"]
+    return tokenizer(FASTCHAT[template](history, question, fmt.system_prompt))["input_ids"]
 
 
 ANSWER_SLACK = 8  # tokens an answer may gain when decoded and encoded again as part of the history
 
 
-def longest_sequence(tokenizer: PreTrainedTokenizerBase, prompts: list[Prompt], max_new_tokens: int) -> int:
+def longest_sequence(tokenizer: PreTrainedTokenizerBase, prompts: list[Prompt], max_new_tokens: int,
+                     fmt: PromptFormat = PromptFormat()) -> int:
     """An upper estimate of the most positions a generation of a run over ``prompts`` reaches: the last turn
     of the longest conversation, every earlier answer taken at ``max_new_tokens`` (+ a little slack), plus its
     own answer and the token after it."""
     longest = 0
     for prompt in prompts:
         *earlier, last = prompt.turns
-        ids = encode_turn(tokenizer, [(question, "") for question in earlier], last)
+        ids = encode_turn(tokenizer, [(question, "") for question in earlier], last, fmt)
         longest = max(longest, len(ids) + len(earlier) * (max_new_tokens + ANSWER_SLACK) + max_new_tokens + 1)
     return longest

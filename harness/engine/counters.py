@@ -86,13 +86,14 @@ class GenerationCounters:
         self.trace.setdefault(name, []).append(value)
 
     @property
-    def tau(self) -> float:
-        """Acceptance length: new tokens per target forward (bonus token included)."""
+    def tokens_per_forward(self) -> float:
+        """New tokens per target forward (the prefill counted; bonus tokens included). The reported tau (EAGLE/
+        Spec-Bench: accepted length per decoding step, prefill excluded) is ``harness.analysis.summary.tau``."""
         return self.new_tokens / self.target.forwards if self.target.forwards else 0.0
 
     def as_dict(self) -> dict:
         data = asdict(self)
-        data["tau"] = self.tau
+        data["tokens_per_forward"] = self.tokens_per_forward
         return data
 
 

@@ -1,6 +1,10 @@
 """What training any drafter (EAGLE head, Lyanna backbone) shares: the request from the command line,
 a frozen target, feature batches from a dump or on the fly, soft cross-entropy, the attention mask of
 unrolled training-time-test steps, and saving a drafter directory atomically.
+
+Under ``torchrun --nproc_per_node N`` the processes train one drafter data-parallel: each draws its micro-batches
+of every step's global batch (``batch_size * grad_accum * N`` rows), and only rank 0 goes on past training to
+evaluate and write the drafter; the others end once training is done.
 """
 
 from __future__ import annotations
@@ -17,6 +21,8 @@ from torch import nn
 from transformers import DynamicCache, LlamaConfig, PretrainedConfig
 
 from harness.errors import DraftcountError
+from harness.training import distributed
+from harness.training.distributed import Shard
 from harness.training.features import FeatureSource, target_features
 from harness.data.token_streams import even_windows, load_tokens
 from harness.backend.models import LoadedModel, load_model
@@ -46,7 +52,8 @@ class DrafterTrainRequest:
 class DrafterLoopOptions:
     """Training-loop options every drafter trainer takes; a method's options dataclass extends it."""
 
-    batch_size: int = 8
+    batch_size: int = 8  # rows per micro-batch (per process)
+    grad_accum: int = 1  # micro-batches per step and process: a step is batch_size * grad_accum * processes rows
     seq_len: int = 256
     lr: float = 1e-3
     warmup_steps: int = 20
@@ -56,10 +63,13 @@ class DrafterLoopOptions:
 
     def __post_init__(self) -> None:
         check_objective(self.objective)
+        if self.batch_size < 1 or self.grad_accum < 1:
+            raise DraftcountError(f"batch_size and grad_accum must be >= 1, got {self.batch_size} and {self.grad_accum}")
 
 
 def frozen_target(request: DrafterTrainRequest) -> LoadedModel:
-    target = load_model(request.target, "float32", request.device, with_tokenizer=False)
+    """The target, frozen, on this process's device (under torchrun, ``cuda`` is GPU LOCAL_RANK)."""
+    target = load_model(request.target, "float32", distributed.local_device(request.device), with_tokenizer=False)
     target.model.requires_grad_(False)
     return target
 
@@ -120,22 +130,42 @@ def unrolled_forward(step_forward: Callable[..., torch.Tensor], first_inputs: to
     return outputs
 
 
+def shard_batch(source: FeatureSource, batch_size: int, shard: Shard,
+                generator: torch.Generator) -> dict[str, torch.Tensor]:
+    """Rows ``shard.rows(batch_size)`` of the global batch ``source.batch(batch_size * shard.count, generator)``,
+    loading (or computing the features of) those rows alone. One micro-batch is ``source.batch`` itself."""
+    return source.batch(batch_size * shard.count, generator, shard.rows(batch_size))
+
+
 def fit_drafter(module: torch.nn.Module, batch_loss: Callable[[dict[str, torch.Tensor]], torch.Tensor],
                 source: FeatureSource, target: LoadedModel, request: DrafterTrainRequest,
                 options: DrafterLoopOptions) -> TrainResult:
     """The shared loop over ``source`` batches; all of ``options`` (the method's training options) goes into
-    the checkpoint's fingerprint."""
+    the checkpoint's fingerprint, but how the global batch is split (grad_accum x processes) does not.
 
-    def loss_fn(step: int) -> tuple[torch.Tensor, int]:
-        batch = batches_from_step(step, options.seed, lambda generator: source.batch(options.batch_size, generator))
+    ``batch_loss`` must be a mean over the batch's rows, so that a global batch's loss is the mean of its
+    micro-batches'. Under torchrun, a process other than rank 0 leaves (``SystemExit(0)``) once training is
+    done: its drafter is rank 0's, which alone is evaluated and written.
+    """
+
+    def loss_fn(step: int, shard: Shard) -> tuple[torch.Tensor, int]:
+        batch = batches_from_step(step, options.seed,
+                                  lambda generator: shard_batch(source, options.batch_size, shard, generator))
         batch = {key: value.to(target.device) for key, value in batch.items()}
         return batch_loss(batch), batch["input_ids"].numel()
 
     config = TrainConfig(steps=request.steps, time_budget_s=request.time_budget_s, lr=options.lr,
-                         warmup_steps=options.warmup_steps, precision=options.precision, seed=options.seed)
-    fingerprint = {"method": request.method, "target": request.target, "data": str(request.data), **asdict(options)}
-    return train(module, loss_fn, config, request.checkpoint, fingerprint, f"train {request.method} drafter",
-                 request.progress)
+                         warmup_steps=options.warmup_steps, precision=options.precision, seed=options.seed,
+                         grad_accum=options.grad_accum)
+    fingerprint = {"method": request.method, "target": request.target, "data": str(request.data),
+                   **{key: value for key, value in asdict(options).items() if key != "grad_accum"}}
+    result = train(module, loss_fn, config, request.checkpoint, fingerprint, f"train {request.method} drafter",
+                   request.progress, sharded=True)
+    if distributed.world().size > 1:
+        distributed.shutdown()
+        if not distributed.is_main():
+            raise SystemExit(0)
+    return result
 
 
 def heldout_batch(heldout: torch.Tensor, target: LoadedModel, layers: list[int | str],

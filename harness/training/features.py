@@ -108,11 +108,14 @@ class FeatureSource:
             self._rows = sum(shard["input_ids"].shape[0] for shard in self._shards)
             self.seq_len = min(self.seq_len, index["seq_len"])
 
-    def batch(self, batch_size: int, generator: torch.Generator) -> dict[str, torch.Tensor]:
+    def batch(self, batch_size: int, generator: torch.Generator, keep: slice | None = None) -> dict[str, torch.Tensor]:
+        """``batch_size`` rows drawn with ``generator``; with ``keep``, only those of them (one process's share of a
+        global batch: the same draws, and only the kept rows loaded or run through the target)."""
+        keep = slice(None) if keep is None else keep
         if self.dump_dir is None:
-            windows = random_windows(self.tokens, batch_size, self.seq_len, generator).to(self.target.device)
+            windows = random_windows(self.tokens, batch_size, self.seq_len, generator)[keep].to(self.target.device)
             return {"input_ids": windows, **target_features(self.target, windows, self.layers)}
-        rows = torch.randint(0, self._rows, (batch_size,), generator=generator).tolist()
+        rows = torch.randint(0, self._rows, (batch_size,), generator=generator)[keep].tolist()
         batch: dict[str, list[torch.Tensor]] = {}
         for row in rows:
             shard_index, offset = self._locate(row)
@@ -158,8 +161,12 @@ class FeatureSpec:
 
 
 def default_fusion_layers(num_layers: int) -> tuple[int, int, int]:
-    """EAGLE-3's choice: a low, a middle and a high decoder layer of the target."""
-    return (min(1, num_layers), max(1, num_layers // 2), max(1, num_layers - 1))
+    """EAGLE-3's low, middle and high features: the inputs of decoder layers 2, L // 2 and L - 3 (0-based, their
+    ``modeling_llama_kv.py``), i.e. the outputs of layers 2, L // 2 and L - 3 in our 1-based naming. Targets under 7
+    layers (test models) have no three distinct such layers and take the first, middle and last layer instead."""
+    if num_layers >= 7:
+        return (2, num_layers // 2, num_layers - 3)
+    return (1, max(1, (num_layers + 1) // 2), num_layers)
 
 
 def choose_features(fusion: str, layers: tuple[str, ...], num_layers: int) -> FeatureSpec:

@@ -8,6 +8,11 @@ to a temporary file and renamed, so a killed run never leaves a half-written
 checkpoint; a checkpoint made under another configuration is not resumed.
 A step whose loss or gradient norm is not finite is skipped (no update) and
 counted; ``max_nonfinite_steps`` of them in a row stop training with an error.
+
+Each optimizer step sums ``grad_accum`` micro-batches per process; under ``torchrun`` the processes draw disjoint
+micro-batches of the same global batch and sum their gradients (harness/training/distributed.py), so the step
+equals one over the whole global batch. Only rank 0 shows progress and writes checkpoints; the time-budget stop
+is agreed by all processes, so they always take the same steps.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
@@ -25,6 +30,8 @@ from tqdm import tqdm
 
 from harness.store.atomic import atomic_path
 from harness.errors import DraftcountError
+from harness.training import distributed
+from harness.training.distributed import Shard
 
 
 @dataclass(frozen=True)
@@ -41,6 +48,7 @@ class TrainConfig:
     checkpoint_every_s: float = 60.0
     log_every: int = 10
     max_nonfinite_steps: int = 20  # consecutive non-finite steps (each skipped) before training stops with an error
+    grad_accum: int = 1  # micro-batches summed into each optimizer step, per process
 
     def __post_init__(self) -> None:
         if self.steps < 0:
@@ -49,6 +57,8 @@ class TrainConfig:
             raise DraftcountError(f"precision must be fp32 or bf16, got {self.precision!r}")
         if self.max_nonfinite_steps < 1:
             raise DraftcountError(f"max_nonfinite_steps must be >= 1, got {self.max_nonfinite_steps}")
+        if self.grad_accum < 1:
+            raise DraftcountError(f"grad_accum must be >= 1, got {self.grad_accum}")
 
 
 @dataclass
@@ -60,6 +70,7 @@ class TrainResult:
     resumed_from_step: int
     stopped_by: str  # steps | time_budget
     skipped_steps: int = 0  # updates skipped because the loss or gradient norm was not finite
+    losses: list[float] = field(default_factory=list)  # per step: the global batch's loss (NaN: not recorded)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -102,21 +113,57 @@ def _load_checkpoint(path: Path | None, fingerprint: str) -> dict | None:
     return state
 
 
+def _run_key(config: TrainConfig, world_size: int, fingerprint: dict | None) -> str:
+    """What a checkpoint must have been made under to be resumed. Any split of the same global batch over
+    processes and accumulation is the same run; a run of one micro-batch per step has the key it had before
+    grad_accum existed."""
+    settings = asdict(config)
+    micro_batches = settings.pop("grad_accum") * world_size
+    if micro_batches > 1:
+        settings["micro_batches"] = micro_batches
+    return json.dumps({"train": settings, **(fingerprint or {})}, sort_keys=True, default=str)
+
+
+def _accumulate(loss_fn: Callable, step: int, shards: list[Shard], sharded: bool,
+                autocast: torch.autocast) -> tuple[torch.Tensor, int]:
+    """Backpropagate this process's micro-batches of ``step``, each loss scaled by 1 / (micro-batches in the
+    global batch); their scaled losses summed (detached) and their token count."""
+    total, tokens = None, 0
+    for shard in shards:
+        with autocast:
+            loss, count = loss_fn(step, shard) if sharded else loss_fn(step)
+        if shard.count > 1:
+            loss = loss / shard.count
+        loss.backward()
+        total = loss.detach().double() if total is None else total + loss.detach().double()
+        tokens += count
+    return total, tokens
+
+
 def train(
     module: torch.nn.Module,
-    loss_fn: Callable[[int], tuple[torch.Tensor, int]],
+    loss_fn: Callable[[int], tuple[torch.Tensor, int]] | Callable[[int, Shard], tuple[torch.Tensor, int]],
     config: TrainConfig,
     checkpoint: Path | None = None,
     fingerprint: dict | None = None,
     description: str = "train",
     progress: bool = True,
+    sharded: bool = False,
 ) -> TrainResult:
     """Train the trainable parameters of ``module``.
 
     ``loss_fn(step)`` returns the loss of that step's batch and its token count;
     it must pick its batch from ``step`` alone (so a resumed run sees the same
-    data). ``fingerprint`` identifies the configuration a checkpoint belongs to.
+    data). With ``sharded``, ``loss_fn(step, shard)`` returns those of micro-batch
+    ``shard`` of the step's global batch (a mean over its rows, so that the global
+    batch's loss is the mean of its micro-batches'); only such a loss can
+    accumulate gradients or train in several processes. ``fingerprint``
+    identifies the configuration a checkpoint belongs to.
     """
+    place = distributed.world()
+    if not sharded and config.grad_accum * place.size > 1:
+        raise DraftcountError(f"{description} draws whole batches: it cannot accumulate gradients (grad_accum "
+                              f"{config.grad_accum}) or train in {place.size} processes")
     seed_everything(config.seed)
     parameters = [p for p in module.parameters() if p.requires_grad]
     decay = [p for p in parameters if p.dim() >= 2]
@@ -125,47 +172,60 @@ def train(
         [{"params": decay, "weight_decay": config.weight_decay}, {"params": no_decay, "weight_decay": 0.0}],
         lr=config.lr, betas=(0.9, 0.95),
     )
-    print_key = json.dumps({"train": asdict(config), **(fingerprint or {})}, sort_keys=True, default=str)
+    device_type = next(module.parameters()).device.type
+    distributed.init(device_type)
+    print_key = _run_key(config, place.size, fingerprint)
     state = _load_checkpoint(checkpoint, print_key)
     start_step, elapsed_before, tokens, last_loss = 0, 0.0, 0, float("nan")
     skipped, nonfinite_run = 0, 0  # updates skipped for a non-finite loss/gradient; how many in a row now
+    losses: list[float] = []
     if state is not None:
         module.load_state_dict(state["module"])
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["torch_rng"])
         start_step, elapsed_before, tokens, last_loss = state["step"], state["elapsed"], state["tokens"], state["loss"]
         skipped = state.get("skipped", 0)
-        print(f"resuming {description} from step {start_step} ({elapsed_before:.0f}s done)")
+        losses = list(state.get("losses", [float("nan")] * start_step))
+        if place.is_main:
+            print(f"resuming {description} from step {start_step} ({elapsed_before:.0f}s done)")
+    if not distributed.same_everywhere(start_step):
+        raise DraftcountError(f"{description}: the processes resumed from different steps; "
+                              f"give them all the same checkpoint file")
+    distributed.broadcast_parameters(parameters)
 
-    device_type = next(module.parameters()).device.type
+    shards = distributed.step_shards(place, config.grad_accum)
     autocast = torch.autocast(device_type, dtype=torch.bfloat16, enabled=config.precision == "bf16")
     started = time.perf_counter()
     last_checkpoint = started
     step = start_step
     stopped_by = "steps"
     module.train()
-    bar = tqdm(total=config.steps, initial=start_step, desc=description, unit="step", disable=not progress,
-               dynamic_ncols=True)
+    bar = tqdm(total=config.steps, initial=start_step, desc=description, unit="step",
+               disable=not (progress and place.is_main), dynamic_ncols=True)
     window_tokens, window_start = 0, time.perf_counter()
     try:
         while step < config.steps:
             elapsed = elapsed_before + time.perf_counter() - started
-            if config.time_budget_s > 0 and elapsed >= config.time_budget_s:
-                stopped_by = "time_budget"
-                break
+            if config.time_budget_s > 0:
+                elapsed = distributed.agree_max(elapsed)  # one clock for all processes: same schedule, same stop
+                if elapsed >= config.time_budget_s:
+                    stopped_by = "time_budget"
+                    break
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(config, step, elapsed)
-            with autocast:
-                loss, batch_tokens = loss_fn(step)
             optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            loss, batch_tokens = _accumulate(loss_fn, step, shards, sharded, autocast)
+            distributed.sum_gradients(parameters)
+            stats = torch.stack([loss, torch.tensor(float(batch_tokens), dtype=torch.float64, device=loss.device)])
+            distributed.sum_over_processes([stats])
             grad_norm = torch.nn.utils.clip_grad_norm_(parameters, config.grad_clip if config.grad_clip > 0
                                                        else math.inf)
             # the step's one host read: a non-finite loss or gradient skips the update (it would poison the weights)
-            last_loss, last_norm = torch.stack([loss.detach().float(), grad_norm.float()]).tolist()
+            last_loss, step_tokens, last_norm = torch.cat([stats, grad_norm.double().reshape(1)]).tolist()
             step += 1
-            tokens += batch_tokens
-            window_tokens += batch_tokens
+            losses.append(last_loss)
+            tokens += int(step_tokens)
+            window_tokens += int(step_tokens)
             bar.update(1)
             if math.isfinite(last_loss) and math.isfinite(last_norm):
                 optimizer.step()
@@ -186,11 +246,12 @@ def train(
                     postfix["budget_left_s"] = f"{max(0.0, config.time_budget_s - elapsed):.0f}"
                 bar.set_postfix(postfix)
                 window_tokens, window_start = 0, now
-            if checkpoint is not None and time.perf_counter() - last_checkpoint >= config.checkpoint_every_s:
+            if (place.is_main and checkpoint is not None
+                    and time.perf_counter() - last_checkpoint >= config.checkpoint_every_s):
                 _save_checkpoint(checkpoint, {
                     "fingerprint": print_key, "module": module.state_dict(), "optimizer": optimizer.state_dict(),
                     "torch_rng": torch.get_rng_state(), "step": step, "tokens": tokens, "loss": last_loss,
-                    "skipped": skipped,
+                    "skipped": skipped, "losses": losses,
                     "elapsed": elapsed_before + time.perf_counter() - started,
                 })
                 last_checkpoint = time.perf_counter()
@@ -199,7 +260,7 @@ def train(
     module.eval()
     return TrainResult(
         steps=step, seconds=elapsed_before + time.perf_counter() - started, tokens=tokens, final_loss=last_loss,
-        resumed_from_step=start_step, stopped_by=stopped_by, skipped_steps=skipped,
+        resumed_from_step=start_step, stopped_by=stopped_by, skipped_steps=skipped, losses=losses,
     )
 
 

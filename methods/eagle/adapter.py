@@ -18,7 +18,6 @@ whose children included an accepted token.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from transformers import DynamicCache
@@ -36,7 +35,9 @@ from harness.trees.tree import TokenTree
 from harness.verify.verdict import Verdict
 from harness.engine.method_spec import BuildInputs
 from harness.training.features import feature_indices, feature_rows
-from methods.eagle.head import EagleHead, load_head
+from methods.eagle.checkpoint import load_head
+from methods.eagle.head import EagleHead
+from methods.eagle.head3 import Eagle3Head
 
 
 @dataclass(frozen=True)
@@ -66,7 +67,8 @@ class HeadRunner:
         self.dtype = target.dtype
 
     def logprobs(self, hidden: torch.Tensor) -> torch.Tensor:
-        return torch.log_softmax(self.lm_head(hidden).float(), dim=-1)
+        """Log-probabilities over the target's vocabulary (an EAGLE-3 head's own head, scattered to target ids)."""
+        return torch.log_softmax(self.module.logits(hidden, self.lm_head).float(), dim=-1)
 
 
 class EagleAdapter(AdapterBase):
@@ -74,7 +76,7 @@ class EagleAdapter(AdapterBase):
 
     wants_target_hidden_states = True
 
-    def __init__(self, head: EagleHead, target: LoadedModel, shape: BeamShape) -> None:
+    def __init__(self, head: EagleHead | Eagle3Head, target: LoadedModel, shape: BeamShape) -> None:
         self.runner = HeadRunner(head, target, head.cost(target.model.get_output_embeddings().weight.numel()))
         self.head = self.runner.module
         self.target_hidden_layers = feature_indices(head.features)
@@ -159,6 +161,5 @@ class EagleAdapter(AdapterBase):
 
 def build(options: EagleOptions, inputs: BuildInputs) -> EagleAdapter:
     target = inputs.target
-    embedding = target.model.get_input_embeddings().weight
-    head = load_head(Path(inputs.drafter_dir), int(embedding.shape[1]), target.vocab_size, embedding)
+    head = load_head(inputs.drafter_dir, target.model)
     return EagleAdapter(head, target, BeamShape(options.top_k, options.depth, options.budget))

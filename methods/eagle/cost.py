@@ -21,8 +21,7 @@ def step_latency(target: PreTrainedModel, top_k: int, prefix: int, repeats: int,
     """One EAGLE-2 expansion: the head on ``top_k`` frontier nodes (tree mask over its cache) + their logits."""
     device = next(target.parameters()).device
     lm_head = target.get_output_embeddings().weight
-    head = new_head(target.config, lm_head.shape[0], target.get_input_embeddings().weight,
-                    FeatureSpec("none", ("last",)), seed=0).to(device, target.dtype).eval()
+    head = new_head(target, FeatureSpec("none", ("last",)), seed=0).to(device, target.dtype).eval()
     hidden = target.config.hidden_size
     cache = timing_cache(head.config, prefix + top_k, target.dtype, device, timing)
     head(torch.randn(1, prefix, hidden, device=device, dtype=target.dtype),

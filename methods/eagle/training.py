@@ -3,8 +3,10 @@
 fusion=none (EAGLE-1/2): the head sees the target's last feature f_p and the
 token x_{p+1} and is trained to predict f_{p+1} (smooth-L1 regression) and the
 target's next-token distribution softmax(lm_head(f_{p+1})) (soft
-cross-entropy). fusion=eagle3: the features of a low, middle and high layer are
-concatenated and projected, and the loss is soft cross-entropy alone, over
+cross-entropy). fusion=eagle3 trains the EAGLE-3 head (``methods.eagle.head3``,
+the official layout): the features of EAGLE-3's low, middle and high layers are
+concatenated and projected by ``fc``, the head drafts through its own norm and
+LM head (started from the target's), and the loss is soft cross-entropy alone, over
 ``unroll_steps`` training-time-test steps: step k feeds the head its own
 outputs of step k-1 in place of true features, with the attention mask of
 drafting k positions ahead, weighted by ``step_decay``**k. Any fusion may be
@@ -29,7 +31,9 @@ from harness.data.token_streams import load_tokens
 from harness.options import parse_options
 from harness.training.zoo import save_directory
 from harness.training.features import choose_features
-from methods.eagle.head import EagleHead, new_head, save_head
+from methods.eagle.checkpoint import save_head
+from methods.eagle.head import EagleHead, new_head
+from methods.eagle.head3 import Eagle3Head
 
 
 @dataclass(frozen=True)
@@ -46,7 +50,7 @@ class EagleTrainOptions(DrafterLoopOptions):
         return self.unroll_steps or (3 if self.fusion == "eagle3" else 1)
 
 
-def unrolled_outputs(head: EagleHead, batch: dict[str, torch.Tensor], steps: int) -> list[torch.Tensor]:
+def unrolled_outputs(head: EagleHead | Eagle3Head, batch: dict[str, torch.Tensor], steps: int) -> list[torch.Tensor]:
     """Head outputs (B, T-1, H) of each unrolled step for pairs (feature p, token p + 1)."""
     tokens = batch["input_ids"][:, 1:]
     features = head.input_features([batch[layer_key(layer)][:, :-1] for layer in head.features.layers])
@@ -57,7 +61,7 @@ def unrolled_outputs(head: EagleHead, batch: dict[str, torch.Tensor], steps: int
     return unrolled_forward(step_forward, features, shift_right, steps, head.config)
 
 
-def eagle_loss(head: EagleHead, lm_head: torch.nn.Module, batch: dict[str, torch.Tensor],
+def eagle_loss(head: EagleHead | Eagle3Head, lm_head: torch.nn.Module, batch: dict[str, torch.Tensor],
                options: EagleTrainOptions) -> torch.Tensor:
     following = batch["last"][:, 1:]  # f_{p+1}: what the output at p should be
     with torch.no_grad():
@@ -65,7 +69,7 @@ def eagle_loss(head: EagleHead, lm_head: torch.nn.Module, batch: dict[str, torch
     total = following.new_zeros(())
     for step, out in enumerate(unrolled_outputs(head, batch, options.steps_unrolled)):
         mask = (torch.arange(out.shape[1], device=out.device) >= step).float()[None].expand(out.shape[0], -1)
-        loss = options.ce_weight * token_loss(options.objective)(lm_head(out), target_probs, mask)
+        loss = options.ce_weight * token_loss(options.objective)(head.logits(out, lm_head), target_probs, mask)
         if head.features.fusion == "none" and options.regression_weight > 0:
             regression = F.smooth_l1_loss(out, following, reduction="none").mean(-1)
             loss = loss + options.regression_weight * (regression * mask).sum() / mask.sum()
@@ -74,12 +78,12 @@ def eagle_loss(head: EagleHead, lm_head: torch.nn.Module, batch: dict[str, torch
 
 
 @torch.no_grad()
-def head_agreement(head: EagleHead, lm_head: torch.nn.Module, batch: dict[str, torch.Tensor], steps: int) -> list[float]:
+def head_agreement(head: EagleHead | Eagle3Head, lm_head: torch.nn.Module, batch: dict[str, torch.Tensor], steps: int) -> list[float]:
     """Per unrolled step: how often the head's top-1 equals the target's (teacher-forced prefix)."""
     wanted = lm_head(batch["last"][:, 1:]).argmax(-1)
     agreement = []
     for step, out in enumerate(unrolled_outputs(head, batch, steps)):
-        hits = (lm_head(out).argmax(-1) == wanted)[:, step:]
+        hits = (head.logits(out, lm_head).argmax(-1) == wanted)[:, step:]
         agreement.append(float(hits.float().mean()))
     return agreement
 
@@ -91,8 +95,7 @@ def train_eagle(request: DrafterTrainRequest) -> dict:
     spec = choose_features(options.fusion, options.feature_layers, target.config.num_hidden_layers)
     layers = list(dict.fromkeys([*spec.layers, "last"]))
     source = feature_source(request, target, layers, options.seq_len)
-    embedding = target.model.get_input_embeddings().weight.detach()
-    head = new_head(target.config, target.vocab_size, embedding, spec, options.seed).to(target.device)
+    head = new_head(target.model, spec, options.seed).to(target.device)
     lm_head = target.model.get_output_embeddings()
     result = fit_drafter(head, lambda batch: eagle_loss(head, lm_head, batch, options), source, target, request, options)
     metrics = {"method": "eagle", "trainable_parameters": head.trainable_parameters(), "options": asdict(options),

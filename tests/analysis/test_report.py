@@ -14,6 +14,7 @@ from harness.analysis.figures import FIGURES, budget_families, variant_colors, w
 from harness.store.records import SCHEMA_VERSION
 from harness.analysis.report import write_report
 from harness.analysis.specbench import export_records
+from harness.analysis.categories import write_categories
 
 ENVIRONMENT = {
     "hardware": {"cpu": "Test CPU", "cpu_count": 2, "torch_threads": 1, "gpus": [], "platform": "Linux"},
@@ -134,21 +135,23 @@ def test_sample_index_table_and_traversal_comparison(tmp_path):
     samples = pd.read_csv(tmp_path / "samples.csv")
     assert list(samples.variant.unique()) == ["stand"] and list(samples["sample"]) == [0, 1, 2]
     assert samples.tau.is_monotonic_increasing and samples.turns.tolist() == [2, 2, 2]
-    # sample 0: steps [1, 0, 1] -> 6 new tokens over 4 forwards per prompt
-    assert samples.tau.iloc[0] == pytest.approx(6 / 4)
+    # sample 0: steps [1, 0, 1] -> accept lengths [2, 1, 2] per prompt (its 6th new token, the last bonus, in none)
+    assert samples.tau.iloc[0] == pytest.approx(5 / 3, rel=1e-5)  # the CSV keeps 6 digits
     text = write_report(tmp_path / "summary.csv", paths, tmp_path / "figures", tmp_path / "report.md",
                         samples_csv=tmp_path / "samples.csv")
     assert "### Several samples per prompt" in text and "### Traversal verification" in text
     row = next(line for line in text.splitlines() if line.startswith("| eagle | eagle_tv |"))
-    # eagle at T=1: (7 + 10) / (3 + 4) tokens per forward; eagle_tv: (8 + 11) / 7
-    assert f"{17 / 7:.3f}" in row and f"{19 / 7:.3f}" in row and f"{100 * (19 / 17 - 1):+.1f}%" in row
+    # tau at T=1: eagle [4, 2] and [4, 2, 3] accept lengths over 5 steps; eagle_tv [5, 2] and [5, 2, 3]
+    assert f"{15 / 5:.3f}" in row and f"{17 / 5:.3f}" in row and f"{100 * (17 / 15 - 1):+.1f}%" in row
 
 
 def test_figures_render_every_panel(tmp_path):
     paths = write_runs(tmp_path) + write_sampled_and_traversal_runs(tmp_path)
     write_summary(paths, tmp_path / "summary.csv", tmp_path / "depth.csv", tmp_path / "samples.csv")
+    write_categories(paths, tmp_path / "categories.csv")
     written = write_figures(tmp_path / "summary.csv", tmp_path / "depth.csv", tmp_path / "figures",
-                            main=["ar", "sd", "eagle"], samples_csv=tmp_path / "samples.csv")
+                            main=["ar", "sd", "eagle"], samples_csv=tmp_path / "samples.csv",
+                            categories_csv=tmp_path / "categories.csv")
     assert sorted(path.name for path in written) == sorted(f"{n}.{s}" for n in FIGURES for s in ("pdf", "png"))
     for path in written:
         if path.suffix == ".png":
@@ -193,15 +196,20 @@ def test_report_numbers_match_the_tables_and_the_records(tmp_path):
         row = csv.loc[(variant, 1.0)]
         assert cells["tau"] == f"{row.tau:.2f}" and cells["speedup"] == f"{row.speedup_paired_mean:.2f}"
         assert cells["95% interval"] == f"[{row.speedup_ci_low:.2f}, {row.speedup_ci_high:.2f}]"
-    # one number recomputed from the raw records: sd's tau at T = 1 (new tokens per target forward)
+    # one number recomputed from the raw records: sd's tau at T = 1 (EAGLE/Spec-Bench: accepted + 1 per
+    # verification step, cut at the turn's new tokens, no prefill entry), and its tokens per target forward
     records = [json.loads(line) for line in (tmp_path / "raw" / "sd" / "code-t1.jsonl").read_text().splitlines()]
     mine = [record["counters"] for record in records if record["role"] == "method"]
-    tau = sum(c["new_tokens"] for c in mine) / sum(c["target"]["forwards"] for c in mine)
+    lengths = [min(sum(a + 1 for a in c["step_accepted"]), c["new_tokens"]) for c in mine]
+    tau = sum(lengths) / sum(len(c["step_accepted"]) for c in mine)
+    assert tau == pytest.approx((6 + 9) / 5)
     assert report_cells(text, "sd", "code", "1")["tau"] == f"{tau:.2f}"
+    per_forward = sum(c["new_tokens"] for c in mine) / sum(c["target"]["forwards"] for c in mine)
+    assert csv.loc[("sd", 1.0)].tokens_per_forward == pytest.approx(per_forward)
     assert "### Ablations and budget sweeps" in text and "| eagle_b8 | code | 0 |" in text
     assert "Test CPU" in text and "`abc123`" in text and "code 2" in text
     assert "top-1 agreement by depth 0.50, 0.25" in text
-    for name in set(FIGURES) - {"samples"}:  # drawn from the per-sample table, not given here
+    for name in set(FIGURES) - {"samples", "categories"}:  # drawn from the per-sample/category tables, not given
         assert f"![{name}](figures/{name}.png)" in text
     assert len(table) == 8
     # where the time goes: every phase per emitted token, the shares and the bound, read from the table

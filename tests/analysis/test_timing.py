@@ -54,3 +54,35 @@ def test_records_without_phase_times_give_no_bound():
                           target_forwards=[3], drafter_forwards=[0])
     row = phase_summary(group, paired)
     assert np.isnan(row["speedup_bound"]) and np.isnan(row["host_share"]) and np.isnan(row["drafter_seconds_per_forward"])
+
+
+def test_the_summarys_interval_resamples_prompts_when_a_prompts_turns_are_correlated(tmp_path):
+    """12 prompts of 4 turns whose speedups share their prompt's (turns of one prompt are alike: same subject,
+    same history). Resampling turns would treat 48 draws as independent and give an interval about half as wide
+    (sqrt of 4); the summary's interval resamples the 12 prompts."""
+    import json
+
+    from harness.analysis.summary import records_frame, summarize
+    from tests.analysis.test_report import make_record
+
+    rng = np.random.default_rng(3)
+    records, ratios, prompts = [], [], []
+    for prompt in range(12):
+        shared = np.exp(rng.normal(0.3, 0.3))
+        for turn in range(4):
+            ratio = shared * np.exp(rng.normal(0, 0.01))
+            ratios.append(ratio)
+            prompts.append(f"p{prompt}")
+            for role, variant, method, seconds in (("method", "sd", "sd", 1 / ratio), ("baseline", "ar", "ar", 1)):
+                record = make_record(variant, method, role, f"p{prompt}", 0.0, 8, seconds, [1, 1, 1])
+                records.append({**record, "turn": turn, "pair_id": f"p{prompt}#{turn}"})
+    path = tmp_path / "code-t0.jsonl"
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    row = summarize(records_frame([path])).set_index("variant").loc["sd"]
+    ratios = np.array(ratios)
+    assert row.speedup_paired_mean == pytest.approx(geometric_mean(ratios))
+    interval = prompt_bootstrap_interval(ratios, np.array(prompts))
+    assert (row.speedup_ci_low, row.speedup_ci_high) == pytest.approx(interval)
+    by_turn = prompt_bootstrap_interval(ratios, np.arange(len(ratios)))
+    prompt_width = np.log(row.speedup_ci_high / row.speedup_ci_low)
+    assert prompt_width > 1.6 * np.log(by_turn[1] / by_turn[0])

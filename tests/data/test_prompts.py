@@ -3,7 +3,10 @@
 import pytest
 
 from harness.errors import DraftcountError
+import copy
+
 from harness.data.prompts import Prompt, encode_turn, load_prompts, longest_sequence
+from harness.data.templates import PromptFormat, VICUNA_SYSTEM, llama2_text, plain_text, vicuna_text
 
 
 def test_spec_bench(shared_data):
@@ -94,3 +97,48 @@ def test_domain_prompts_cut_from_each_domain(tmp_path):
     assert all(p["id"].startswith("email/") for p in prompts[:3])
     with pytest.raises(DraftcountError, match="only"):
         write_code_prompts(tmp_path / "heldout.jsonl", tmp_path / "out.jsonl", 3, 6, 0, domains={"x": ["nope/*"]})
+
+
+def test_stratified_limit_spreads_over_every_category(shared_data):
+    """Spec-Bench's first 80 lines are MT-Bench; a stratified limit of 80 covers all 13 categories evenly, in file
+    order, and the plan (torch-free) predicts the same selection."""
+    from collections import Counter
+    from pathlib import Path
+
+    from harness import workflow_plan as plan
+
+    path = str(shared_data / "spec_bench" / "question.jsonl")
+    assert {prompt.category for prompt in load_prompts(path, limit=80)} <= set(MT_BENCH_CATEGORIES)
+    chosen = load_prompts(path, limit=80, stratify=True)
+    counts = Counter(prompt.category for prompt in chosen)
+    assert len(counts) == 13 and set(counts.values()) == {6, 7} and sum(counts.values()) == 80
+    everything = load_prompts(path)
+    assert [everything.index(prompt) for prompt in chosen] == sorted(everything.index(prompt) for prompt in chosen)
+    config = {"bench": {"dataset_paths": {"spec_bench": path}, "limit": 80, "stratify": True}, "prompts": {}}
+    turns, planned = plan.dataset_selection(config, "spec_bench", Path("work"))
+    assert planned == dict(counts) and turns == sum(len(prompt.turns) for prompt in chosen)
+    assert len(load_prompts(path, limit=5, stratify=True)) == 5  # fewer than the categories: the first 5 of them
+
+
+MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
+
+
+def test_fastchat_templates_and_system_prompts(tokenizer):
+    history = [("Hi", "Hello")]
+    assert vicuna_text(history, "How?", "") == f"{VICUNA_SYSTEM} USER: Hi ASSISTANT: Hello</s>USER: How? ASSISTANT:"
+    vicuna = encode_turn(tokenizer, history, "How?", PromptFormat("vicuna"))
+    assert vicuna == tokenizer(vicuna_text(history, "How?", ""))["input_ids"]  # with the tokenizer's BOS
+    assert vicuna_text([], "Q", "Be brief.") == "Be brief. USER: Q ASSISTANT:"
+    assert llama2_text(history, "How?", "S") == "[INST] <<SYS>>\nS\n<</SYS>>\n\nHi [/INST] Hello </s><s>[INST] How? [/INST]"
+    assert llama2_text([], "Q", "") == "[INST] Q [/INST]"
+    assert plain_text(history, "How?", "S") == "S\n\nHi\n\nHello\n\nHow?"
+    templated = copy.deepcopy(tokenizer)
+    templated.chat_template = ("{% for m in messages %}[{{ m.role }}]{{ m.content }}{% endfor %}"
+                               "{% if add_generation_prompt %}[assistant]{% endif %}")
+    with_system = tokenizer.decode(encode_turn(templated, [], "Q", PromptFormat("auto", "Be brief.")))
+    assert with_system.replace(" ", "").startswith("[system]Bebrief.[user]Q")
+    assert encode_turn(templated, [], "Q", PromptFormat("plain")) == tokenizer("Q")["input_ids"]
+    with pytest.raises(DraftcountError, match="has none"):
+        encode_turn(tokenizer, [], "Q", PromptFormat("model"))
+    with pytest.raises(DraftcountError, match="must be one of"):
+        PromptFormat("chatml")

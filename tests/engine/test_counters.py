@@ -65,7 +65,7 @@ def test_max_new_tokens_is_exact_and_counters_are_consistent(trained_pair, tempe
             assert counters.accepted_tokens == sum(counters.step_accepted)
             # only the last step can be cut by max_new_tokens
             assert sum(counters.step_tokens[:-1]) < max_new_tokens <= sum(counters.step_tokens)
-            assert counters.tau == pytest.approx(max_new_tokens / counters.target.forwards)
+            assert counters.tokens_per_forward == pytest.approx(max_new_tokens / counters.target.forwards)
             assert counters.drafted_tokens == sum(counters.drafted_by_depth)
             assert counters.accepted_tokens == sum(counters.accepted_by_depth)
             assert counters.accepted_tokens <= counters.tried_tokens <= counters.drafted_tokens
@@ -74,7 +74,7 @@ def test_max_new_tokens_is_exact_and_counters_are_consistent(trained_pair, tempe
             assert list(phases) == list(PHASES) and sum(phases.values()) == pytest.approx(counters.wall_seconds)
             assert phases["prefill"] > 0 and phases["verify"] > 0 and min(phases.values()) >= 0
             if name == "ar":
-                assert counters.drafter.forwards == 0 and counters.drafted_tokens == 0 and counters.tau == 1.0
+                assert counters.drafter.forwards == 0 and counters.drafted_tokens == 0 and counters.tokens_per_forward == 1.0
                 assert phases["drafter"] == 0
             elif max_new_tokens > 1:  # one token comes from the prefill alone
                 assert counters.drafter.forwards > 0 and counters.drafter.flops > 0

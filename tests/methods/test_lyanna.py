@@ -110,7 +110,7 @@ def test_fresh_drafter_lossless_and_training_helps(lyanna_setup):
             want = generate(target, NoDrafts(), prompt, 24, SamplingConfig()).output_ids
             result = generate(target, adapter, prompt, 24, SamplingConfig())
             assert result.output_ids == want
-            taus[name] += result.counters.tau
+            taus[name] += result.counters.tokens_per_forward
     assert taus["token_info"] > 1.5 * taus["fresh"]
     agreement = metrics["token_info"]["heldout_top1_agreement_by_depth"]
     assert len(agreement) == 3 and min(agreement) > 2 * max(metrics["fresh"]["heldout_top1_agreement_by_depth"])

@@ -1,11 +1,13 @@
-"""The shared training loop: schedule, resume equals an uninterrupted run, bad checkpoints are never loaded."""
+"""The shared training loop: schedule, resume equals an uninterrupted run, bad checkpoints are never loaded,
+gradient accumulation equals one big batch."""
 
 import pytest
 import torch
 
 from harness.data.token_streams import random_windows
-from harness.training.loop import TrainConfig, batches_from_step, learning_rate, train
-from tests.helpers import make_llama
+from harness.errors import DraftcountError
+from harness.training.loop import TrainConfig, _run_key, batches_from_step, learning_rate, train
+from tests.helpers import make_llama, sharded_lm_loss
 
 TOKENS = torch.randint(0, 32, (5000,), generator=torch.Generator().manual_seed(0), dtype=torch.int32)
 
@@ -32,7 +34,7 @@ def test_schedule_warmup_cosine_and_time_budget():
 def test_resume_reproduces_an_uninterrupted_run(tmp_path):
     config = TrainConfig(steps=12, warmup_steps=2, lr=1e-2, checkpoint_every_s=0.0, seed=3)
     reference = make_llama(vocab=32, hidden=16, layers=1, heads=2, seed=5)
-    train(reference, _loss_fn(reference), config, progress=False)
+    uninterrupted = train(reference, _loss_fn(reference), config, progress=False)
 
     checkpoint = tmp_path / "ckpt.pt"
     interrupted = make_llama(vocab=32, hidden=16, layers=1, heads=2, seed=5)
@@ -43,6 +45,7 @@ def test_resume_reproduces_an_uninterrupted_run(tmp_path):
     resumed = make_llama(vocab=32, hidden=16, layers=1, heads=2, seed=99)  # different init: weights come from the checkpoint
     result = train(resumed, _loss_fn(resumed), config, checkpoint=checkpoint, progress=False)
     assert result.resumed_from_step == 7 and result.steps == 12
+    assert result.losses == uninterrupted.losses and len(result.losses) == 12  # the curve is in the checkpoint
     for (name, a), b in zip(reference.state_dict().items(), resumed.state_dict().values()):
         torch.testing.assert_close(a, b, msg=name)
 
@@ -89,3 +92,35 @@ def test_non_finite_steps_are_skipped_and_a_diverged_run_stops_with_an_error():
               TrainConfig(steps=50, warmup_steps=0, max_nonfinite_steps=5), progress=False)
     for name, p in model.named_parameters():
         torch.testing.assert_close(p, before[name], msg=name)
+
+
+def test_gradient_accumulation_equals_one_big_batch():
+    """grad_accum=2 over micro-batches of 4 rows takes the steps of one batch of 8 (float rounding apart);
+    4 rows alone do not. A loss that draws whole batches cannot be accumulated."""
+    curves = {}
+    for batch_size, accum in ((4, 2), (8, 1), (4, 1)):
+        model = make_llama(vocab=32, hidden=16, layers=1, heads=2, seed=5)
+        config = TrainConfig(steps=6, warmup_steps=1, lr=1e-2, grad_accum=accum)
+        result = train(model, sharded_lm_loss(model, TOKENS, batch_size), config, progress=False, sharded=True)
+        assert result.tokens == 6 * batch_size * accum * 16
+        curves[batch_size, accum] = torch.tensor(result.losses)
+    torch.testing.assert_close(curves[4, 2], curves[8, 1], rtol=1e-5, atol=0)
+    assert not torch.allclose(curves[4, 1], curves[8, 1], rtol=1e-3)
+    model = make_llama(vocab=32, hidden=16, layers=1, heads=2)
+    with pytest.raises(DraftcountError, match="cannot accumulate"):
+        train(model, _loss_fn(model), TrainConfig(steps=1, grad_accum=2), progress=False)
+    with pytest.raises(DraftcountError, match="grad_accum must be >= 1"):
+        TrainConfig(grad_accum=0)
+
+
+def test_checkpoint_keys_ignore_how_a_global_batch_is_split():
+    """Old checkpoints (before grad_accum) still resume; 2 processes x 1 micro-batch and 1 process x grad_accum 2
+    are the same run; another global batch is not."""
+    import json
+    from dataclasses import asdict
+
+    old = asdict(TrainConfig())
+    old.pop("grad_accum")
+    assert _run_key(TrainConfig(), 1, {"run": "a"}) == json.dumps({"train": old, "run": "a"}, sort_keys=True)
+    assert _run_key(TrainConfig(grad_accum=2), 1, None) == _run_key(TrainConfig(), 2, None)
+    assert _run_key(TrainConfig(grad_accum=2), 2, None) != _run_key(TrainConfig(grad_accum=2), 1, None)

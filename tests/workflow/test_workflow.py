@@ -104,7 +104,7 @@ def test_real_checkpoint_config_and_slurm_profile_dry_run(tmp_path):
         "work_dir": str(tmp_path / "work"), "results_dir": str(tmp_path / "results"),
         "models": {"target": str(tmp_path / "target"), "draft": str(tmp_path / "draft")},
         "corpus": {"path": str(tmp_path / "corpus.jsonl")},
-        "drafters": {"eagle": {"path": str(tmp_path / "eagle")}},
+        "drafters": {"eagle": {"path": str(tmp_path / "eagle")}, "eagle3": {"path": str(tmp_path / "eagle")}},
         "bench": {"dataset_paths": {"spec_bench": str(tmp_path / "questions.jsonl"),
                                     "mt_bench": str(tmp_path / "questions.jsonl"),
                                     "gsm8k": str(tmp_path / "gsm8k.jsonl")}},
@@ -113,12 +113,76 @@ def test_real_checkpoint_config_and_slurm_profile_dry_run(tmp_path):
                        "--profile", "workflow/profiles/slurm")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     counts = job_counts(result.stdout)
-    # {ar, ar_control, sd, tree_sd, eagle, lyanna} x 4 datasets x {0, 1} + 3 lyanna ablations x mt_bench x {0, 1}
-    assert counts["bench"] == 6 * 8 + 3 * 2 and counts["train_drafter"] == 1  # the EAGLE head is used as is
+    # {ar, ar_control, sd, tree_sd, eagle, eagle3, lyanna} x 4 datasets x {0, 1} + 3 lyanna ablations x mt_bench
+    assert counts["bench"] == 7 * 8 + 3 * 2 and counts["train_drafter"] == 1  # the EAGLE heads are used as is
     assert not {"train_target", "train_draft", "tokenizer"} & set(counts) and REPORT_RULES <= set(counts)
     bench_jobs = result.stdout.split("rule bench:")[1:]
     assert all("slurm_partition=gpu" in job and "gpu=1" in job and "--device cuda" in job for job in bench_jobs)
     assert f"--drafter {tmp_path / 'eagle'}" in result.stdout and "--dtype bfloat16" in result.stdout
+
+
+def test_hub_ids_and_every_spec_bench_category_are_planned(tmp_path, shared_data):
+    """llama3-8b.yaml as shipped (models and EAGLE heads as hub ids), Spec-Bench from the shared data: the plan
+    fetches each hub id once (no missing input), says what every prompt set holds, spreads the limit over all 13
+    Spec-Bench categories, and sizes each job's time limit from bench.seconds_per_token."""
+    (tmp_path / "corpus.jsonl").write_text('{"text": "def f():\\n    return 1\\n"}\n')
+    overlay = tmp_path / "paths.yaml"
+    overlay.write_text(json.dumps({
+        "work_dir": str(tmp_path / "work"), "results_dir": str(tmp_path / "results"),
+        "corpus": {"path": str(tmp_path / "corpus.jsonl")},
+        "bench": {"dataset_paths": {"spec_bench": str(shared_data / "spec_bench" / "question.jsonl"),
+                                    "mt_bench": str(shared_data / "mt_bench" / "question.jsonl"),
+                                    "gsm8k": str(shared_data / "gsm8k" / "test.jsonl")}},
+    }))
+    result = snakemake("-n", "-p", "--configfile", "workflow/config/llama3-8b.yaml", str(overlay),
+                       "--profile", "workflow/profiles/slurm")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    counts = job_counts(result.stdout)
+    assert counts["fetch_hub"] == 4  # target, draft, the EAGLE-2 and EAGLE-3 heads
+    hub = tmp_path / "work" / "hub"
+    assert f"--target {hub / 'meta-llama--Llama-3.1-8B-Instruct'}" in result.stdout
+    assert f"--drafter {hub / 'yuhuili--EAGLE3-LLaMA3.1-Instruct-8B'}" in result.stdout
+    said = next(line for line in result.stderr.splitlines() if line.startswith("spec_bench:"))
+    assert "80 prompts, 130 turns, 13 categories (stratified)" in said
+    for category in ("writing", "translation", "summarization", "qa", "math_reasoning", "rag"):
+        assert f"{category} 6" in said or f"{category} 7" in said
+    assert "--stratify" in result.stdout and "--limit 80" in result.stdout
+    runtimes = {job.split("--dataset ")[1].split()[0]: int(job.split("runtime=")[1].split(",")[0])
+                for job in result.stdout.split("rule bench:")[1:]}
+    # 130 turns x 1024 tokens x 0.0096 s x 3 (ar + the method at up to twice its time), + 10 min to load
+    assert runtimes["spec_bench"] == 10 + -(-130 * 1024 * 0.0096 * 3 // 60) and runtimes["mt_bench"] == 89
+
+
+def test_gpu_jobs_never_share_the_gpu(tmp_path):
+    """With bench.device: cuda, every job that runs a model asks for the one `gpu` the default profile has, so the
+    scheduler runs them one at a time; CPU jobs ask for none. A dry run with 16 cores shows it."""
+    overlay = tmp_path / "cuda.yaml"
+    overlay.write_text(json.dumps({"bench": {"device": "cuda"}}))
+    profile = yaml.safe_load((ROOT / "workflow" / "profiles" / "default" / "config.yaml").read_text())
+    assert "gpu=1" in profile["resources"]
+    result = snakemake("-n", "--cores", "16", "--profile", "workflow/profiles/default", "--configfile",
+                       "workflow/config/default.yaml", str(overlay), *overrides(tmp_path))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    jobs = [block for block in result.stdout.split("\nrule ")[1:]]
+    model_rules = {"bench", "train_target", "train_draft", "train_drafter", "dump_features", "measure_latency",
+                   "tree_shape", "stand_tree", "measure_draft_step"}
+    seen = set()
+    for job in jobs:
+        rule = job.split(":", 1)[0]
+        if rule in model_rules:
+            assert "gpu=1" in job, job
+            seen.add(rule)
+        elif rule in ("corpus", "tokenizer", "summary", "figures", "report"):
+            assert "gpu=1" not in job, job
+    assert {"bench", "train_target", "train_drafter"} <= seen
+
+
+def test_a_misspelt_method_option_stops_the_plan(tmp_path):
+    overlay = tmp_path / "typo.yaml"
+    overlay.write_text(json.dumps({"bench": {"methods": {"eagle": {"top_kk": 3}}}}))
+    result = snakemake("-n", "--configfile", "workflow/config/default.yaml", str(overlay), *overrides(tmp_path))
+    assert result.returncode != 0
+    assert "bench.methods.eagle: method 'eagle' has no option 'top_kk'" in result.stdout + result.stderr
 
 
 @pytest.mark.parametrize("profile", ["default", "smoke", "slurm", "gpu"])
@@ -215,8 +279,12 @@ def test_smoke_pipeline_end_to_end_killed_and_resumed(tmp_path):
     fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert fresh.returncode == 0, fresh.stderr
     summary = pd.read_csv(results / "tables" / "summary.csv")
-    assert sorted(summary.variant) == sorted(SMOKE_VARIANTS)
-    assert len(list((results / "raw").rglob("*.jsonl"))) == len(SMOKE_VARIANTS)  # stdlib_code at temperature 0
+    assert sorted(set(summary.variant)) == sorted(SMOKE_VARIANTS)
+    # stdlib_code at temperature 0, and eagle also on the mixed-domain set (the per-category view)
+    assert len(list((results / "raw").rglob("*.jsonl"))) == len(SMOKE_VARIANTS) + 1
+    categories = pd.read_csv(results / "tables" / "categories.csv")
+    assert set(categories.variant) == {"eagle"} and set(categories.category) == {"net", "gui", "overall"}
+    assert (results / "figures" / "categories.pdf").stat().st_size > 1000
     for drafter in ("eagle", "lyanna", "lyanna_feature"):
         assert json.loads((work / "metrics" / f"drafter-{drafter}.json").read_text())["train"]["steps"] > 0
     tree = json.loads((work / "tree" / "sequoia-t0-b16.json").read_text())
@@ -225,12 +293,14 @@ def test_smoke_pipeline_end_to_end_killed_and_resumed(tmp_path):
         assert (results / "figures" / f"{name}.pdf").stat().st_size > 1000
         assert matplotlib.image.imread(results / "figures" / f"{name}.png").shape[0] > 200
     report = (results / "report.md").read_text()
-    eagle = summary.set_index("variant").loc["eagle"]
+    assert "### Per category" in report and "**stdlib_domains, T = 0**" in report
+    eagle = summary[summary.dataset == "stdlib_code"].set_index("variant").loc["eagle"]
     assert report_cell(report, "eagle", "stdlib_code", "0", "tau") == f"{eagle.tau:.2f}"
     assert report_cell(report, "eagle", "stdlib_code", "0", "speedup") == f"{eagle.speedup_paired_mean:.2f}"
     counters = [json.loads(line)["counters"] for line in (results / "raw" / "eagle" / "stdlib_code-t0.jsonl").open()
                 if json.loads(line)["role"] == "method"]
-    tau = sum(c["new_tokens"] for c in counters) / sum(c["target"]["forwards"] for c in counters)
+    tau = (sum(min(sum(a + 1 for a in c["step_accepted"]), c["new_tokens"]) for c in counters)
+           / sum(len(c["step_accepted"]) for c in counters))  # EAGLE/Spec-Bench: accepted + 1 per step
     assert report_cell(report, "eagle", "stdlib_code", "0", "tau") == f"{tau:.2f}"  # recomputed from raw records
     answers = results / "specbench" / "stdlib_code-t0" / "model_answer"
     assert {"eagle.jsonl", "eagle.ar.jsonl", "ar.jsonl"} <= {path.name for path in answers.iterdir()}

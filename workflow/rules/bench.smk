@@ -61,6 +61,27 @@ def bench_arguments(wildcards, input):
     return shlex.join(arguments)
 
 
+def bench_runtime(wildcards):
+    """Minutes for one bench job (SLURM -t), sized from bench.seconds_per_token; over bench.max_runtime_minutes
+    (a cluster's cap, default 24 h) the plan stops and says what to lower."""
+    minutes = plan.bench_runtime_minutes(config, wildcards.dataset, WORK)
+    cap = config["bench"].get("max_runtime_minutes", 1440)
+    if minutes > cap:
+        raise ValueError(f"bench job {wildcards.variant}/{wildcards.dataset} needs about {minutes} min, over "
+                         f"bench.max_runtime_minutes ({cap}): lower bench.limit, max_new_tokens or repeats")
+    return minutes
+
+
+# What each prompt set a bench job runs holds (read from the prompt files now, so a dry run shows it).
+for _dataset in dict.fromkeys(config["bench"]["datasets"] + config["bench"].get("ablation_datasets", [])):
+    _selection = plan.dataset_selection(config, _dataset, WORK)
+    if _selection:
+        _turns, _counts = _selection
+        print(f"{_dataset}: {sum(_counts.values())} prompts, {_turns} turns, {len(_counts)} categories"
+              f"{' (stratified)' if config['bench'].get('stratify') else ''}: "
+              + ", ".join(f"{name} {count}" for name, count in _counts.items()), file=sys.stderr)
+
+
 rule bench:
     input:
         unpack(bench_inputs),
@@ -74,7 +95,7 @@ rule bench:
     threads: config["bench"].get("threads", config["threads"])
     resources:
         mem_mb=8000,
-        runtime=60,
+        runtime=bench_runtime,
         gpu=gpus_per_job(),
     shell:
         "python -m harness run {params.arguments} --threads {threads} --no-progress --out {output}"

@@ -1,7 +1,9 @@
 # Paths and helpers shared by the rules (what to run is decided in harness/workflow_plan.py from the config and
 # the method catalog, methods/__init__.py).
 import json
+import re
 import shlex
+import sys
 from pathlib import Path
 
 from harness import workflow_plan as plan
@@ -17,15 +19,36 @@ def external_models():
 
 
 def target_model():
-    return config["models"]["target"] if external_models() else work("models/target")
+    return plan.local_source(config["models"]["target"], WORK) if external_models() else work("models/target")
 
 
 def draft_model():
     if external_models():
         if "draft" not in config["models"]:
             raise ValueError("a variant of sd or tree_sd needs models.draft in the config")
-        return config["models"]["draft"]
+        return plan.local_source(config["models"]["draft"], WORK)
     return work("models/draft")
+
+
+# A model or drafter given as a hub id (owner/name) is fetched once into work/hub/owner--name: links into the
+# hub cache, so every rule takes a local directory. Offline without the files in the cache: one line, no traceback.
+HUB = plan.hub_sources(config)
+if HUB:
+
+    rule fetch_hub:
+        output:
+            directory(str(WORK / plan.HUB_DIR / "{repo}")),
+        params:
+            repo_id=lambda wildcards: HUB[wildcards.repo],
+            kind=lambda wildcards: "drafter" if HUB[wildcards.repo] not in config.get("models", {}).values() else "model",
+        wildcard_constraints:
+            repo="|".join(map(re.escape, HUB)),
+        localrule: True
+        resources:
+            mem_mb=1000,
+            runtime=120,
+        shell:
+            "python -m harness fetch {params.repo_id} --kind {params.kind} --out {output}"
 
 
 def tokenizer_dir():
@@ -77,3 +100,23 @@ def dataset_prompts(dataset):
 
 def dataset_limit(dataset):
     return plan.dataset_limit(config, dataset)
+
+
+def check_method_options():
+    """Every variant's options are options its method takes: a misspelt one stops the plan (`snakemake -n`), not
+    a job hours into a cluster run. Values are checked when a job parses them (some name files built later)."""
+    import dataclasses
+
+    from harness.engine.method_spec import method_spec
+
+    for variant in plan.variant_names(config):
+        method = plan.variant_method(config, variant)
+        known = {field.name for field in dataclasses.fields(method_spec(method).options)}
+        given = set(plan.variant_options(config, variant, plan.temperature_names(config)[0], WORK))
+        unknown = sorted(given - known)
+        if unknown:
+            raise ValueError(f"bench.methods.{variant}: method {method!r} has no option {unknown[0]!r} "
+                             f"(its options: {', '.join(sorted(known)) or 'none'})")
+
+
+check_method_options()

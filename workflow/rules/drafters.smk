@@ -23,8 +23,8 @@ def trained_drafters():
 
 
 def drafter_dir(name):
-    settings = drafter_settings(name)
-    return settings["path"] if "path" in settings else work(f"drafters/{name}")
+    drafter_settings(name)  # a drafter the config does not name is an error
+    return plan.drafter_path(config, name, WORK)
 
 
 def drafter_data(wildcards):
@@ -39,6 +39,40 @@ def drafter_data(wildcards):
 def drafter_arguments(wildcards, input):
     data = Path(input.data).parent if input.data.endswith("index.json") else input.data
     return shlex.join(plan.train_arguments(config, wildcards.drafter, input.target, str(data), input.heldout))
+
+
+def train_minutes(name):
+    return int(drafter_settings(name).get("time_budget_s", 3600) / 60) + 30
+
+
+def train_runtime(wildcards):
+    """A training job's time limit: its budget plus 30 minutes, at most the cluster's cap (bench.max_runtime_minutes,
+    default 24 h). A longer budget runs over several jobs: training checkpoints every minute, and a job the cap
+    kills is resubmitted (``retries``) and resumes where it stopped, its time budget counted across jobs."""
+    return min(train_minutes(wildcards.drafter), config["bench"].get("max_runtime_minutes", 1440))
+
+
+def train_retries():
+    cap = config["bench"].get("max_runtime_minutes", 1440)
+    longest = max([train_minutes(name) for name in trained_drafters()], default=0)
+    return -(-longest // cap)  # one retry per cap-long slice after the first, and one for a node failure
+
+
+def announce_feature_dump():
+    """The feature dump's size on disk, said at plan time (before anything is written) when the target's width is
+    known; drafters with `data: tokens` compute the same features on the fly instead and need no dump."""
+    source = Path(target_model()) / "config.json"
+    users = [name for name in trained_drafters() if drafter_settings(name).get("data", "features") == "features"]
+    if not users or not source.is_file():
+        return
+    text = json.loads(source.read_text())
+    hidden = int((text.get("text_config") or text)["hidden_size"])
+    size = plan.feature_dump_bytes(config["features"], hidden)
+    print(f"feature dump for {', '.join(users)}: {size / 2**30:.1f} GiB under {work('features/target')} "
+          "(drafters.<name>.data: tokens computes the features on the fly instead)", file=sys.stderr)
+
+
+announce_feature_dump()
 
 
 rule train_drafter:
@@ -57,8 +91,9 @@ rule train_drafter:
     threads: config["threads"]
     resources:
         mem_mb=8000,
-        runtime=lambda wildcards: int(drafter_settings(wildcards.drafter).get("time_budget_s", 3600) / 60) + 30,
+        runtime=train_runtime,
         gpu=gpus_per_job(),
+    retries: train_retries()
     shell:
         "python -m harness train {params.arguments} --checkpoint {params.checkpoint} --threads {threads}"
         " --no-progress --out {output.drafter} --metrics {output.metrics}"

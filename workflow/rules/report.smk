@@ -1,6 +1,6 @@
 # Aggregation, figures, report and the Spec-Bench export, all from the raw records of every bench job.
 
-FIGURE_NAMES = ["speedup", "tau", "waste", "budget", "depth", "ablation", "efficiency", "samples"]
+FIGURE_NAMES = ["speedup", "tau", "waste", "budget", "depth", "ablation", "efficiency", "samples", "categories"]
 
 
 def main_variants():
@@ -22,12 +22,13 @@ rule summary:
         depth=results("tables/depth_acceptance.csv"),
         samples=results("tables/samples.csv"),
         hedge=results("tables/hedgespec.csv"),
+        categories=results("tables/categories.csv"),
     resources:
         mem_mb=2000,
         runtime=5,
     shell:
         "python -m harness summarize {input} --out {output.summary} --depth-out {output.depth}"
-        " --samples-out {output.samples} --hedge-out {output.hedge}"
+        " --samples-out {output.samples} --hedge-out {output.hedge} --categories-out {output.categories}"
 
 
 rule figures:
@@ -35,6 +36,7 @@ rule figures:
         summary=results("tables/summary.csv"),
         depth=results("tables/depth_acceptance.csv"),
         samples=results("tables/samples.csv"),
+        categories=results("tables/categories.csv"),
     output:
         expand(results("figures/{name}.{suffix}"), name=FIGURE_NAMES, suffix=["pdf", "png"]),
     params:
@@ -45,7 +47,7 @@ rule figures:
         runtime=10,
     shell:
         "python -m harness figures --summary {input.summary} --depth {input.depth} --out-dir {params.out_dir}"
-        " --samples {input.samples} --main {params.main}"
+        " --samples {input.samples} --categories {input.categories} --main {params.main}"
 
 
 rule report:
@@ -54,6 +56,7 @@ rule report:
         summary=results("tables/summary.csv"),
         samples=results("tables/samples.csv"),
         hedge=results("tables/hedgespec.csv"),
+        categories=results("tables/categories.csv"),
         figures=expand(results("figures/{name}.png"), name=FIGURE_NAMES),
         metrics=training_metrics(),
     output:
@@ -66,7 +69,7 @@ rule report:
         runtime=5,
     shell:
         "python -m harness report {input.records} --summary {input.summary} --figures {params.figures}"
-        " --metrics {input.metrics} --samples {input.samples} --hedge {input.hedge} --main {params.main} --out {output}"
+        " --metrics {input.metrics} --samples {input.samples} --hedge {input.hedge} --categories {input.categories} --main {params.main} --out {output}"
 
 
 rule export_specbench:
