@@ -66,14 +66,20 @@ def category_order(table: pd.DataFrame) -> list[str]:
     return known + [name for name in seen if name not in known and name != OVERALL] + [OVERALL]
 
 
+def variant_order(variants: list[str], main: list[str]) -> list[str]:
+    """The main variants first (in their order), then the others (ablations that ran on the set) by name."""
+    return [name for name in main if name in variants] + sorted(set(variants) - set(main))
+
+
 def category_sections(table: pd.DataFrame, main: list[str]) -> list[str]:
-    """Markdown: per dataset and temperature, one row per variant, one column per category: speedup (tau)."""
+    """Markdown: per dataset and temperature, one row per variant (main ones first), one column per category:
+    speedup (tau)."""
     lines: list[str] = []
-    for (dataset, temperature), group in table[table.variant.isin(main)].groupby(["dataset", "temperature"]):
+    for (dataset, temperature), group in table.groupby(["dataset", "temperature"]):
         columns = category_order(group)
         cells = []
-        for variant, rows in group.groupby("variant", sort=False):
-            by_task = rows.set_index("category")
+        for variant in variant_order(list(group.variant.unique()), main):
+            by_task = group[group.variant == variant].set_index("category")
             cells.append([variant] + [
                 f"{by_task.at[name, 'speedup_paired_mean']:.2f}x ({by_task.at[name, 'tau']:.2f})"
                 if name in by_task.index and pd.notna(by_task.at[name, "speedup_paired_mean"]) else "-"
@@ -84,8 +90,8 @@ def category_sections(table: pd.DataFrame, main: list[str]) -> list[str]:
 
 
 def plot_categories(table: pd.DataFrame, main: list[str], colors: dict) -> plt.Figure:
-    """One panel per dataset and temperature: speedup per category, one bar per main variant (`ar` left out)."""
-    panels = list(table[table.variant.isin(main)].groupby(["dataset", "temperature"]))
+    """One panel per dataset and temperature: speedup per category, one bar per variant (main ones first)."""
+    panels = list(table.groupby(["dataset", "temperature"]))
     if not panels:
         figure, axis = plt.subplots(figsize=(4.6, 2.4))
         axis.text(0.5, 0.5, "no prompt set with several categories", ha="center", va="center")
@@ -94,7 +100,7 @@ def plot_categories(table: pd.DataFrame, main: list[str], colors: dict) -> plt.F
     figure, axes = plt.subplots(len(panels), 1, figsize=(7.0, 2.4 * len(panels)), squeeze=False)
     for axis, ((dataset, temperature), group) in zip(axes[:, 0], panels):
         columns = category_order(group)
-        variants = [variant for variant in main if variant in set(group.variant)]
+        variants = variant_order(list(group.variant.unique()), main)
         width = 0.8 / max(len(variants), 1)
         for index, variant in enumerate(variants):
             rows = group[group.variant == variant].set_index("category").reindex(columns)

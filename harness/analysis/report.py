@@ -213,7 +213,8 @@ def write_report(summary_csv: Path, records_paths: list[Path], figures_dir: Path
         parts += ["### Per category", "",
                   "Spec-Bench's view: each prompt set with several categories, by task (MT-Bench's eight categories "
                   "are one task, multi-turn conversation) or by category, measured on that category's turns only "
-                  "(`harness/analysis/categories.py`).", "", *category_sections(categories, main)]
+                  "(`harness/analysis/categories.py`). Rows: every variant that ran on such a set (ablations "
+                  "included, main variants first).", "", *category_sections(categories, main)]
     control = control_section(summary)
     if control:
         parts += ["### Control: `ar` against `ar`", "",

@@ -68,7 +68,8 @@ def announce_feature_dump():
     text = json.loads(source.read_text())
     hidden = int((text.get("text_config") or text)["hidden_size"])
     size = plan.feature_dump_bytes(config["features"], hidden)
-    print(f"feature dump for {', '.join(users)}: {size / 2**30:.1f} GiB under {work('features/target')} "
+    shown = f"{size / 2**30:.1f} GiB" if size >= 2**30 else f"{size / 2**20:.0f} MiB"
+    print(f"feature dump for {', '.join(users)}: {shown} under {work('features/target')} "
           "(drafters.<name>.data: tokens computes the features on the fly instead)", file=sys.stderr)
 
 
