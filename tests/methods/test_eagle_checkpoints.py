@@ -166,6 +166,16 @@ def test_hub_id_drafter_offline_is_one_line(target, monkeypatch, tmp_path):
     assert "not in the local hub cache" in message and "offline" in message
 
 
+def test_fetching_a_hub_id_offline_is_one_line(monkeypatch, tmp_path, capsys):
+    from harness.cli import main
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "cache"))
+    assert main(["fetch", "meta-llama/Llama-3.1-8B-Instruct", "--out", str(tmp_path / "hub")]) == 2
+    error = capsys.readouterr().err.strip()
+    assert "\n" not in error and "not in the local hub cache" in error
+
+
 def test_eagle3_feature_layers_follow_eagle3():
     assert default_fusion_layers(32) == (2, 16, 29)  # Llama-3.1-8B: inputs of layers 2, 16, 29
     assert default_fusion_layers(80) == (2, 40, 77)

@@ -124,3 +124,55 @@ def test_frontier_mask_equals_the_tree_mask_over_the_fed_frontiers():
         if expected is None:  # depth 1 with k = 1 would be causal; not this case
             raise AssertionError("expected a tree mask")
         assert torch.equal(bias[:, prefix:], expected[0, 0])
+
+
+def _path_logprobs(path: tuple[int, ...], vocab: int = 50) -> torch.Tensor:
+    """A fixed draft distribution for the node reached by ``path`` (no ties)."""
+    generator = torch.Generator().manual_seed(hash(path) % (2**31))
+    return torch.log_softmax(torch.randn(vocab, generator=generator) * 2, dim=-1)
+
+
+def eagle_top_k_generate(top_k: int, depth: int, total_token: int) -> set[tuple[int, ...]]:
+    """The draft nodes EAGLE's ``topK_genrate`` (their eagle/model/cnets.py) verifies for ``--top-k``, ``--depth``
+    and ``--total-token``, restated: the root's top-k, then ``depth`` expansions of the k best by cumulative
+    score, each adding k x k candidates; the ``total_token - 1`` best of the pool (the root is prepended)."""
+    scores, tokens = _path_logprobs(()).topk(top_k)
+    pool = [((int(token),), float(score)) for token, score in zip(tokens, scores)]
+    frontier = [path for path, _ in pool]
+    frontier_scores = scores
+    for _ in range(depth):
+        candidates = []
+        for path, score in zip(frontier, frontier_scores):
+            child_scores, child_tokens = _path_logprobs(path).topk(top_k)
+            candidates += [(path + (int(token),), float(score + child)) for token, child in zip(child_tokens, child_scores)]
+        pool += candidates
+        best = sorted(range(len(candidates)), key=lambda index: -candidates[index][1])[:top_k]
+        frontier = [candidates[index][0] for index in best]
+        frontier_scores = torch.tensor([candidates[index][1] for index in best])
+    chosen = sorted(pool, key=lambda item: -item[1])[: total_token - 1]
+    return {path for path, _ in chosen}
+
+
+@pytest.mark.parametrize("top_k, depth, budget", [(4, 5, 24), (10, 6, 59), (8, 5, 31), (3, 3, 7)])
+def test_depth_and_budget_map_to_eagles_depth_and_total_token(top_k, depth, budget):
+    """docs/methods.md: our (top_k, depth, budget) = EAGLE's --top-k k, --depth depth - 1, --total-token
+    budget + 1 (and SGLang's num_steps depth, num_draft_tokens budget + 1): the same nodes are verified."""
+    frontiers: list[list[tuple[int, ...]]] = []  # the paths of each expanded frontier
+
+    def expand(frontier: Frontier) -> torch.Tensor:
+        if not frontiers:  # depth 1: the root's children
+            paths = [(int(token),) for token in frontier.tokens]
+        else:
+            paths = [frontiers[-1][int(row)] + (int(token),)
+                     for row, token in zip(frontier.parent_rows, frontier.tokens)]
+        frontiers.append(paths)
+        return torch.stack([_path_logprobs(path) for path in paths])
+
+    tree = grow_beam_tree(torch.tensor(0), _path_logprobs(()), expand, BeamShape(top_k, depth, budget)).tree
+    tree.resolve()
+    paths: dict[int, tuple[int, ...]] = {0: ()}
+    for node in range(1, len(tree.parents)):  # parents come before their children
+        paths[node] = paths[tree.parents[node]] + (int(tree.tokens[node]),)
+    ours = {path for node, path in paths.items() if node}
+    assert len(frontiers) == depth - 1  # head forwards after the catch-up: EAGLE's --depth
+    assert ours == eagle_top_k_generate(top_k, depth - 1, budget + 1)
