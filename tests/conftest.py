@@ -22,6 +22,17 @@ def pytest_configure(config: pytest.Config) -> None:
         config.option.dist = "loadfile"
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Files holding `slow` tests first, the last collected (the workflow's pipeline runs) first of all: with `-n N`
+    (whole files per worker) the end-to-end pipeline starts at once on one worker while the others take the rest,
+    instead of starting last. Within a file the order stays."""
+    slow = {item.path for item in items if item.get_closest_marker("slow")}
+    first = {path: index for index, path in enumerate(dict.fromkeys(item.path for item in items))}
+    order = {id(item): index for index, item in enumerate(items)}
+    items.sort(key=lambda item: (item.path not in slow, -first[item.path] if item.path in slow else 0,
+                                 order[id(item)]))
+
+
 @pytest.fixture(scope="session")
 def shared_data() -> Path:
     if not SHARED_DATA.is_dir():

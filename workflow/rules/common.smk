@@ -102,21 +102,41 @@ def dataset_limit(dataset):
     return plan.dataset_limit(config, dataset)
 
 
+def method_option_names():
+    """{method: its option names}. Reading them imports the methods' modules (torch: seconds), so they are computed
+    once per state of the code and kept in .snakemake/draftcount/options-<hash of harness/ and methods/>.json."""
+    import dataclasses
+    import hashlib
+
+    root = Path(workflow.basedir)
+    digest = hashlib.sha256()
+    for path in sorted([*root.glob("harness/**/*.py"), *root.glob("methods/**/*.py")]):
+        digest.update(str(path.relative_to(root)).encode() + path.read_bytes())
+    cache = root / ".snakemake" / "draftcount" / f"options-{digest.hexdigest()[:16]}.json"
+    if cache.is_file():
+        return json.loads(cache.read_text())
+    from harness.engine.method_spec import method_spec
+    from harness.store.atomic import atomic_path
+
+    names = {method: sorted(field.name for field in dataclasses.fields(method_spec(method).options))
+             for method in catalog_methods()}
+    cache.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(cache) as partial:
+        partial.write_text(json.dumps(names))
+    return names
+
+
 def check_method_options():
     """Every variant's options are options its method takes: a misspelt one stops the plan (`snakemake -n`), not
     a job hours into a cluster run. Values are checked when a job parses them (some name files built later)."""
-    import dataclasses
-
-    from harness.engine.method_spec import method_spec
-
+    known = method_option_names()
     for variant in plan.variant_names(config):
         method = plan.variant_method(config, variant)
-        known = {field.name for field in dataclasses.fields(method_spec(method).options)}
         given = set(plan.variant_options(config, variant, plan.temperature_names(config)[0], WORK))
-        unknown = sorted(given - known)
+        unknown = sorted(given - set(known[method]))
         if unknown:
             raise ValueError(f"bench.methods.{variant}: method {method!r} has no option {unknown[0]!r} "
-                             f"(its options: {', '.join(sorted(known)) or 'none'})")
+                             f"(its options: {', '.join(known[method]) or 'none'})")
 
 
 check_method_options()
