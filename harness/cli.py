@@ -335,14 +335,10 @@ def _cmd_metrics(args: argparse.Namespace) -> int:
 
 
 def _cmd_fetch(args: argparse.Namespace) -> int:
-    from harness.store.hub import DRAFTER_FILES, link_snapshot, model_snapshot
+    from harness.store.hub import drafter_snapshot, link_snapshot, model_snapshot
 
-    if args.kind == "model":
-        patterns = sorted({str(path.relative_to(snapshot)) for snapshot in [model_snapshot(args.repo_id)]
-                           for path in snapshot.rglob("*") if path.is_file()})
-    else:
-        patterns = DRAFTER_FILES
-    out = link_snapshot(args.repo_id, args.out, patterns)
+    snapshot = (model_snapshot if args.kind == "model" else drafter_snapshot)(args.repo_id)
+    out = link_snapshot(args.repo_id, snapshot, args.out)
     print(f"{args.repo_id} -> {out}")
     return 0
 

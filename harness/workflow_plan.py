@@ -7,6 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from harness.catalog import catalog, entry, method_names
+from harness.data.prompts import load_prompts
 from harness.store.hub import is_hub_id
 
 BUILTIN_DATASETS = ("humaneval", "stdlib_code", "stdlib_domains")
@@ -256,47 +257,32 @@ def dataset_limit(config: dict, dataset: str) -> int:
 
 
 def dataset_selection(config: dict, dataset: str, work_dir: Path) -> tuple[int, dict[str, int]] | None:
-    """(turns, prompts per category) a bench job over ``dataset`` will run, read from its prompt file at plan time
-    (the same selection as ``harness.data.prompts.load_prompts``: the limit, stratified or not); None for a set
-    the workflow builds or a file that is not there yet."""
-    import json
-
-    source = Path(dataset_prompts(config, dataset, work_dir))
-    if source.is_dir():
-        source = next((source / name for name in ("question.jsonl", "test.jsonl") if (source / name).is_file()), source)
-    if dataset in BUILTIN_DATASETS or source.suffix != ".jsonl" or not source.is_file():
+    """(turns, prompts per category) a bench job over ``dataset`` will run: its prompt file loaded at plan time with
+    the job's limit (stratified or not); None for a set the workflow builds or a file that is not there yet."""
+    source = dataset_prompts(config, dataset, work_dir)
+    if dataset in BUILTIN_DATASETS or not Path(source).expanduser().exists():
         return None
-    rows = [json.loads(line) for line in source.open(encoding="utf-8") if line.strip()]
-    entries = [(str(row.get("category", dataset)), len(row.get("turns", [None]))) for row in rows]
-    limit = dataset_limit(config, dataset) or len(entries)
-    if config["bench"].get("stratify"):
-        by_category: dict[str, list[int]] = {}
-        for index, (category, _) in enumerate(entries):
-            by_category.setdefault(category, []).append(index)
-        # round robin over the categories, as ``stratified`` does: the first `limit` of that order
-        order = [indices[depth] for depth in range(max(map(len, by_category.values()), default=0))
-                 for indices in by_category.values() if depth < len(indices)]
-        kept = sorted(order[:limit])
-    else:
-        kept = list(range(min(limit, len(entries))))
+    prompts = load_prompts(source, limit=dataset_limit(config, dataset) or None,
+                           stratify=bool(config["bench"].get("stratify")))
     counts: dict[str, int] = {}
-    for index in kept:
-        counts[entries[index][0]] = counts.get(entries[index][0], 0) + 1
-    return sum(entries[index][1] for index in kept), counts
+    for prompt in prompts:
+        counts[prompt.category] = counts.get(prompt.category, 0) + 1
+    return sum(len(prompt.turns) for prompt in prompts), counts
 
 
-def bench_runtime_minutes(config: dict, dataset: str, work_dir: Path) -> int:
-    """A bench job's time limit (SLURM -t): with ``bench.seconds_per_token`` (the target's measured seconds per
-    `ar` token on the device), 10 minutes of loading plus turns x max_new_tokens x that x 3 (the `ar` baseline, and
-    the method at up to twice ar's time) x repeats; 60 minutes without it or for a set built by the workflow."""
+def bench_runtime_minutes(config: dict, dataset: str, selection: tuple[int, dict[str, int]] | None) -> int:
+    """A bench job's time limit (SLURM -t) over ``dataset`` with its ``dataset_selection``: with
+    ``bench.seconds_per_token`` (the target's measured seconds per `ar` token on the device), 10 minutes of loading
+    plus turns x max_new_tokens x that x 3 (the `ar` baseline, and the method at up to twice ar's time) x repeats;
+    60 minutes without it or for a set built by the workflow."""
     bench = config["bench"]
     per_token = bench.get("seconds_per_token")
-    selection = dataset_selection(config, dataset, work_dir) if per_token else None
-    if dataset == "humaneval" and per_token:
-        selection = (config["prompts"]["humaneval_limit"], {})
-    if selection is None:
+    if dataset == "humaneval":
+        turns = config["prompts"]["humaneval_limit"]
+    else:
+        turns = selection[0] if selection else 0
+    if not per_token or not turns:
         return 60
-    turns = selection[0]
     seconds = turns * bench.get("max_new_tokens", 128) * float(per_token) * 3 * bench.get("repeats", 1)
     return 10 + int(seconds / 60 + 0.999)
 

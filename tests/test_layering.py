@@ -4,8 +4,8 @@ torch-free parts stay torch-free, and ``harness`` never imports ``methods`` (it 
 Layers, lowest first (a package may import its own modules and any lower layer):
  -1  errors
   0  options, catalog (the method registry), store (atomic files, records)
-  1  backend (models, forward, caches, graphs, device), data (prompts, corpus, token streams), analysis, workflow_plan
-  2  trees, retrieval (model-free drafting structures)        3  verify        4  engine
+  1  backend (models, forward, caches, graphs, device), data (prompts, corpus, token streams), analysis
+  2  trees, retrieval (model-free drafting structures), workflow_plan (reads prompt files)    3  verify    4  engine
   5  runner, training               6  measure (benchmarks over runs and trained drafters)
   7  cli
 """
@@ -20,7 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {
     "errors": -1, "options": 0, "catalog": 0, "store": 0,
-    "backend": 1, "data": 1, "analysis": 1, "workflow_plan": 1,
+    "backend": 1, "data": 1, "analysis": 1, "workflow_plan": 2,
     "trees": 2, "retrieval": 2, "verify": 3, "engine": 4, "runner": 5, "training": 5, "measure": 6, "cli": 7,
 }
 EXEMPT = {"__init__", "__main__"}  # the package's lazy re-exports and `python -m harness`

@@ -79,10 +79,11 @@ def test_bench_time_limits_and_the_feature_dump_size(tmp_path):
     assert plan.dataset_selection(config, "q", tmp_path) == (5, {"a": 2, "b": 1})  # the first 3
     config["bench"]["stratify"] = True
     assert plan.dataset_selection(config, "q", tmp_path) == (4, {"a": 1, "b": 1, "c": 1})  # one of each
-    assert plan.bench_runtime_minutes(config, "q", tmp_path) == 60  # no seconds_per_token: the default
+    selection = plan.dataset_selection(config, "q", tmp_path)
+    assert plan.bench_runtime_minutes(config, "q", selection) == 60  # no seconds_per_token: the default
     config["bench"].update(seconds_per_token=0.5, repeats=2)
     # 10 min + 4 turns x 100 tokens x 0.5 s x 3 x 2 repeats = 10 + 20 minutes
-    assert plan.bench_runtime_minutes(config, "q", tmp_path) == 30
-    assert plan.bench_runtime_minutes(config, "humaneval", tmp_path) == 10 + 35  # 7 prompts x 100 x 0.5 x 3 x 2
+    assert plan.bench_runtime_minutes(config, "q", selection) == 30
+    assert plan.bench_runtime_minutes(config, "humaneval", None) == 10 + 35  # 7 prompts x 100 x 0.5 x 3 x 2
     features = {"sequences": 10, "seq_len": 8, "layers": ["last", 2], "dtype": "bfloat16"}
     assert plan.feature_dump_bytes(features, 16) == 10 * 8 * (16 * 2 * 2 + 4)

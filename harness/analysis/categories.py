@@ -71,7 +71,7 @@ def variant_order(variants: list[str], main: list[str]) -> list[str]:
     return [name for name in main if name in variants] + sorted(set(variants) - set(main))
 
 
-def category_sections(table: pd.DataFrame, main: list[str]) -> list[str]:
+def category_sections(table: pd.DataFrame, main: list[str]) -> str:
     """Markdown: per dataset and temperature, one row per variant (main ones first), one column per category:
     speedup (tau)."""
     lines: list[str] = []
@@ -86,7 +86,7 @@ def category_sections(table: pd.DataFrame, main: list[str]) -> list[str]:
                 for name in columns])
         lines += [f"**{dataset}, T = {temperature:g}** (cells: speedup over ar (tau))", "",
                   markdown_table(["variant", *columns], cells), ""]
-    return lines
+    return "\n".join(lines[:-1])
 
 
 def plot_categories(table: pd.DataFrame, main: list[str], colors: dict) -> plt.Figure:

@@ -170,6 +170,11 @@ def hedge_section(hedge_csv: Path | None, summary: pd.DataFrame) -> str:
     return markdown_table(header, rows)
 
 
+def subsection(title: str, intro: str, body: str) -> list[str]:
+    """A report subsection's lines: heading, what it shows, its body; none when there is no body."""
+    return [f"### {title}", "", intro, "", body, ""] if body else []
+
+
 def write_report(summary_csv: Path, records_paths: list[Path], figures_dir: Path, out: Path,
                  main: list[str] | None = None, metrics_paths: list[Path] | None = None,
                  samples_csv: Path | None = None, hedge_csv: Path | None = None,
@@ -209,52 +214,48 @@ def write_report(summary_csv: Path, records_paths: list[Path], figures_dir: Path
                   results_table(ablation_rows), ""]
     categories = (pd.read_csv(categories_csv) if categories_csv is not None and Path(categories_csv).is_file()
                   else pd.DataFrame())
-    if not categories.empty:
-        parts += ["### Per category", "",
-                  "Spec-Bench's view: each prompt set with several categories, by task (MT-Bench's eight categories "
-                  "are one task, multi-turn conversation) or by category, measured on that category's turns only "
-                  "(`harness/analysis/categories.py`). Rows: every variant that ran on such a set (ablations "
-                  "included, main variants first).", "", *category_sections(categories, main)]
-    control = control_section(summary)
-    if control:
-        parts += ["### Control: `ar` against `ar`", "",
-                  "`ar_control` runs `ar` paired with `ar` exactly as every other variant is paired (same engine, "
-                  "same prompts, interleaved): any speedup it shows is measurement error, and it must read 1.00 "
-                  "within +-3%.", "", control, ""]
-    phases = phase_section(summary, main)
-    if phases:
-        parts += ["### Where the time goes", "",
-                  "Milliseconds per emitted token by phase (`harness/backend/phases.py`): the target's prefill and "
-                  "verify forwards, the drafter's forwards, verification and sampling, and the host (everything "
-                  "else: tree building, bookkeeping, cache edits, a model-free method's lookup). `model share` is "
-                  "the share of the wall time in model forwards, `host share` the share outside forwards and "
-                  "verification; `bound` is the speedup with zero host time on both sides, next to the measured "
-                  "one.", "", phases, ""]
-    costs = cost_section(summary)
-    if costs:
-        parts += ["### Cost structure", "",
-                  "The target's 1-token forward (from `ar`), each variant's verify forward over its tree and its "
-                  "drafter step, measured in the same runs. Speculation pays when a verify forward costs little "
-                  "more than a 1-token forward and a drafter step a small fraction of it.", "", costs, ""]
-    traversal = verifier_comparison(summary)
-    if traversal:
-        parts += ["### Traversal verification", "",
-                  "The same method and options verified token by token and by Traversal Verification "
-                  "(leaf-to-root, sequence-level): tau should not fall, and the paper reports +2-6%.", "",
-                  traversal, ""]
-    samples = samples_section(samples_csv)
-    if samples:
-        parts += ["### Several samples per prompt", "",
-                  "Variants run with several samples per prompt (`samples:`), by sample index (1 = the first).",
-                  "", samples, ""]
-    hedge = hedge_section(hedge_csv, summary)
-    if hedge:
-        parts += ["### Drafter selection (hedgespec)", "",
-                  "Each expert's share of the learner's picks, overall and over the steps of a turn, its loss per "
-                  "step (1 - emitted tokens its own tree held / emitted tokens; every expert drafts every step and "
-                  "is scored on the verified text), and the learner's regret against it per step (negative: the "
-                  "learner did better). `tau (expert alone)` is the variant of that name in the same run.", "",
-                  hedge, ""]
+    parts += subsection(
+        "Per category",
+        "Spec-Bench's view: each prompt set with several categories, by task (MT-Bench's eight categories are one "
+        "task, multi-turn conversation) or by category, measured on that category's turns only "
+        "(`harness/analysis/categories.py`). Rows: every variant that ran on such a set (ablations included, main "
+        "variants first).",
+        category_sections(categories, main) if not categories.empty else "")
+    parts += subsection(
+        "Control: `ar` against `ar`",
+        "`ar_control` runs `ar` paired with `ar` exactly as every other variant is paired (same engine, same prompts, "
+        "interleaved): any speedup it shows is measurement error, and it must read 1.00 within +-3%.",
+        control_section(summary))
+    parts += subsection(
+        "Where the time goes",
+        "Milliseconds per emitted token by phase (`harness/backend/phases.py`): the target's prefill and verify "
+        "forwards, the drafter's forwards, verification and sampling, and the host (everything else: tree building, "
+        "bookkeeping, cache edits, a model-free method's lookup). `model share` is the share of the wall time in "
+        "model forwards, `host share` the share outside forwards and verification; `bound` is the speedup with zero "
+        "host time on both sides, next to the measured one.",
+        phase_section(summary, main))
+    parts += subsection(
+        "Cost structure",
+        "The target's 1-token forward (from `ar`), each variant's verify forward over its tree and its drafter step, "
+        "measured in the same runs. Speculation pays when a verify forward costs little more than a 1-token forward "
+        "and a drafter step a small fraction of it.",
+        cost_section(summary))
+    parts += subsection(
+        "Traversal verification",
+        "The same method and options verified token by token and by Traversal Verification (leaf-to-root, "
+        "sequence-level): tau should not fall, and the paper reports +2-6%.",
+        verifier_comparison(summary))
+    parts += subsection(
+        "Several samples per prompt",
+        "Variants run with several samples per prompt (`samples:`), by sample index (1 = the first).",
+        samples_section(samples_csv))
+    parts += subsection(
+        "Drafter selection (hedgespec)",
+        "Each expert's share of the learner's picks, overall and over the steps of a turn, its loss per step (1 - "
+        "emitted tokens its own tree held / emitted tokens; every expert drafts every step and is scored on the "
+        "verified text), and the learner's regret against it per step (negative: the learner did better). "
+        "`tau (expert alone)` is the variant of that name in the same run.",
+        hedge_section(hedge_csv, summary))
     parts += ["## Figures", ""]
     for name, caption in FIGURES.items():
         if (figures_dir / f"{name}.png").is_file():

@@ -10,12 +10,14 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-
-from transformers import PreTrainedTokenizerBase
+from typing import TYPE_CHECKING
 
 from harness.errors import DraftcountError
 from harness.data.templates import FASTCHAT, PromptFormat, chat_messages, resolved_template
 from harness.store.jsonl import read_jsonl_rows
+
+if TYPE_CHECKING:  # loading prompt sets needs no transformers (the workflow's planner reads them)
+    from transformers import PreTrainedTokenizerBase
 
 
 @dataclass(frozen=True)

@@ -51,13 +51,17 @@ def model_snapshot(repo_id: str) -> Path:
     return snapshot
 
 
-def link_snapshot(repo_id: str, out_dir: Path, patterns: list[str]) -> Path:
-    """``out_dir`` holding a link to every file of ``repo_id``'s snapshot (no second copy of the weights): a local
-    directory the workflow's rules take as input like any other model directory."""
-    snapshot = hub_snapshot(repo_id, patterns)
+def drafter_snapshot(repo_id: str) -> Path:
+    """A drafter's (an EAGLE head's) files from the hub: its config, weights and our metadata if it has any."""
+    return hub_snapshot(repo_id, DRAFTER_FILES)
+
+
+def link_snapshot(repo_id: str, snapshot: Path, out_dir: Path) -> Path:
+    """``out_dir`` holding a link to every file of ``repo_id``'s ``snapshot`` (no second copy of the weights): a
+    local directory the workflow's rules take as input like any other model directory."""
     files = [path for path in snapshot.rglob("*") if path.is_file()]
     if not files:
-        raise DraftcountError(f"hub id '{repo_id}' holds none of {', '.join(patterns)}")
+        raise DraftcountError(f"hub id '{repo_id}' holds no files to use")
     out_dir.mkdir(parents=True, exist_ok=True)
     for path in files:
         link = out_dir / path.relative_to(snapshot)

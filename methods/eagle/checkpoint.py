@@ -25,7 +25,7 @@ from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import LlamaConfig, PreTrainedModel
 
-from harness.store.hub import hub_snapshot, is_hub_id
+from harness.store.hub import drafter_snapshot, is_hub_id
 from harness.errors import DraftcountError
 from harness.store.atomic import atomic_path
 from harness.training.drafters import META_FILE
@@ -44,7 +44,7 @@ def drafter_directory(source: str | Path) -> Path:
     if path.is_dir():
         return path
     if is_hub_id(str(source)):
-        return hub_snapshot(str(source), ["config.json", *WEIGHT_FILES, META_FILE])
+        return drafter_snapshot(str(source))
     raise DraftcountError(f"drafter directory {source} does not exist")
 
 

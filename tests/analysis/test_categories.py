@@ -48,7 +48,7 @@ def test_each_category_is_measured_on_its_own_turns():
 def test_single_category_sets_have_no_rows_and_the_views_render():
     assert category_table(turns_frame({"code": 2.0})).empty
     table = category_table(turns_frame({"writing": 2.0, "translation": 1.5}))
-    text = "\n".join(category_sections(table, ["eagle"]))
+    text = category_sections(table, ["eagle"])
     assert "| variant | mt_bench | translation | overall |" in text and "| eagle | 2.00x (1.00) | 1.50x (2.00) |" in text
     figure = plot_categories(table, ["eagle"], {"eagle": "#ff7f0e"})
     assert len(figure.axes[0].patches) == 3  # one bar per category, overall included

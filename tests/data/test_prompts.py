@@ -6,6 +6,7 @@ from harness.errors import DraftcountError
 import copy
 
 from harness.data.prompts import Prompt, encode_turn, load_prompts, longest_sequence
+from harness.analysis.specbench import MT_BENCH_CATEGORIES
 from harness.data.templates import PromptFormat, VICUNA_SYSTEM, llama2_text, plain_text, vicuna_text
 
 
@@ -119,8 +120,6 @@ def test_stratified_limit_spreads_over_every_category(shared_data):
     assert planned == dict(counts) and turns == sum(len(prompt.turns) for prompt in chosen)
     assert len(load_prompts(path, limit=5, stratify=True)) == 5  # fewer than the categories: the first 5 of them
 
-
-MT_BENCH_CATEGORIES = ("writing", "roleplay", "reasoning", "math", "coding", "extraction", "stem", "humanities")
 
 
 def test_fastchat_templates_and_system_prompts(tokenizer):

@@ -61,25 +61,35 @@ def bench_arguments(wildcards, input):
     return shlex.join(arguments)
 
 
-def bench_runtime(wildcards):
-    """Minutes for one bench job (SLURM -t), sized from bench.seconds_per_token; over bench.max_runtime_minutes
-    (a cluster's cap, default 24 h) the plan stops and says what to lower."""
-    minutes = plan.bench_runtime_minutes(config, wildcards.dataset, WORK)
-    cap = config["bench"].get("max_runtime_minutes", 1440)
-    if minutes > cap:
-        raise ValueError(f"bench job {wildcards.variant}/{wildcards.dataset} needs about {minutes} min, over "
-                         f"bench.max_runtime_minutes ({cap}): lower bench.limit, max_new_tokens or repeats")
-    return minutes
+# What each prompt set a bench job runs holds: read from its prompt file once (plan.dataset_selection), shown now
+# so a dry run says it, and used to size each job's time limit.
+SELECTIONS = {}
 
 
-# What each prompt set a bench job runs holds (read from the prompt files now, so a dry run shows it).
+def dataset_selection(dataset):
+    if dataset not in SELECTIONS:
+        SELECTIONS[dataset] = plan.dataset_selection(config, dataset, WORK)
+    return SELECTIONS[dataset]
+
+
 for _dataset in dict.fromkeys(config["bench"]["datasets"] + config["bench"].get("ablation_datasets", [])):
-    _selection = plan.dataset_selection(config, _dataset, WORK)
+    _selection = dataset_selection(_dataset)
     if _selection:
         _turns, _counts = _selection
         print(f"{_dataset}: {sum(_counts.values())} prompts, {_turns} turns, {len(_counts)} categories"
               f"{' (stratified)' if config['bench'].get('stratify') else ''}: "
               + ", ".join(f"{name} {count}" for name, count in _counts.items()), file=sys.stderr)
+
+
+def bench_runtime(wildcards):
+    """Minutes for one bench job (SLURM -t), sized from bench.seconds_per_token; over bench.max_runtime_minutes
+    (a cluster's cap, default 24 h) the plan stops and says what to lower."""
+    minutes = plan.bench_runtime_minutes(config, wildcards.dataset, dataset_selection(wildcards.dataset))
+    cap = config["bench"].get("max_runtime_minutes", 1440)
+    if minutes > cap:
+        raise ValueError(f"bench job {wildcards.variant}/{wildcards.dataset} needs about {minutes} min, over "
+                         f"bench.max_runtime_minutes ({cap}): lower bench.limit, max_new_tokens or repeats")
+    return minutes
 
 
 rule bench:
