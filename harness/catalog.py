@@ -15,9 +15,16 @@ from typing import Any, Literal
 from harness.errors import DraftcountError
 
 CATALOG_PACKAGE = "methods"  # where the catalog lives: its CATALOG is a tuple of Entry
-NEEDS = (None, "draft", "drafter")
+NEEDS = (None, "draft", "drafter", ("draft", "drafter"))
 
-Needs = Literal["draft", "drafter"] | None
+Needs = Literal["draft", "drafter"] | tuple[str, ...] | None
+
+
+def needed_inputs(needs: Needs) -> tuple[str, ...]:
+    """What ``needs`` asks for, as a tuple: () for None, ("draft",), ("drafter",) or ("draft", "drafter")."""
+    if needs is None:
+        return ()
+    return (needs,) if isinstance(needs, str) else tuple(needs)
 
 
 @dataclass(frozen=True)
@@ -26,8 +33,9 @@ class Entry:
 
     name: what configs, the CLI and records call it. module: the module (or package) that defines ``METHOD``.
     summary: one line for ``python -m harness methods`` and the docs. needs: None, ``"draft"`` (a draft LM with
-    the target's tokenizer, ``--draft``) or ``"drafter"`` (a trained drafter directory, ``--drafter``; the
-    module's ``METHOD.train`` writes one). color: its colour in every figure (None: one from a spare palette).
+    the target's tokenizer, ``--draft``), ``"drafter"`` (a trained drafter directory, ``--drafter``; the
+    module's ``METHOD.train`` writes one) or ``("draft", "drafter")`` (both: a chain of a draft LM and a trained
+    model, as `polybasic`). color: its colour in every figure (None: one from a spare palette).
     """
 
     name: str
@@ -41,6 +49,16 @@ class Entry:
             raise DraftcountError(f"catalog entry {self.name!r}: a method name must be an identifier")
         if self.needs not in NEEDS:
             raise DraftcountError(f"catalog entry {self.name!r}: needs must be one of {NEEDS}, not {self.needs!r}")
+
+    @property
+    def needs_draft(self) -> bool:
+        """The method runs a draft LM (``--draft``)."""
+        return "draft" in needed_inputs(self.needs)
+
+    @property
+    def needs_drafter(self) -> bool:
+        """The method runs a trained drafter directory (``--drafter``)."""
+        return "drafter" in needed_inputs(self.needs)
 
 
 @lru_cache(maxsize=1)
@@ -70,8 +88,11 @@ def entry(name: str) -> Entry:
 
 
 def methods_needing(needs: Needs) -> list[str]:
-    """The methods that need a draft LM (``"draft"``), a trained drafter (``"drafter"``) or nothing (None)."""
-    return [name for name, item in catalog().items() if item.needs == needs]
+    """The methods that need nothing (None) or at least what ``needs`` names: ``"draft"`` (a draft LM),
+    ``"drafter"`` (a trained drafter) or both (``("draft", "drafter")``)."""
+    wanted = set(needed_inputs(needs))
+    return [name for name, item in catalog().items()
+            if (wanted <= set(needed_inputs(item.needs)) if wanted else item.needs is None)]
 
 
 def load_method(name: str) -> Any:

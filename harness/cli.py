@@ -149,6 +149,10 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
         from harness.analysis.categories import write_categories
 
         write_categories(args.records, args.categories_out)
+    if args.context_out:
+        from harness.analysis.context_length import write_context_length
+
+        write_context_length(args.records, args.context_out)
     shown = ["variant", "dataset", "temperature", "tokens_per_s", "tau", "speedup_paired_mean", "efficiency"]
     print(table[[column for column in shown if column in table]].to_string(
         index=False, float_format=lambda value: f"{value:.3f}"))
@@ -163,12 +167,14 @@ def _cmd_figures(args: argparse.Namespace) -> int:
             raise DraftcountError(f"no table {path} (write it with `python -m harness summarize`)")
     main = [name for name in (args.main or "").split(",") if name]
     names = [name for name in (args.only or "").split(",") if name]
-    for path in write_figures(args.summary, args.depth, args.out_dir, main, names, args.samples, args.categories):
+    for path in write_figures(args.summary, args.depth, args.out_dir, main, names, args.samples, args.categories,
+                              args.context):
         print(f"wrote {path}")
     return 0
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
+    from harness.analysis.families import parse_comparisons
     from harness.analysis.report import write_report
 
     for path in [args.summary, *args.records, *(args.metrics or [])]:
@@ -176,7 +182,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
             raise DraftcountError(f"no file {path}")
     main = [name for name in (args.main or "").split(",") if name]
     write_report(args.summary, args.records, args.figures, args.out, main, args.metrics, args.samples, args.hedge,
-                 args.categories)
+                 args.categories, parse_comparisons(args.compare), args.context)
     print(f"wrote {args.out}")
     return 0
 
@@ -233,6 +239,8 @@ def _reporting_parsers(subparsers: argparse._SubParsersAction) -> None:
                          help="also write the drafter-selection table (CSV) of hedgespec variants here")
     summary.add_argument("--categories-out", type=Path,
                          help="also write the per-category table (CSV) of prompt sets with several categories here")
+    summary.add_argument("--context-out", type=Path,
+                         help="also write the by-context-length table (CSV) of long-context prompt sets here")
     figures = subparsers.add_parser("figures", help="paper-style figures (PDF + PNG) from the summary tables")
     figures.add_argument("--summary", required=True, type=Path, help="summary CSV written by `summarize`")
     figures.add_argument("--depth", required=True, type=Path, help="per-depth acceptance CSV (`summarize --depth-out`)")
@@ -242,6 +250,8 @@ def _reporting_parsers(subparsers: argparse._SubParsersAction) -> None:
     figures.add_argument("--samples", type=Path, help="per-sample-index CSV (`summarize --samples-out`): figure samples")
     figures.add_argument("--categories", type=Path,
                          help="per-category CSV (`summarize --categories-out`): figure categories")
+    figures.add_argument("--context", type=Path,
+                         help="by-context-length CSV (`summarize --context-out`): figure context_length")
     report = subparsers.add_parser("report", help="markdown report: tables, figures, environment, definitions")
     report.add_argument("records", nargs="+", type=Path, help="records files the summary was computed from")
     report.add_argument("--summary", required=True, type=Path, help="summary CSV written by `summarize`")
@@ -251,6 +261,8 @@ def _reporting_parsers(subparsers: argparse._SubParsersAction) -> None:
     report.add_argument("--samples", type=Path, help="per-sample-index CSV (`summarize --samples-out`)")
     report.add_argument("--hedge", type=Path, help="drafter-selection CSV (`summarize --hedge-out`)")
     report.add_argument("--categories", type=Path, help="per-category CSV (`summarize --categories-out`)")
+    report.add_argument("--context", type=Path, help="by-context-length CSV (`summarize --context-out`)")
+    report.add_argument("--compare", help="head-to-head comparisons, VARIANT=AGAINST,... (e.g. prism=eagle)")
     report.add_argument("--out", required=True, type=Path, help="output markdown file")
     divergence = subparsers.add_parser("divergence", help="how often greedy outputs leave their paired ar output")
     divergence.add_argument("records", nargs="+", type=Path, help="records files written by `run --pair-with-ar`")
@@ -278,7 +290,8 @@ def _cmd_methods(args: argparse.Namespace) -> int:
     from harness.engine.method_spec import method_spec
 
     for name, item in catalog().items():
-        needs = {"draft": " (needs --draft)", "drafter": " (needs --drafter)"}.get(item.needs or "", "")
+        flags = [flag for flag, needed in (("--draft", item.needs_draft), ("--drafter", item.needs_drafter)) if needed]
+        needs = f" (needs {' '.join(flags)})" if flags else ""
         line = f"{name:10s} {item.summary}{needs}"
         if not args.names_only:
             fields = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(method_spec(name).options))

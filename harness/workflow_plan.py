@@ -10,7 +10,8 @@ from harness.catalog import catalog, entry, method_names
 from harness.data.prompts import load_prompts
 from harness.store.hub import is_hub_id
 
-BUILTIN_DATASETS = ("humaneval", "stdlib_code", "stdlib_domains")
+BUILT_PROMPT_SETS = ("stdlib_code", "stdlib_domains", "stdlib_long")  # prompt files the workflow builds (zoo.smk)
+BUILTIN_DATASETS = ("humaneval", *BUILT_PROMPT_SETS)
 WORKFLOW_ONLY_KEYS = ("method", "drafter", "ablation", "verifier", "samples", "temperatures", "datasets")
 DATASTORE_FILE = "datastore/train.pt"  # `datastore: auto`: the retrieval datastore over the zoo's training split
 
@@ -32,12 +33,12 @@ def hub_sources(config: dict) -> dict[str, str]:
 
 def needs_draft_lm(method: str) -> bool:
     """The method runs a draft LM (``--draft``)."""
-    return entry(method).needs == "draft"
+    return entry(method).needs_draft
 
 
 def needs_drafter(method: str) -> bool:
     """The method runs a trained drafter directory (``--drafter``)."""
-    return entry(method).needs == "drafter"
+    return entry(method).needs_drafter
 
 
 def variant_table(config: dict) -> dict[str, dict[str, Any]]:
@@ -239,7 +240,7 @@ def with_engine_pass(config: dict, engine_pass: str | None) -> dict:
 
 def dataset_prompts(config: dict, dataset: str, work_dir: Path) -> str:
     """The prompt set a dataset name stands for: built by the workflow, or a user path."""
-    if dataset in ("stdlib_code", "stdlib_domains"):
+    if dataset in BUILT_PROMPT_SETS:
         return str(Path(work_dir) / "prompts" / f"{dataset}.jsonl")
     if dataset == "humaneval":
         return "humaneval"
@@ -367,8 +368,10 @@ def verifier_check_arguments(config: dict, variant: str, dataset: str, work_dir:
     return arguments + _option_arguments(variant_options(config, variant, temperature, work_dir))
 
 
-def train_arguments(config: dict, drafter: str, target: str, data: str, heldout: str) -> list[str]:
-    """Arguments of `python -m harness train` for one configured drafter (checkpoint, --out etc. left out)."""
+def train_arguments(config: dict, drafter: str, target: str, data: str, heldout: str,
+                    work_dir: Path | str = "work") -> list[str]:
+    """Arguments of `python -m harness train` for one configured drafter (checkpoint, --out etc. left out); an entry
+    with `init_from` fine-tunes that configured drafter (option ``init``: its directory)."""
     settings = config["drafters"][drafter]
     return [
         "--method", settings.get("method", drafter), "--target", target, "--data", data, "--heldout", heldout,
@@ -376,4 +379,6 @@ def train_arguments(config: dict, drafter: str, target: str, data: str, heldout:
         "--device", str(config["bench"].get("device", "cpu")),
         *_option_arguments(settings.get("options", {})),
         *(["--opt", f"objective={settings['objective']}"] if "objective" in settings else []),
+        *(["--opt", f"init={drafter_path(config, settings['init_from'], Path(work_dir))}"]
+          if "init_from" in settings else []),
     ]

@@ -8,7 +8,7 @@ conformance tests all read this list. Keep this file free of torch: only ``harne
 
 from harness.catalog import Entry
 
-CATALOG = (  # name, module, summary, needs (None | "draft" | "drafter"), colour in the figures
+CATALOG = (  # name, module, summary, needs (None | "draft" | "drafter" | ("draft", "drafter")), colour in the figures
     Entry("ar", "methods.ar", "autoregressive baseline: one target forward per token", None, "#7f7f7f"),
     Entry("sd", "methods.sd", "speculative decoding: a draft LM proposes a chain of gamma tokens", "draft", "#1f77b4"),
     Entry("tree_sd", "methods.tree_sd", "token-tree SD with a draft LM (SpecInfer/Sequoia)", "draft", "#2ca02c"),
@@ -21,4 +21,10 @@ CATALOG = (  # name, module, summary, needs (None | "draft" | "drafter"), colour
           "#bcbd22"),
     Entry("hedgespec", "methods.hedgespec", "HedgeSpec: NormalHedge picks one of N drafters each step", None,
           "#17becf"),
+    Entry("owl", "methods.owl", "OWL: LSTM drafter on the last hidden state only (HOWL: + suffix match)", "drafter",
+          "#6b3fa0"),
+    Entry("prism", "methods.prism", "PRISM: M EAGLE modules, one per draft step, over one shared KV cache", "drafter",
+          "#393b79"),
+    Entry("polybasic", "methods.polybasic", "Polybasic SD: target <- trained mid LM <- draft LM, staged verification",
+          ("draft", "drafter"), "#b5651d"),
 )

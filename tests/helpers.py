@@ -16,6 +16,7 @@ from harness.engine.adapter import AdapterBase, StepContext
 from harness.engine.drafting import choose_children
 from harness.backend.forward import LMOutput, positions, run_model
 from harness.backend.kv_cache import new_cache
+from harness.data.token_streams import save_tokens
 from harness.verify.sampling import align_vocab, logits_to_probs, make_generator
 from harness.engine.runtime import EngineOptions, EngineRuntime
 from harness.trees.tree import TokenTree
@@ -73,6 +74,28 @@ def train_briefly(model: LlamaForCausalLM, steps: int, seed: int = 0) -> LlamaFo
         loss.backward()
         optimizer.step()
     return model.eval()
+
+
+def save_markov_target(root: Path, layers: int = 3) -> None:
+    """A briefly trained Markov-language target (vocabulary 48, width 48, ``layers`` layers) saved to
+    ``root / "target"``, and a token stream of the same language at ``root / "tokens.pt"``: what a drafter trainer
+    reads."""
+    target_model = train_briefly(make_llama(vocab=48, hidden=48, layers=layers, heads=4, seed=2), steps=150, seed=0)
+    target_model.save_pretrained(root / "target")
+    batches = markov_batches(48, 64, 48, seed=5)
+    save_tokens(root / "tokens.pt", torch.cat([next(batches).flatten() for _ in range(4)]))
+
+
+def train_test_drafter(method: str, root: Path, name: str, steps: int, **options: str) -> dict:
+    """Train drafter ``name`` of ``method`` for ``steps`` steps on ``save_markov_target(root)``'s target and tokens
+    (small batches of 48-token windows; ``options`` over those) into ``root / name``; its training metrics."""
+    from harness.engine.method_spec import method_spec
+    from harness.training.drafters import DrafterTrainRequest
+
+    request = DrafterTrainRequest(method=method, target=str(root / "target"), data=root / "tokens.pt", out=root / name,
+                                  steps=steps, progress=False,
+                                  options={"seq_len": "48", "batch_size": "8", "lr": "3e-3", **options})
+    return method_spec(method).train(request)
 
 
 def build_tokenizer(vocab_size: int = 300) -> PreTrainedTokenizerFast:

@@ -89,14 +89,19 @@ def category_sections(table: pd.DataFrame, main: list[str]) -> str:
     return "\n".join(lines[:-1])
 
 
+def placeholder_figure(message: str) -> plt.Figure:
+    """A figure that says why it has nothing to show (the workflow writes every figure on every run)."""
+    figure, axis = plt.subplots(figsize=(4.6, 2.4))
+    axis.text(0.5, 0.5, message, ha="center", va="center")
+    axis.set_axis_off()
+    return figure
+
+
 def plot_categories(table: pd.DataFrame, main: list[str], colors: dict) -> plt.Figure:
     """One panel per dataset and temperature: speedup per category, one bar per variant (main ones first)."""
     panels = list(table.groupby(["dataset", "temperature"]))
     if not panels:
-        figure, axis = plt.subplots(figsize=(4.6, 2.4))
-        axis.text(0.5, 0.5, "no prompt set with several categories", ha="center", va="center")
-        axis.set_axis_off()
-        return figure
+        return placeholder_figure("no prompt set with several categories")
     figure, axes = plt.subplots(len(panels), 1, figsize=(7.0, 2.4 * len(panels)), squeeze=False)
     for axis, ((dataset, temperature), group) in zip(axes[:, 0], panels):
         columns = category_order(group)

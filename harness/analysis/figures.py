@@ -24,6 +24,7 @@ from harness.store.atomic import atomic_path  # noqa: E402
 from harness.catalog import catalog  # noqa: E402
 from harness.errors import DraftcountError  # noqa: E402
 from harness.analysis.categories import plot_categories  # noqa: E402
+from harness.analysis.context_length import plot_context_length  # noqa: E402
 
 EXTRA_COLORS = ["#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
 SIZE_OPTIONS = {"budget", "tree_budget", "gamma", "branching", "tree_file", "depth", "top_k"}
@@ -52,6 +53,9 @@ FIGURES: dict[str, str] = {
     "categories": "Speedup over `ar` per category of each prompt set with several (Spec-Bench's view: MT-Bench's "
                   "categories as one task, then translation, summarization, QA, math reasoning, RAG; bars: "
                   "prompt-bootstrap 95% interval).",
+    "context_length": "Tau against the prompt's length (tokens, by bucket of the long-context set `stdlib_long`): a "
+                      "drafter that attends over the context (eagle) against one that reads the last state only "
+                      "(owl, OWL's question).",
     "samples": "Tau against the sample index, for variants run with several samples per prompt (a method that "
                "learns across one prompt's samples, as stand's store does, should rise).",
 }
@@ -344,15 +348,16 @@ def save_figure(figure: plt.Figure, out_dir: Path, name: str) -> list[Path]:
 
 def write_figures(summary_csv: Path, depth_csv: Path, out_dir: Path, main: list[str] | None = None,
                   names: list[str] | None = None, samples_csv: Path | None = None,
-                  categories_csv: Path | None = None) -> list[Path]:
+                  categories_csv: Path | None = None, context_csv: Path | None = None) -> list[Path]:
     """Draw the named figures (default: all) from the tables; ``main`` lists the variants run on every
     dataset (default: every variant), the others are ablations. Figure ``samples`` is drawn when the
-    per-sample-index table ``samples_csv`` is given, figure ``categories`` when the per-category table is."""
+    per-sample-index table ``samples_csv`` is given, figure ``categories`` when the per-category table is, figure
+    ``context_length`` when the by-context-length table is."""
     summary = pd.read_csv(summary_csv, keep_default_na=False, na_values=[""])
     depth = pd.read_csv(depth_csv)
     if summary.empty:
         raise DraftcountError(f"{summary_csv} holds no rows to plot")
-    unknown = sorted(set(names or []) - set(PLOTTERS) - {"samples", "categories"})
+    unknown = sorted(set(names or []) - set(PLOTTERS) - {"samples", "categories", "context_length"})
     if unknown:
         raise DraftcountError(f"unknown figure {unknown[0]!r}; known: {sorted(PLOTTERS)}")
     main = main or sorted(summary.variant.unique())
@@ -370,4 +375,7 @@ def write_figures(summary_csv: Path, depth_csv: Path, out_dir: Path, main: list[
         if categories_csv is not None and (not names or "categories" in names):
             paths += save_figure(plot_categories(pd.read_csv(categories_csv), main, variant_colors(summary)), out_dir,
                                  "categories")
+        if context_csv is not None and (not names or "context_length" in names):
+            paths += save_figure(plot_context_length(pd.read_csv(context_csv), main, variant_colors(summary)),
+                                 out_dir, "context_length")
     return paths

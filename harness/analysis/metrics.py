@@ -77,6 +77,12 @@ METRICS: tuple[Metric, ...] = (
            "verify waste"),
     Metric("flops_per_token", "(sum(target FLOPs) + sum(drafter FLOPs)) / sum(new_tokens)",
            "all FLOPs (target, prefill included, and drafter) per emitted token"),
+    Metric("drafter_flops_per_step", "sum(drafter FLOPs) / sum(verification steps)",
+           "drafter FLOPs spent per decoding step (every drafter forward of the step: a head's depths, a draft LM's "
+           "tokens, every stage of a chain)", "drafter MFLOPs/step", "{:.2f}", 1e6),
+    Metric("drafter_parameters", "the drafter's parameters (its trained drafter's trainable parameters, else its "
+           "draft LM's)", "what the drafter holds: with FLOPs per step, the two sides of a fair comparison (PRISM "
+           "holds M modules and runs one per step)", "drafter params (M)", "{:.3f}", 1e6),
     Metric("verified_per_step", "sum(verified tokens) / sum(verification steps)",
            "tokens the target processes per verification step (the tree size, root included)"),
     Metric("drafter_useful_flops_per_token", "sum(useful drafter FLOPs) / sum(new_tokens)",

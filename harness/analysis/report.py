@@ -17,10 +17,14 @@ import pandas as pd
 from harness.store.atomic import atomic_path
 from harness.errors import DraftcountError
 from harness.analysis.categories import category_sections
+from harness.analysis.summary import records_frame
 from harness.analysis.figures import FIGURES
 from harness.analysis.metrics import report_definitions, report_metrics
 from harness.store.records import read_records
 from harness.analysis.report_timing import control_section, cost_section, phase_section
+from harness.analysis.context_length import context_section
+from harness.analysis.polybasic import COST_RULE_INTRO, cost_rule_markdown, cost_rule_table
+from harness.analysis.families import comparison_table, family_table
 from harness.analysis.tables import cell, markdown_table, metric_cells
 
 
@@ -178,8 +182,10 @@ def subsection(title: str, intro: str, body: str) -> list[str]:
 def write_report(summary_csv: Path, records_paths: list[Path], figures_dir: Path, out: Path,
                  main: list[str] | None = None, metrics_paths: list[Path] | None = None,
                  samples_csv: Path | None = None, hedge_csv: Path | None = None,
-                 categories_csv: Path | None = None) -> str:
-    """Write the markdown report; figures are linked relative to the report's folder."""
+                 categories_csv: Path | None = None, compare: dict[str, str] | None = None,
+                 context_csv: Path | None = None) -> str:
+    """Write the markdown report; figures are linked relative to the report's folder. ``compare``: {variant: the
+    variant it is compared against} for the drafter-family head-to-heads (``report.compare`` in the config)."""
     summary = pd.read_csv(summary_csv, keep_default_na=False, na_values=[""])
     if summary.empty:
         raise DraftcountError(f"{summary_csv} holds no rows")
@@ -221,6 +227,29 @@ def write_report(summary_csv: Path, records_paths: list[Path], figures_dir: Path
         "(`harness/analysis/categories.py`). Rows: every variant that ran on such a set (ablations included, main "
         "variants first).",
         category_sections(categories, main) if not categories.empty else "")
+    context = pd.read_csv(context_csv) if context_csv is not None and Path(context_csv).is_file() else pd.DataFrame()
+    parts += subsection(
+        "By context length",
+        "The long-context set (`stdlib_long`: held-out files cut to buckets of prompt tokens, "
+        "`harness/data/long_context.py`): tau per bucket, measured on that bucket's turns only. A drafter trained "
+        "on short windows that attends over the context (eagle) against one that reads only the last state (owl).",
+        context_section(context, main) if not context.empty else "")
+    drafting = [variant for variant in main if (summary[summary.variant == variant].drafter_parameters > 0).any()]
+    parts += subsection(
+        "Drafter families",
+        "Every main variant with a drafter (a draft LM, a trained drafter, a chain of them): what it buys (tau, the "
+        "paired speedup with its 95% interval) beside what it costs (drafter-FLOP waste, parameters, FLOPs per "
+        "decoding step), from the same runs (`harness/analysis/families.py`).",
+        family_table(summary, drafting))
+    parts += subsection(
+        "Head to head",
+        "Each configured comparison (`report.compare`: variant = against), on the same prompts in the same run: the "
+        "change of tau, both speedups, and the drafters' parameter and per-step FLOP ratios (PRISM against EAGLE at "
+        "equal FLOPs per step, a GTO-fine-tuned drafter against the drafter it started from, ...).",
+        comparison_table(summary, compare or {}))
+    parts += subsection("Polybasic: does the mid model pay?", COST_RULE_INTRO,
+                        cost_rule_markdown(cost_rule_table(records_frame(records_paths), summary))
+                        if "polybasic" in set(summary.method) else "")
     parts += subsection(
         "Control: `ar` against `ar`",
         "`ar_control` runs `ar` paired with `ar` exactly as every other variant is paired (same engine, same prompts, "

@@ -46,10 +46,20 @@ def records_frame(paths: list[Path]) -> pd.DataFrame:
                 "accepted_by_depth": counters.get("accepted_by_depth", []),
                 "extra": counters.get("extra", {}), "trace": counters.get("trace", {}),
                 "expert_names": (record.get("method_details") or {}).get("experts", []),
+                "drafter_parameters": drafter_parameters(record),
                 "options": json.dumps({**record.get("method_options", {}),
                                        "drafter": (record.get("models") or {}).get("drafter")}, sort_keys=True),
             })
     return pd.DataFrame(rows)
+
+
+def drafter_parameters(record: dict) -> float:
+    """The parameters of a record's drafter: its trained drafter's (``method_details``), else its draft LM's, else
+    0 (a model-free method, `ar`)."""
+    details = record.get("method_details") or {}
+    if details.get("drafter_parameters"):
+        return float(details["drafter_parameters"])
+    return float((record.get("models") or {}).get("draft_parameters") or 0)
 
 
 def summarize(frame: pd.DataFrame) -> pd.DataFrame:
@@ -83,6 +93,8 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
         verified = group.verify_tokens.sum()
         row["verify_waste"] = 1 - (group.accepted_tokens.sum() + group.verify_steps.sum()) / verified if verified else 0.0
         row["flops_per_token"] = (group.target_flops.sum() + drafter_flops) / group.new_tokens.sum()
+        row["drafter_flops_per_step"] = drafter_flops / max(group.verify_steps.sum(), 1)
+        row["drafter_parameters"] = group.drafter_parameters.max()
         row["verified_per_step"] = verified / max(group.verify_steps.sum(), 1)
         row.update(compute_breakdown(group))
         row["options"] = group.options.iloc[0]

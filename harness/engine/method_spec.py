@@ -56,9 +56,9 @@ def build_adapter(name: str, options: Mapping[str, Any] | Any, inputs: BuildInpu
     """Parse ``options`` (a mapping, or an already-built options object) and build the method's adapter."""
     spec = method_spec(name)
     parsed = options if isinstance(options, spec.options) else parse_method_options(name, options)
-    needs = entry(name).needs
-    if needs == "draft" and inputs.draft is None:
+    item = entry(name)
+    if item.needs_draft and inputs.draft is None:
         raise DraftcountError(f"method '{name}' needs a draft model (--draft)")
-    if needs == "drafter" and inputs.drafter_dir is None:
+    if item.needs_drafter and inputs.drafter_dir is None:
         raise DraftcountError(f"method '{name}' needs a trained drafter directory (--drafter)")
     return spec.build(parsed, inputs), parsed

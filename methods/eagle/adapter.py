@@ -17,6 +17,7 @@ whose children included an accepted token.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 
 import torch
@@ -102,18 +103,25 @@ class EagleAdapter(AdapterBase):
         rows = [state[0, index] for state in feature_rows(hidden_states, self.head.features)]
         return self.head.input_features(rows)
 
+    def step_head(self, step: int) -> tuple[Callable[..., torch.Tensor], Hashable]:
+        """The network that runs draft step ``step`` (1: the catch-up forward, whose output drafts depth 1;
+        d + 1: the expansion of the depth-d frontier, which drafts depth d + 1) and its CUDA-graph key: here the
+        one head at every step. A drafter with step-dependent modules (`prism`) overrides it."""
+        return self.head, "head"
+
     def _forward(self, ctx: StepContext, features: torch.Tensor, tokens: torch.Tensor, position_ids: torch.Tensor,
-                 bias: torch.Tensor | None, logits_rows: int) -> tuple[torch.Tensor, float]:
+                 bias: torch.Tensor | None, logits_rows: int, step: int = 1) -> tuple[torch.Tensor, float]:
         past = self.cache.get_seq_length()
+        head, key = self.step_head(step)
 
         def call(inputs: dict[str, torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
-            return self.head(inputs["features"][None], inputs["tokens"][None], inputs["position_ids"], self.cache,
-                             mask)[0]
+            return head(inputs["features"][None], inputs["tokens"][None], inputs["position_ids"], self.cache,
+                        mask)[0]
 
         with ctx.counters.phase("drafter"):
             hidden = run_drafter(call, self.cache, {"features": features, "tokens": tokens,
                                                     "position_ids": position_ids},
-                                 tokens.shape[0], bias, self.runner.dtype, self.graphs, key="head")
+                                 tokens.shape[0], bias, self.runner.dtype, self.graphs, key=key)
         flops = self.runner.cost.forward_flops(tokens.shape[0], past + tokens.shape[0], logits_rows)
         ctx.counters.drafter.add(tokens.shape[0], flops)
         return hidden, flops
@@ -126,7 +134,7 @@ class EagleAdapter(AdapterBase):
         count = self.pending.shape[0]
         tokens = sequence[0, self.fed_len + 1 : self.fed_len + 1 + count]
         hidden, flops = self._forward(
-            ctx, self.pending, tokens, positions(self.fed_len, count, self.runner.device), None, logits_rows=1,
+            ctx, self.pending, tokens, positions(self.fed_len, count, self.runner.device), None, logits_rows=1, step=1,
         )
         count_useful_drafter_flops(ctx.counters, flops)
         self.fed_len += count
@@ -140,7 +148,8 @@ class EagleAdapter(AdapterBase):
             inputs = root_hidden.expand(k, -1) if not outputs else outputs[-1].index_select(0, frontier.parent_rows)
             bias = frontier_attention_bias(frontiers, self.fed_len, self.runner.dtype)
             position_ids = torch.full((1, k), self.fed_len + frontier.depth - 1, device=self.runner.device)
-            out, cost = self._forward(ctx, inputs, frontier.tokens, position_ids, bias, logits_rows=k)
+            out, cost = self._forward(ctx, inputs, frontier.tokens, position_ids, bias, logits_rows=k,
+                                      step=frontier.depth + 1)
             self.work.charge([(frontier.depth, row) for row in range(k)], cost)
             outputs.append(out)
             with ctx.counters.phase("drafter"):

@@ -21,6 +21,30 @@ from harness.backend.models import ModelCost
 from methods.eagle.head3 import Eagle3Head
 
 
+def head_decoder_layer(config: LlamaConfig) -> LlamaDecoderLayer:
+    """EAGLE-1/2's decoder layer: layer 0 of the head's one-layer KV cache, no input norm, q/k/v biases for a
+    Qwen2-family head (``qkv_bias``)."""
+    layer = LlamaDecoderLayer(config, layer_idx=0)
+    layer.input_layernorm = nn.Identity()  # EAGLE's first layer has no input norm
+    if getattr(config, "qkv_bias", False):  # Qwen2-family heads: q/k/v biases, none on o_proj
+        for name in ("q_proj", "k_proj", "v_proj"):
+            old = getattr(layer.self_attn, name)
+            setattr(layer.self_attn, name, nn.Linear(old.in_features, old.out_features, bias=True))
+    return layer
+
+
+def fused_layer_forward(embed_tokens: nn.Module, rotary_emb: nn.Module, fc: nn.Module, layer: nn.Module,
+                        features: torch.Tensor, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                        cache: DynamicCache | None, attention_bias: torch.Tensor | None) -> torch.Tensor:
+    """EAGLE-1/2's step: fc([embedding of the token at p + 1; feature at p]), then ``layer`` over ``cache``."""
+    embedded = embed_tokens(input_ids).to(features.dtype)
+    hidden = fc(torch.cat([embedded, features], dim=-1))
+    rotary = rotary_emb(hidden, position_ids)
+    out = layer(hidden, attention_mask=attention_bias, position_ids=position_ids, use_cache=cache is not None,
+                position_embeddings=rotary, **cache_argument(layer, cache))
+    return out[0] if isinstance(out, tuple) else out
+
+
 class EagleHead(nn.Module):
     """The draft head (see the module docstring). The LM head is the target's, passed to ``logits``."""
 
@@ -33,13 +57,7 @@ class EagleHead(nn.Module):
         self.embed_tokens = nn.Embedding(config.vocab_size, hidden)
         self.embed_tokens.weight.requires_grad_(False)
         self.fc = nn.Linear(2 * hidden, hidden, bias=fc_bias)
-        layer = LlamaDecoderLayer(config, layer_idx=0)
-        layer.input_layernorm = nn.Identity()  # EAGLE's first layer has no input norm
-        if getattr(config, "qkv_bias", False):  # Qwen2-family heads: q/k/v biases, none on o_proj
-            for name in ("q_proj", "k_proj", "v_proj"):
-                old = getattr(layer.self_attn, name)
-                setattr(layer.self_attn, name, nn.Linear(old.in_features, old.out_features, bias=True))
-        self.layers = nn.ModuleList([layer])
+        self.layers = nn.ModuleList([head_decoder_layer(config)])
         self.rotary_emb = LlamaRotaryEmbedding(config)
 
     def input_features(self, rows: list[torch.Tensor]) -> torch.Tensor:
@@ -49,13 +67,8 @@ class EagleHead(nn.Module):
     def forward(self, features: torch.Tensor, input_ids: torch.Tensor, position_ids: torch.Tensor,
                 cache: DynamicCache | None = None, attention_bias: torch.Tensor | None = None) -> torch.Tensor:
         """(B, q, H) predicted next features for pairs (feature at p, token at p + 1) at positions p."""
-        embedded = self.embed_tokens(input_ids).to(features.dtype)
-        hidden = self.fc(torch.cat([embedded, features], dim=-1))
-        rotary = self.rotary_emb(hidden, position_ids)
-        out = self.layers[0](hidden, attention_mask=attention_bias, position_ids=position_ids,
-                             use_cache=cache is not None, position_embeddings=rotary,
-                             **cache_argument(self.layers[0], cache))
-        return out[0] if isinstance(out, tuple) else out
+        return fused_layer_forward(self.embed_tokens, self.rotary_emb, self.fc, self.layers[0], features, input_ids,
+                                   position_ids, cache, attention_bias)
 
     def logits(self, hidden: torch.Tensor, target_lm_head: nn.Module) -> torch.Tensor:
         """EAGLE-1/2 heads draft through the target's own LM head."""

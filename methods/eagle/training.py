@@ -11,33 +11,45 @@ LM head (started from the target's), and the loss is soft cross-entropy alone, o
 outputs of step k-1 in place of true features, with the attention mask of
 drafting k positions ahead, weighted by ``step_decay``**k. Any fusion may be
 unrolled; EAGLE-1/2 use one step.
+
+``init=<drafter dir>`` starts from a trained head (its fusion must match the option); ``objective: gto`` then adds
+Group Tree Optimization (``harness.training.gto``) against a frozen copy of it, with the hooks ``EAGLE_GTO``.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from transformers import DynamicCache
 
 from harness.training.drafters import (
-    DrafterLoopOptions, DrafterTrainRequest, drafter_provenance, feature_source, fit_drafter, frozen_target,
+    DrafterTrainRequest, drafter_provenance, feature_source, fit_drafter, frozen_target,
     heldout_batch, shift_right, unrolled_forward,
 )
+from harness.backend.forward import causal_bias, positions
+from harness.backend.kv_cache import new_cache
+from harness.backend.models import LoadedModel
+from harness.errors import DraftcountError
+from harness.trees.beam import BeamShape
+from harness.training.gto import GtoHooks, GtoTrainOptions, RowTarget, prefix_cache, with_gto
 from harness.training.objectives import token_loss
-from harness.training.features import layer_key
+from harness.training.features import FeatureSpec, feature_rows, layer_key
 from harness.data.token_streams import load_tokens
 from harness.options import parse_options
 from harness.training.zoo import save_directory
 from harness.training.features import choose_features
-from methods.eagle.checkpoint import save_head
+from methods.eagle.adapter import EagleAdapter
+from methods.eagle.checkpoint import load_head, save_head
 from methods.eagle.head import EagleHead, new_head
 from methods.eagle.head3 import Eagle3Head
 
 
 @dataclass(frozen=True)
-class EagleTrainOptions(DrafterLoopOptions):
+class EagleTrainOptions(GtoTrainOptions):
     fusion: Literal["none", "eagle3"] = "none"
     feature_layers: tuple[str, ...] = ()  # default: ('last',) for none, a low/middle/high layer for eagle3
     unroll_steps: int = 0  # 0 = 1 for fusion none (EAGLE-1/2), 3 for eagle3
@@ -88,16 +100,73 @@ def head_agreement(head: EagleHead | Eagle3Head, lm_head: torch.nn.Module, batch
     return agreement
 
 
+# GTO's hooks: the head's catch-up over a row's true features, and a path's log-probability along its own states.
+
+@dataclass
+class HeadState:
+    """A head after reading a row's pairs (f_p, x_{p+1}): its outputs (1, T-1, H), cache and the target's LM head."""
+
+    outputs: torch.Tensor
+    cache: DynamicCache
+    lm_head: torch.nn.Module
+
+
+def head_catch_up(head: EagleHead | Eagle3Head, row: RowTarget) -> HeadState:
+    features = head.input_features([state[:, :-1] for state in feature_rows(row.output.hidden_states, head.features)])
+    count = features.shape[1]
+    cache = new_cache(head.config)
+    bias = causal_bias(0, count, features.dtype, features.device)
+    outputs = head(features, row.tokens[None, 1:], positions(0, count, features.device), cache, bias)
+    return HeadState(outputs, cache, row.target.model.get_output_embeddings())
+
+
+def head_path_logprob(head: EagleHead | Eagle3Head, state: HeadState, prefix_len: int,
+                      tokens: torch.Tensor) -> torch.Tensor:
+    """log M(tokens) below root x_{prefix_len}: node j is fed (its parent's output, its token) at position
+    prefix_len + j - 1 over the prefix's cache and its ancestors, as the adapter feeds tree frontiers."""
+    total = state.outputs.new_zeros((), dtype=torch.float32)
+    cache = prefix_cache(state.cache, prefix_len, head.config)
+    hidden = state.outputs[0, prefix_len - 1]
+    for index, token in enumerate(tokens):
+        total = total + torch.log_softmax(head.logits(hidden, state.lm_head).float(), dim=-1)[token]
+        if index + 1 < tokens.shape[0]:
+            position = torch.full((1, 1), prefix_len + index, device=hidden.device)
+            hidden = head(hidden[None, None], token.reshape(1, 1), position, cache, None)[0, 0]
+    return total
+
+
+def eagle_adapter(head: torch.nn.Module, target: LoadedModel, shape: BeamShape) -> EagleAdapter:
+    return EagleAdapter(head, target, shape)
+
+
+EAGLE_GTO = GtoHooks(adapter=eagle_adapter, catch_up=head_catch_up, path_logprob=head_path_logprob)
+
+
+def initial_head(options: EagleTrainOptions, target: LoadedModel, spec: FeatureSpec) -> torch.nn.Module:
+    """A fresh head, or the trained one ``init`` names (in training mode; its fusion must be the option's)."""
+    if not options.init:
+        return new_head(target.model, spec, options.seed).to(target.device)
+    head = load_head(Path(options.init), target.model).to(target.device).train()
+    if head.features.fusion != options.fusion:
+        raise DraftcountError(f"init head {options.init} has fusion {head.features.fusion}; "
+                              f"pass fusion={head.features.fusion}")
+    return head
+
+
 def train_eagle(request: DrafterTrainRequest) -> dict:
-    """Train (or, with 0 steps, just initialise) an EAGLE head and save it to ``request.out``."""
+    """Train (or, with 0 steps, just initialise) an EAGLE head and save it to ``request.out``; with ``init``,
+    fine-tune a trained one (``objective: gto``: by Group Tree Optimization against a frozen copy of it)."""
     options = parse_options(EagleTrainOptions, request.options, "eagle training")
     target = frozen_target(request)
     spec = choose_features(options.fusion, options.feature_layers, target.config.num_hidden_layers)
+    head = initial_head(options, target, spec)
+    spec = head.features
     layers = list(dict.fromkeys([*spec.layers, "last"]))
     source = feature_source(request, target, layers, options.seq_len)
-    head = new_head(target.model, spec, options.seed).to(target.device)
     lm_head = target.model.get_output_embeddings()
-    result = fit_drafter(head, lambda batch: eagle_loss(head, lm_head, batch, options), source, target, request, options)
+    batch_loss = with_gto(lambda batch: eagle_loss(head, lm_head, batch, options), EAGLE_GTO, head,
+                          lambda: load_head(Path(options.init), target.model).to(target.device), target, options)
+    result = fit_drafter(head, batch_loss, source, target, request, options)
     metrics = {"method": "eagle", "trainable_parameters": head.trainable_parameters(), "options": asdict(options),
                "train": result.as_dict(), "target": request.target, "data": str(request.data)}
     if request.heldout is not None:

@@ -8,31 +8,43 @@ with its parent token x_{p+1}, is trained by soft cross-entropy against the
 target's distribution softmax(lm_head(f_{p+1})) (restricted to the kept
 vocabulary), weighted by ``step_decay``**k, plus optional smooth-L1 regression
 of the state onto f_{p+1}. Same data, loop and checkpoints as the EAGLE head.
+
+``init=<drafter dir>`` starts from a trained drafter (its architecture and kept vocabulary replace the
+architecture options); ``objective: gto`` then adds Group Tree Optimization (``harness.training.gto``) against a
+frozen copy of it, with the hooks ``LYANNA_GTO``.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from pathlib import Path
 from typing import Literal
 
 import torch
 import torch.nn.functional as F
+from transformers import DynamicCache
 
 from harness.training.drafters import (
-    DrafterLoopOptions, DrafterTrainRequest, drafter_provenance, feature_source, fit_drafter, frozen_target,
+    DrafterTrainRequest, drafter_provenance, feature_source, fit_drafter, frozen_target,
     heldout_batch, shift_right, unrolled_forward,
 )
+from harness.backend.forward import causal_bias, positions
+from harness.backend.kv_cache import new_cache
+from harness.backend.models import LoadedModel
+from harness.trees.beam import BeamShape
+from harness.training.gto import GtoHooks, GtoTrainOptions, RowTarget, prefix_cache, with_gto
 from harness.training.objectives import token_loss
-from harness.training.features import FeatureSource, layer_key
+from harness.training.features import FeatureSource, feature_rows, layer_key
 from harness.data.token_streams import load_tokens
 from harness.options import parse_options
 from harness.training.zoo import save_directory
 from harness.training.features import choose_features
-from methods.lyanna.model import LyannaArch, LyannaModel, new_drafter, save_drafter
+from methods.lyanna.adapter import LyannaAdapter, LyannaOptions
+from methods.lyanna.model import LyannaArch, LyannaModel, load_drafter, new_drafter, save_drafter
 
 
 @dataclass(frozen=True)
-class LyannaTrainOptions(DrafterLoopOptions):
+class LyannaTrainOptions(GtoTrainOptions):
     inject: Literal["token_info", "feature"] = "token_info"
     rank: int = 64
     fusion: Literal["none", "eagle3"] = "none"
@@ -113,12 +125,55 @@ def depth_agreement(drafter: LyannaModel, lm_head: torch.nn.Module, batch: dict[
     return agreement
 
 
-def train_lyanna(request: DrafterTrainRequest) -> dict:
-    """Train (or, with 0 steps, just initialise) a Lyanna drafter and save it to ``request.out``."""
-    options = parse_options(LyannaTrainOptions, request.options, "lyanna training")
-    target = frozen_target(request)
+# GTO's hooks: the backbone's catch-up over a row's true features, and a path's log-probability along its chain.
+
+@dataclass
+class ChainState:
+    """A drafter after reading a row's true inputs: its outputs (1, T-1, H), cache and the row's tokens."""
+
+    outputs: torch.Tensor
+    cache: DynamicCache
+    tokens: torch.Tensor
+
+
+def chain_catch_up(drafter: LyannaModel, row: RowTarget) -> ChainState:
+    rows = feature_rows(row.output.hidden_states, drafter.arch.features)
+    inputs = drafter.true_inputs([state[:, :-1] for state in rows])
+    count = inputs.shape[1]
+    cache = new_cache(drafter.config)
+    outputs = drafter(inputs, positions(0, count, inputs.device), cache, causal_bias(0, count, inputs.dtype,
+                                                                                     inputs.device))
+    return ChainState(outputs, cache, row.tokens)
+
+
+def chain_path_logprob(drafter: LyannaModel, state: ChainState, prefix_len: int, tokens: torch.Tensor) -> torch.Tensor:
+    """log M(tokens) below root x_{prefix_len}: depth d's state is the backbone fed its own depth d-1 state at
+    position prefix_len + d - 2 (depth 1: the catch-up's), injected with the node's parent token, as the adapter
+    drafts (on a first round: nothing reused)."""
+    total = state.outputs.new_zeros((), dtype=torch.float32)
+    cache = prefix_cache(state.cache, prefix_len, drafter.config)
+    hidden = state.outputs[0, prefix_len - 1]
+    parent = state.tokens[prefix_len]
+    for index, token in enumerate(tokens):
+        if index > 0:
+            position = torch.full((1, 1), prefix_len + index - 1, device=hidden.device)
+            hidden = drafter(drafter.own_inputs(hidden[None, None]), position, cache, None)[0, 0]
+        logprobs = torch.log_softmax(drafter.node_logits(hidden, parent).float(), dim=-1)
+        total = total + drafter.to_full_vocab(logprobs)[token]
+        parent = token
+    return total
+
+
+def lyanna_adapter(drafter: torch.nn.Module, target: LoadedModel, shape: BeamShape) -> LyannaAdapter:
+    return LyannaAdapter(drafter, target, LyannaOptions(top_k=shape.top_k, depth=shape.depth, budget=shape.budget))
+
+
+LYANNA_GTO = GtoHooks(adapter=lyanna_adapter, catch_up=chain_catch_up, path_logprob=chain_path_logprob)
+
+
+def fresh_drafter(options: LyannaTrainOptions, target: LoadedModel, source: FeatureSource) -> LyannaModel:
+    """A new drafter, its architecture and vocabulary from the options."""
     layers = choose_features(options.fusion, options.feature_layers, target.config.num_hidden_layers).layers
-    source = feature_source(request, target, list(dict.fromkeys([*layers, "last"])), options.seq_len)
     vocab = target.vocab_size
     vocab_ids = None
     if options.vocab_fraction < 1:
@@ -129,10 +184,27 @@ def train_lyanna(request: DrafterTrainRequest) -> dict:
         intermediate = matched_intermediate(options, target.config.hidden_size, target.config.intermediate_size,
                                             vocab, kept)
     arch = LyannaArch(options.inject, options.rank, options.fusion, layers, intermediate)
-    drafter = new_drafter(target.model, arch, vocab_ids, options.seed).to(target.device)
+    return new_drafter(target.model, arch, vocab_ids, options.seed).to(target.device)
+
+
+def train_lyanna(request: DrafterTrainRequest) -> dict:
+    """Train (or, with 0 steps, just initialise) a Lyanna drafter and save it to ``request.out``; with ``init``,
+    fine-tune a trained one (``objective: gto``: by Group Tree Optimization against a frozen copy of it)."""
+    options = parse_options(LyannaTrainOptions, request.options, "lyanna training")
+    target = frozen_target(request)
+    init = load_drafter(Path(options.init), target.model).to(target.device).train() if options.init else None
+    if init is not None:
+        layers = list(init.arch.features.layers)
+    else:
+        layers = choose_features(options.fusion, options.feature_layers, target.config.num_hidden_layers).layers
+    source = feature_source(request, target, list(dict.fromkeys([*layers, "last"])), options.seq_len)
+    drafter = init if init is not None else fresh_drafter(options, target, source)
+    vocab_ids = drafter.vocab_ids if drafter.compressed else None
+    kept = int(drafter.vocab_ids.shape[0])
     lm_head = target.model.get_output_embeddings()
-    result = fit_drafter(drafter, lambda batch: lyanna_loss(drafter, lm_head, batch, options), source, target, request,
-                         options)
+    batch_loss = with_gto(lambda batch: lyanna_loss(drafter, lm_head, batch, options), LYANNA_GTO, drafter,
+                          lambda: load_drafter(Path(options.init), target.model).to(target.device), target, options)
+    result = fit_drafter(drafter, batch_loss, source, target, request, options)
     metrics = {"method": "lyanna", "trainable_parameters": drafter.trainable_parameters(),
                "eagle_head_parameters": eagle_head_parameters(target.config.hidden_size, target.config.intermediate_size),
                "backbone_intermediate_size": drafter.config.intermediate_size, "kept_vocabulary": kept,

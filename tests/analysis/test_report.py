@@ -14,6 +14,7 @@ from harness.analysis.figures import FIGURES, budget_families, variant_colors, w
 from harness.store.records import SCHEMA_VERSION
 from harness.analysis.report import write_report
 from harness.analysis.specbench import export_records
+from harness.analysis.context_length import write_context_length
 from harness.analysis.categories import write_categories
 
 ENVIRONMENT = {
@@ -149,9 +150,10 @@ def test_figures_render_every_panel(tmp_path):
     paths = write_runs(tmp_path) + write_sampled_and_traversal_runs(tmp_path)
     write_summary(paths, tmp_path / "summary.csv", tmp_path / "depth.csv", tmp_path / "samples.csv")
     write_categories(paths, tmp_path / "categories.csv")
+    write_context_length(paths, tmp_path / "context.csv")  # no long-context set here: the figure says so
     written = write_figures(tmp_path / "summary.csv", tmp_path / "depth.csv", tmp_path / "figures",
                             main=["ar", "sd", "eagle"], samples_csv=tmp_path / "samples.csv",
-                            categories_csv=tmp_path / "categories.csv")
+                            categories_csv=tmp_path / "categories.csv", context_csv=tmp_path / "context.csv")
     assert sorted(path.name for path in written) == sorted(f"{n}.{s}" for n in FIGURES for s in ("pdf", "png"))
     for path in written:
         if path.suffix == ".png":
@@ -209,7 +211,7 @@ def test_report_numbers_match_the_tables_and_the_records(tmp_path):
     assert "### Ablations and budget sweeps" in text and "| eagle_b8 | code | 0 |" in text
     assert "Test CPU" in text and "`abc123`" in text and "code 2" in text
     assert "top-1 agreement by depth 0.50, 0.25" in text
-    for name in set(FIGURES) - {"samples", "categories"}:  # drawn from the per-sample/category tables, not given
+    for name in set(FIGURES) - {"samples", "categories", "context_length"}:  # drawn from the per-sample/category tables, not given
         assert f"![{name}](figures/{name}.png)" in text
     assert len(table) == 8
     # where the time goes: every phase per emitted token, the shares and the bound, read from the table

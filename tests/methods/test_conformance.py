@@ -55,9 +55,9 @@ class Zoo:
         return self.drafters[method]
 
     def inputs(self, method: str) -> BuildInputs:
-        needs = entry(method).needs
-        return BuildInputs(self.target, self.draft if needs == "draft" else None,
-                           self.drafter(method) if needs == "drafter" else None)
+        item = entry(method)
+        return BuildInputs(self.target, self.draft if item.needs_draft else None,
+                           self.drafter(method) if item.needs_drafter else None)
 
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,7 @@ from harness import SamplingConfig, wrap_model
 from harness.engine.adapter import NoDrafts
 from harness.cli import main
 from harness.trees.beam import BeamShape
-from harness.training.drafters import DrafterTrainRequest, unrolled_step_bias
+from harness.training.drafters import unrolled_step_bias
 from harness.engine.loop import generate
 from harness.errors import DraftcountError
 from harness.data.token_streams import save_tokens
@@ -21,10 +21,9 @@ from methods.eagle.adapter import EagleAdapter
 from harness.training.features import FeatureSpec
 from methods.eagle.checkpoint import load_head, save_head
 from methods.eagle.head import new_head
-from methods.eagle.training import train_eagle
 from tests.helpers import (
     ENGINE_SWITCHES, chi_square_pvalue, engine_runtime, exact_distribution, make_llama, markov_batches,
-    sampled_distribution, train_briefly,
+    sampled_distribution, save_markov_target, train_test_drafter,
 )
 
 SHAPES = [{"top_k": 2, "depth": 3, "budget": 6}, {"top_k": 4, "depth": 5, "budget": 24},
@@ -36,16 +35,10 @@ def eagle_setup(tmp_path_factory):
     """A briefly trained Markov-language target (saved), its token stream, and three heads: random, trained,
     trained with EAGLE-3 fusion and unrolled steps."""
     root = tmp_path_factory.mktemp("eagle")
-    target_model = train_briefly(make_llama(vocab=48, hidden=48, layers=3, heads=4, seed=2), steps=150, seed=0)
-    target_model.save_pretrained(root / "target")
-    batches = markov_batches(48, 64, 48, seed=5)
-    save_tokens(root / "tokens.pt", torch.cat([next(batches).flatten() for _ in range(4)]))
+    save_markov_target(root, layers=3)
 
     def head(name, steps, **options):
-        request = DrafterTrainRequest(method="eagle", target=str(root / "target"), data=root / "tokens.pt",
-                                      out=root / name, steps=steps, progress=False,
-                                      options={"seq_len": "48", "batch_size": "8", "lr": "3e-3", **options})
-        return train_eagle(request)
+        return train_test_drafter("eagle", root, name, steps, **options)
 
     metrics = {"random": head("random", 0), "trained": head("trained", 120),
                "eagle3": head("eagle3", 60, fusion="eagle3", unroll_steps="2")}

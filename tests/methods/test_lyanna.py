@@ -9,7 +9,6 @@ from harness.engine.adapter import NoDrafts
 from harness.training.drafters import DrafterTrainRequest
 from harness.engine.loop import generate
 from harness.errors import DraftcountError
-from harness.data.token_streams import save_tokens
 from harness.backend.models import load_model
 from harness.engine.method_spec import BuildInputs, build_adapter
 from methods.lyanna.adapter import LyannaAdapter, LyannaOptions
@@ -17,7 +16,7 @@ from methods.lyanna.model import LyannaArch, new_drafter
 from methods.lyanna.training import train_lyanna
 from tests.helpers import (
     ENGINE_SWITCHES, chi_square_pvalue, engine_runtime, exact_distribution, make_llama, markov_batches,
-    sampled_distribution, train_briefly,
+    sampled_distribution, save_markov_target,
 )
 
 REUSE = ["off", "logits", "states"]
@@ -28,10 +27,7 @@ def lyanna_setup(tmp_path_factory):
     """A briefly trained Markov-language target (saved) and drafters: token_info / feature injection, with and
     without vocabulary compression (trained briefly), and a fresh one."""
     root = tmp_path_factory.mktemp("lyanna")
-    target_model = train_briefly(make_llama(vocab=48, hidden=48, layers=3, heads=4, seed=2), steps=150, seed=0)
-    target_model.save_pretrained(root / "target")
-    batches = markov_batches(48, 64, 48, seed=5)
-    save_tokens(root / "tokens.pt", torch.cat([next(batches).flatten() for _ in range(4)]))
+    save_markov_target(root, layers=3)
     metrics = {}
     for name, steps, extra in [("fresh", 0, {}), ("token_info", 80, {}), ("feature", 60, {"inject": "feature"}),
                                ("token_info_vocab", 60, {"vocab_fraction": "0.5"}),

@@ -52,11 +52,16 @@ def test_dry_run_lists_every_rule(tmp_path):
     # + 6 lyanna ablations, stand_samples, reader_retrieval, tree_sd_specinfer and 6 budget-sweep variants
     #   x 1 dataset x {0, 1}
     # + eagle_net, eagle_gui, hedgespec_domains on stdlib_domains x {0, 1}
-    assert counts["bench"] == 10 * 4 + 4 * 2 + 15 * 2 + 3 * 2
+    # + issue 35's families: {eagle_b24, prism, owl, howl, polybasic} x 2 datasets x {0, 1} (eagle_b24, owl, howl
+    #   also on stdlib_long) and prism_m1, eagle_gto, eagle_more, lyanna_gto, lyanna_b24 x 1 dataset x {0, 1}
+    assert counts["bench"] == 10 * 4 + 4 * 2 + 15 * 2 + 3 * 2 + 5 * 4 + 3 * 2 + 5 * 2
+    assert counts["long_prompts"] == 1
     assert counts["tree_shape"] == 4  # eagle and lyanna (their traversal twins share it) x {0, 1}
     assert counts["stand_tree"] == 2 and counts["reader_datastore"] == 1  # one tree per temperature
     assert counts["tokenize_domain"] == 2 and counts["domain_prompts"] == 1
-    assert counts["train_drafter"] == 6  # eagle, lyanna, lyanna_feature, lyanna_vocab, eagle_net, eagle_gui
+    # eagle, lyanna, lyanna_feature, lyanna_vocab, eagle_net, eagle_gui; prism, prism_m1, polybasic, owl, eagle_gto,
+    # eagle_more, lyanna_gto
+    assert counts["train_drafter"] == 13
     assert counts["sequoia_tree"] == 6  # per temperature: the latency-chosen budget, 16 and 32
 
 
@@ -68,18 +73,30 @@ def test_one_target_runs_only_what_it_needs(tmp_path):
     tree = job_counts(snakemake("-n", "bench_tree_sd", *overrides(tmp_path)).stdout)
     assert tree["bench"] == 4 + 2 and TREE_RULES <= set(tree) and "dump_features" not in tree
     eagle = job_counts(snakemake("-n", "bench_eagle", *overrides(tmp_path)).stdout)
-    assert eagle["bench"] == 4 + 2 and eagle["train_drafter"] == 1 and "train_draft" not in eagle
+    # eagle, eagle_tv, eagle_b24 (also on stdlib_long: rule long_prompts)
+    assert eagle["bench"] == 4 + 2 + 6 and eagle["train_drafter"] == 1 and "train_draft" not in eagle
+    assert eagle["long_prompts"] == 1
     assert {"measure_latency", "tree_shape"} <= set(eagle)  # budget: auto; no draft LM, no Sequoia search
     assert not ({"measure_acceptance", "measure_draft_step", "sequoia_tree"} | REPORT_RULES) & set(eagle)
     lyanna = job_counts(snakemake("-n", "bench_lyanna", *overrides(tmp_path)).stdout)
     assert lyanna["bench"] == 4 + 2 and lyanna["train_drafter"] == 1 and "train_draft" not in lyanna
     ablation = job_counts(snakemake("-n", "ablate_lyanna", *overrides(tmp_path)).stdout)
-    assert ablation["bench"] == 16 and ablation["train_drafter"] == 3 and "train_draft" not in ablation
+    # lyanna_gto is fine-tuned from lyanna: trained after it
+    assert ablation["bench"] == 16 + 4 and ablation["train_drafter"] == 4 and "train_draft" not in ablation
     sweep = job_counts(snakemake("-n", "ablate_eagle", *overrides(tmp_path)).stdout)
-    assert sweep["bench"] == 4 + 4 and sweep["train_drafter"] == 3  # budget sweep; the two domain heads alone
+    # budget sweep; the two domain heads alone; eagle_gto and its control eagle_more, both from eagle
+    assert sweep["bench"] == 4 + 4 + 4 and sweep["train_drafter"] == 5
     figure = job_counts(snakemake("-n", str(tmp_path / "results" / "figures" / "speedup.pdf"),
                                   *overrides(tmp_path)).stdout)
-    assert figure["figures"] == 1 and figure["bench"] == 84 and "report" not in figure
+    assert figure["figures"] == 1 and figure["bench"] == 84 + 36 and "report" not in figure
+    families = {name: job_counts(snakemake("-n", f"bench_{name}", *overrides(tmp_path)).stdout)
+                for name in ("prism", "owl", "polybasic")}
+    assert families["prism"]["bench"] == 4 and families["prism"]["train_drafter"] == 1  # prism_m1: ablate_prism
+    assert families["owl"]["bench"] == 12 and families["owl"]["long_prompts"] == 1  # owl and howl, one drafter
+    assert families["owl"]["train_drafter"] == 1
+    # polybasic: the draft LM sd uses and its own mid LM (train_drafter), no feature dump (data: tokens)
+    assert families["polybasic"]["train_draft"] == 1 and families["polybasic"]["train_drafter"] == 1
+    assert "dump_features" not in families["polybasic"]
     stand = job_counts(snakemake("-n", "bench_stand", *overrides(tmp_path)).stdout)
     assert stand["bench"] == 4 + 2 and stand["stand_tree"] == 2 and stand["calibration_prompts"] == 1
     assert "train_drafter" not in stand and "dump_features" not in stand

@@ -47,7 +47,7 @@ def bench_inputs(wildcards):
         inputs["draft"] = draft_model()
     if plan.needs_drafter(method):
         inputs["drafter"] = drafter_dir(variant_drafter(wildcards.variant))
-    if wildcards.dataset in ("stdlib_code", "stdlib_domains"):
+    if wildcards.dataset in plan.BUILT_PROMPT_SETS:
         inputs["prompts"] = work(f"prompts/{wildcards.dataset}.jsonl")
     inputs.update(plan.built_inputs(config, wildcards.variant, wildcards.temperature, WORK))
     return inputs

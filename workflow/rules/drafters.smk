@@ -36,9 +36,15 @@ def drafter_data(wildcards):
     return work("features/target/index.json")
 
 
+def drafter_inputs(wildcards):
+    """The drafter a fine-tuning entry (`init_from`, e.g. GTO) starts from: trained first, then an input."""
+    source = drafter_settings(wildcards.drafter).get("init_from")
+    return {"init": drafter_dir(source)} if source else {}
+
+
 def drafter_arguments(wildcards, input):
     data = Path(input.data).parent if input.data.endswith("index.json") else input.data
-    return shlex.join(plan.train_arguments(config, wildcards.drafter, input.target, str(data), input.heldout))
+    return shlex.join(plan.train_arguments(config, wildcards.drafter, input.target, str(data), input.heldout, WORK))
 
 
 def train_minutes(name):
@@ -78,6 +84,7 @@ announce_feature_dump()
 
 rule train_drafter:
     input:
+        unpack(drafter_inputs),
         target=target_model(),
         data=drafter_data,
         heldout=work("data/tokens/heldout.pt"),

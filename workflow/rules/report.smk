@@ -1,6 +1,7 @@
 # Aggregation, figures, report and the Spec-Bench export, all from the raw records of every bench job.
 
-FIGURE_NAMES = ["speedup", "tau", "waste", "budget", "depth", "ablation", "efficiency", "samples", "categories"]
+FIGURE_NAMES = ["speedup", "tau", "waste", "budget", "depth", "ablation", "efficiency", "samples", "categories",
+                "context_length"]
 
 
 def main_variants():
@@ -23,12 +24,14 @@ rule summary:
         samples=results("tables/samples.csv"),
         hedge=results("tables/hedgespec.csv"),
         categories=results("tables/categories.csv"),
+        context=results("tables/context_length.csv"),
     resources:
         mem_mb=2000,
         runtime=5,
     shell:
         "python -m harness summarize {input} --out {output.summary} --depth-out {output.depth}"
         " --samples-out {output.samples} --hedge-out {output.hedge} --categories-out {output.categories}"
+        " --context-out {output.context}"
 
 
 rule figures:
@@ -37,6 +40,7 @@ rule figures:
         depth=results("tables/depth_acceptance.csv"),
         samples=results("tables/samples.csv"),
         categories=results("tables/categories.csv"),
+        context=results("tables/context_length.csv"),
     output:
         expand(results("figures/{name}.{suffix}"), name=FIGURE_NAMES, suffix=["pdf", "png"]),
     params:
@@ -47,7 +51,7 @@ rule figures:
         runtime=10,
     shell:
         "python -m harness figures --summary {input.summary} --depth {input.depth} --out-dir {params.out_dir}"
-        " --samples {input.samples} --categories {input.categories} --main {params.main}"
+        " --samples {input.samples} --categories {input.categories} --context {input.context} --main {params.main}"
 
 
 rule report:
@@ -57,6 +61,7 @@ rule report:
         samples=results("tables/samples.csv"),
         hedge=results("tables/hedgespec.csv"),
         categories=results("tables/categories.csv"),
+        context=results("tables/context_length.csv"),
         figures=expand(results("figures/{name}.png"), name=FIGURE_NAMES),
         metrics=training_metrics(),
     output:
@@ -64,12 +69,15 @@ rule report:
     params:
         figures=results("figures"),
         main=main_variants(),
+        compare=",".join(f"{variant}={against}" for variant, against in config.get("report", {}).get("compare", {}).items()
+                         if variant in variant_names() and against in variant_names()),
     resources:
         mem_mb=2000,
         runtime=5,
     shell:
         "python -m harness report {input.records} --summary {input.summary} --figures {params.figures}"
-        " --metrics {input.metrics} --samples {input.samples} --hedge {input.hedge} --categories {input.categories} --main {params.main} --out {output}"
+        " --metrics {input.metrics} --samples {input.samples} --hedge {input.hedge} --categories {input.categories} --main {params.main}"
+        " --context {input.context} --compare '{params.compare}' --out {output}"
 
 
 rule export_specbench:

@@ -121,6 +121,24 @@ rule code_prompts:
         "../scripts/make_code_prompts.py"
 
 
+rule long_prompts:
+    # whole held-out files (or cuts of them) in buckets of target tokens: the long-context set `stdlib_long`
+    input:
+        heldout=work("data/corpus/heldout.jsonl"),
+        tokenizer=tokenizer_dir(),
+    output:
+        work("prompts/stdlib_long.jsonl"),
+    params:
+        buckets=config["prompts"].get("long_buckets"),
+        prompts=config["prompts"].get("long_prompts", 4),
+        seed=config["prompts"].get("seed", 0),
+    resources:
+        mem_mb=2000,
+        runtime=5,
+    script:
+        "../scripts/make_long_prompts.py"
+
+
 rule zoo:
     input:
         zoo_outputs(),

@@ -1,0 +1,85 @@
+"""The report's drafter-family view: what each drafter costs (parameters, FLOPs per step, FLOP waste) beside what it
+buys (tau, paired speedup), and the configured head-to-head comparisons (``report.compare``: PRISM against EAGLE at
+equal per-step compute, a GTO-fine-tuned drafter against the same drafter without it, ...), each on the same
+prompts in the same run.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pandas as pd
+
+from harness.analysis.tables import cell, markdown_table
+
+
+def parse_comparisons(text: str | None) -> dict[str, str]:
+    """``"prism=eagle,eagle_gto=eagle"`` -> {variant: the variant it is compared against}."""
+    pairs: dict[str, str] = {}
+    for item in filter(None, (part.strip() for part in (text or "").split(","))):
+        variant, sep, baseline = item.partition("=")
+        if not sep or not variant.strip() or not baseline.strip():
+            raise ValueError(f"a comparison is VARIANT=BASELINE, not {item!r}")
+        pairs[variant.strip()] = baseline.strip()
+    return pairs
+
+
+def speedup_cell(row: pd.Series) -> str:
+    """The paired speedup with its 95% interval, e.g. ``1.42 [1.30, 1.55]``."""
+    if pd.isna(row.get("speedup_paired_mean", float("nan"))):
+        return "-"
+    return (f"{row.speedup_paired_mean:.2f} [{cell(row.get('speedup_ci_low', float('nan')), '{:.2f}')}, "
+            f"{cell(row.get('speedup_ci_high', float('nan')), '{:.2f}')}]")
+
+
+def family_table(summary: pd.DataFrame, variants: list[str]) -> str:
+    """One row per variant (of ``variants``, in that order) x dataset x temperature: tau, paired speedup with
+    interval, drafter-FLOP waste, drafter parameters and drafter FLOPs per step; empty when none of them ran."""
+    rows = summary[summary.variant.isin(variants)].copy()
+    if rows.empty:
+        return ""
+    rows["order"] = rows.variant.map({name: index for index, name in enumerate(variants)})
+    lines = [[row.variant, row.dataset, f"{row.temperature:g}", f"{row.tau:.3f}", speedup_cell(row),
+              cell(row.get("drafter_flop_waste", float("nan")), "{:.2f}"),
+              cell(row.get("drafter_parameters", float("nan")) / 1e6, "{:.3f}"),
+              cell(row.get("drafter_flops_per_step", float("nan")) / 1e6, "{:.2f}")]
+             for _, row in rows.sort_values(["temperature", "dataset", "order"]).iterrows()]
+    return markdown_table(["variant", "dataset", "T", "tau", "speedup [95% CI]", "drafter-FLOP waste",
+                           "drafter params (M)", "drafter MFLOPs/step"], lines)
+
+
+def comparison_rows(summary: pd.DataFrame, comparisons: Mapping[str, str]) -> pd.DataFrame:
+    """Each compared variant's rows joined with its baseline variant's on dataset and temperature (suffix ``_base``);
+    the relative change of tau and of the paired speedup, and the parameter and per-step FLOP ratios."""
+    keys = ["dataset", "temperature"]
+    frames = []
+    for variant, baseline in comparisons.items():
+        mine = summary[summary.variant == variant]
+        theirs = summary[summary.variant == baseline]
+        if mine.empty or theirs.empty:
+            continue
+        frames.append(mine.merge(theirs, on=keys, suffixes=("", "_base")))
+    if not frames:
+        return pd.DataFrame()
+    joined = pd.concat(frames, ignore_index=True)
+    joined["tau_change"] = joined.tau / joined.tau_base - 1
+    joined["speedup_change"] = joined.speedup_paired_mean / joined.speedup_paired_mean_base - 1
+    joined["parameter_ratio"] = joined.drafter_parameters / joined.drafter_parameters_base.where(
+        joined.drafter_parameters_base > 0)
+    joined["flops_per_step_ratio"] = joined.drafter_flops_per_step / joined.drafter_flops_per_step_base.where(
+        joined.drafter_flops_per_step_base > 0)
+    return joined
+
+
+def comparison_table(summary: pd.DataFrame, comparisons: Mapping[str, str]) -> str:
+    """The head-to-head table of ``comparisons`` ({variant: baseline}); empty when no pair ran."""
+    joined = comparison_rows(summary, comparisons)
+    if joined.empty:
+        return ""
+    lines = [[row.variant, row.variant_base, row.dataset, f"{row.temperature:g}", f"{row.tau:.3f}",
+              f"{row.tau_base:.3f}", f"{100 * row.tau_change:+.1f}%", speedup_cell(row),
+              cell(row.speedup_paired_mean_base, "{:.2f}"), cell(row.parameter_ratio, "{:.2f}x"),
+              cell(row.flops_per_step_ratio, "{:.2f}x")]
+             for _, row in joined.sort_values(["variant", "temperature", "dataset"]).iterrows()]
+    return markdown_table(["variant", "against", "dataset", "T", "tau", "tau (against)", "tau change",
+                           "speedup [95% CI]", "speedup (against)", "params ratio", "FLOPs/step ratio"], lines)

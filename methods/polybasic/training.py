@@ -1,0 +1,141 @@
+"""Training polybasic's mid LM: ``python -m harness train --method polybasic --target T --data TOKENS.pt --out DIR``.
+
+The mid model is a Llama LM with the target's vocabulary, sized between the draft LM and the target, distilled
+from the target on the token stream (KL(target || mid), the zoo's ``distillation_loss``) with the zoo's shapes
+(``LlamaShape``) and the shared training loop. A size option left at 0 is derived from the target: 5/8 of its
+width (rounded up to an even width per head), a quarter of its layers (at least 2), its heads, and its MLP
+ratio. The directory is a plain causal-LM checkpoint (with the target's tokenizer when it has one), which the
+adapter loads as ``--drafter``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Literal
+
+import torch
+from transformers import AutoTokenizer, LlamaForCausalLM, PretrainedConfig
+
+from harness.backend.models import LoadedModel
+from harness.data.token_streams import even_windows, load_tokens, random_windows
+from harness.errors import DraftcountError
+from harness.options import parse_options
+from harness.training.drafters import DrafterTrainRequest, drafter_provenance, frozen_target, write_metrics
+from harness.training.loop import TrainConfig, batches_from_step, train
+from harness.training.zoo import LlamaShape, distillation_loss, heldout_perplexity, save_directory, top1_agreement
+
+PROVENANCE_FILE = "draftcount_drafter.json"
+
+
+@dataclass(frozen=True)
+class MidTrainOptions:
+    hidden_size: int = 0  # 0: 5/8 of the target's width, rounded up to an even head_dim
+    num_layers: int = 0  # 0: a quarter of the target's layers, at least 2
+    num_heads: int = 0  # 0: the target's
+    intermediate_size: int = 0  # 0: the target's MLP ratio times hidden_size
+    batch_size: int = 8
+    seq_len: int = 256
+    lr: float = 1e-3
+    warmup_steps: int = 20
+    distill_temperature: float = 1.0
+    precision: Literal["fp32", "bf16"] = "fp32"
+    seed: int = 0
+
+    def __post_init__(self) -> None:
+        sizes = {name: getattr(self, name) for name in ("hidden_size", "num_layers", "num_heads", "intermediate_size")}
+        negative = [name for name, value in sizes.items() if value < 0]
+        if negative:
+            raise DraftcountError(f"polybasic training: option {negative[0]!r} must be >= 0 "
+                                  "(0: derived from the target)")
+        if self.batch_size < 1 or self.seq_len < 2:
+            raise DraftcountError(f"polybasic training: batch_size must be >= 1 and seq_len >= 2, got "
+                                  f"{self.batch_size} and {self.seq_len}")
+
+
+def mid_shape(options: MidTrainOptions, target_config: PretrainedConfig) -> LlamaShape:
+    """The mid LM's shape: the options, with every size left at 0 derived from the target (module docstring)."""
+    text = getattr(target_config, "text_config", None) or target_config
+    heads = options.num_heads or int(text.num_attention_heads)
+    hidden = options.hidden_size or 2 * heads * math.ceil(int(text.hidden_size) * 5 / 8 / (2 * heads))  # even head_dim
+    layers = options.num_layers or max(2, int(text.num_hidden_layers) // 4)
+    ratio = int(text.intermediate_size) / int(text.hidden_size)
+    intermediate = options.intermediate_size or max(1, round(hidden * ratio))
+    context = int(getattr(text, "max_position_embeddings", 1024))
+    return LlamaShape(hidden_size=hidden, num_layers=layers, num_heads=heads, intermediate_size=intermediate,
+                      context=context)
+
+
+def new_mid(shape: LlamaShape, target: LoadedModel, seed: int) -> LlamaForCausalLM:
+    """A fresh mid LM with the target's vocabulary and special tokens."""
+    text = getattr(target.config, "text_config", None) or target.config
+    torch.manual_seed(seed)
+    config = shape.config(target.vocab_size, text.bos_token_id, text.eos_token_id)
+    config.pad_token_id = getattr(text, "pad_token_id", None)
+    return LlamaForCausalLM(config).to(target.device)
+
+
+def training_tokens(data: Path) -> torch.Tensor:
+    """The token stream the mid LM is distilled on; a one-line error for anything else."""
+    if data.is_dir():
+        raise DraftcountError(f"polybasic trains its mid LM on a token stream (.pt), not a feature dump directory: "
+                              f"{data} (use `data: tokens`)")
+    if not data.is_file():
+        raise DraftcountError(f"training data {data} does not exist")
+    return load_tokens(data)
+
+
+def target_tokenizer(source: str):
+    """The target's tokenizer, saved beside the mid LM; None for a target saved without one."""
+    try:
+        return AutoTokenizer.from_pretrained(source)
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+
+
+def train_mid(request: DrafterTrainRequest) -> dict:
+    """Distil (with 0 steps: just initialise) the mid LM and save it to ``request.out``; its metrics."""
+    options = parse_options(MidTrainOptions, request.options, "polybasic training")
+    tokens = training_tokens(Path(request.data))
+    if tokens.numel() < options.seq_len:
+        raise DraftcountError(f"polybasic training: {tokens.numel()} tokens are fewer than seq_len {options.seq_len}")
+    target = frozen_target(request)
+    shape = mid_shape(options, target.config)
+    mid = new_mid(shape, target, options.seed)
+
+    def loss_fn(step: int) -> tuple[torch.Tensor, int]:
+        windows = batches_from_step(step, options.seed,
+                                    lambda g: random_windows(tokens, options.batch_size, options.seq_len, g))
+        windows = windows.to(target.device)
+        return distillation_loss(mid, target.model, windows, options.distill_temperature), windows.numel()
+
+    config = TrainConfig(steps=request.steps, time_budget_s=request.time_budget_s, lr=options.lr,
+                         warmup_steps=options.warmup_steps, precision=options.precision, seed=options.seed)
+    fingerprint = {"method": "polybasic", "target": request.target, "data": str(request.data), **asdict(options),
+                   "shape": asdict(shape)}
+    result = train(mid, loss_fn, config, request.checkpoint, fingerprint, "train polybasic mid LM", request.progress)
+    mid.eval()
+    parameters = sum(parameter.numel() for parameter in mid.parameters())
+    metrics = {"method": "polybasic", "shape": asdict(shape), "trainable_parameters": parameters,
+               "target_parameters": target.num_parameters, "options": asdict(options), "train": result.as_dict(),
+               "target": request.target, "data": str(request.data)}
+    if request.heldout is not None:
+        windows = even_windows(load_tokens(request.heldout), 16, options.seq_len).to(target.device)
+        metrics["heldout_perplexity"] = heldout_perplexity(mid, windows)
+        metrics["heldout_top1_agreement"] = top1_agreement(target.model, mid, windows)
+    save_mid(request, mid, metrics, result)
+    return metrics
+
+
+def save_mid(request: DrafterTrainRequest, mid: LlamaForCausalLM, metrics: dict, result) -> None:
+    tokenizer = target_tokenizer(request.target)
+
+    def save(path: Path) -> None:
+        mid.cpu().save_pretrained(path)
+        if tokenizer is not None:
+            tokenizer.save_pretrained(path)
+        write_metrics(path / PROVENANCE_FILE, {**drafter_provenance(request, result), "kind": "polybasic-mid",
+                                               "metrics": metrics})
+
+    save_directory(Path(request.out), save)

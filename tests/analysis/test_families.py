@@ -1,0 +1,54 @@
+"""The drafter-family table and the head-to-head comparisons, on hand-made summary rows."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from harness.analysis.families import comparison_rows, comparison_table, family_table, parse_comparisons
+
+
+def _summary() -> pd.DataFrame:
+    base = {"dataset": "code", "temperature": 0.0, "speedup_ci_low": 1.0, "speedup_ci_high": 2.0,
+            "drafter_flop_waste": 0.5}
+    rows = [
+        {"variant": "eagle", "tau": 2.0, "speedup_paired_mean": 1.5, "drafter_parameters": 1e6,
+         "drafter_flops_per_step": 4e6},
+        {"variant": "prism", "tau": 2.2, "speedup_paired_mean": 1.65, "drafter_parameters": 2e6,
+         "drafter_flops_per_step": 4e6},
+        {"variant": "ar", "tau": 1.0, "speedup_paired_mean": 1.0, "drafter_parameters": 0.0,
+         "drafter_flops_per_step": 0.0},
+    ]
+    return pd.DataFrame([{**base, **row} for row in rows])
+
+
+def test_comparison_gives_the_change_of_tau_and_the_cost_ratios():
+    joined = comparison_rows(_summary(), {"prism": "eagle"})
+    assert len(joined) == 1
+    row = joined.iloc[0]
+    assert row.tau_change == pytest.approx(0.1)
+    assert row.speedup_change == pytest.approx(0.1)
+    assert row.parameter_ratio == pytest.approx(2.0)  # M = 2 modules ...
+    assert row.flops_per_step_ratio == pytest.approx(1.0)  # ... one of them per step
+    table = comparison_table(_summary(), {"prism": "eagle"})
+    assert "+10.0%" in table and "2.00x" in table and "1.00x" in table
+
+
+def test_a_comparison_whose_variants_did_not_run_is_left_out():
+    assert comparison_table(_summary(), {"owl": "eagle"}) == ""
+    assert comparison_rows(_summary(), {"prism": "eagle", "owl": "eagle"}).variant.tolist() == ["prism"]
+
+
+def test_family_table_keeps_the_order_given_and_shows_both_costs():
+    table = family_table(_summary(), ["prism", "eagle"])
+    lines = table.splitlines()
+    assert lines[2].startswith("| prism") and lines[3].startswith("| eagle")
+    assert "2.000" in lines[2] and "4.00" in lines[2]  # 2M parameters, 4 MFLOPs per step
+    assert family_table(_summary(), ["owl"]) == ""
+
+
+def test_comparisons_are_parsed_with_one_line_errors():
+    assert parse_comparisons("prism=eagle, eagle_gto=eagle") == {"prism": "eagle", "eagle_gto": "eagle"}
+    assert parse_comparisons("") == {}
+    with pytest.raises(ValueError, match="VARIANT=BASELINE"):
+        parse_comparisons("prism")
