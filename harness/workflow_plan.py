@@ -369,7 +369,7 @@ def verifier_check_arguments(config: dict, variant: str, dataset: str, work_dir:
 
 
 def train_arguments(config: dict, drafter: str, target: str, data: str, heldout: str,
-                    work_dir: Path | str = "work") -> list[str]:
+                    work_dir: Path | str) -> list[str]:
     """Arguments of `python -m harness train` for one configured drafter (checkpoint, --out etc. left out); an entry
     with `init_from` fine-tunes that configured drafter (option ``init``: its directory)."""
     settings = config["drafters"][drafter]

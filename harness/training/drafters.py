@@ -104,6 +104,13 @@ def unrolled_step_bias(length: int, step: int, dtype: torch.dtype, device: torch
     return torch.cat(blocks, dim=1).to(device, dtype)[None, None]
 
 
+def unrolled_step_mask(outputs: torch.Tensor, step: int) -> torch.Tensor:
+    """(B, T) float mask of the positions unrolled step ``step`` (0-based) is trained on: p >= step, the positions
+    that have ``step`` predicted states of their own before them (``unrolled_step_bias``)."""
+    keep = (torch.arange(outputs.shape[1], device=outputs.device) >= step).float()
+    return keep[None].expand(outputs.shape[0], -1)
+
+
 def shift_right(states: torch.Tensor) -> torch.Tensor:
     """(B, T, H) -> the same with position p holding position p - 1's row (zeros at p = 0)."""
     return torch.cat([torch.zeros_like(states[:, :1]), states[:, :-1]], dim=1)

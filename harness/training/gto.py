@@ -20,6 +20,7 @@ A trainer adds ``gto_weight * gto_loss(...)`` to its token loss. What differs be
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Generic, TypeVar
@@ -35,7 +36,7 @@ from harness.engine.adapter import DraftAdapter, StepContext
 from harness.engine.counters import GenerationCounters
 from harness.errors import DraftcountError
 from harness.trees.beam import BeamShape
-from harness.trees.tree import TokenTree
+from harness.trees.tree import TokenTree, children_of
 from harness.training.drafters import DrafterLoopOptions
 from harness.training.objectives import uses_tree_loss
 from harness.verify.sampling import SamplingConfig
@@ -80,10 +81,10 @@ class GtoTrainOptions(DrafterLoopOptions):
 
 def branches(parents: tuple[int, ...]) -> list[list[int]]:
     """Each root-to-leaf branch as its node indices below the root (leaves in node order)."""
-    has_child = set(parents[1:])
+    children = children_of(parents)
     out = []
     for leaf in range(1, len(parents)):
-        if leaf in has_child:
+        if children[leaf]:
             continue
         path, node = [], leaf
         while node > 0:
@@ -130,12 +131,10 @@ def clipped_surrogate(ratios: torch.Tensor, advantages: torch.Tensor, eps: float
 def longest_accepted_path(tokens: list[int], parents: tuple[int, ...], greedy: list[int]) -> list[int]:
     """Nodes (below the root) greedy verification accepts: from the root, the child whose token is the target's
     argmax at its parent (``greedy[node]``), down as far as one exists."""
-    children: dict[int, list[int]] = {}
-    for node in range(1, len(parents)):
-        children.setdefault(parents[node], []).append(node)
+    children = children_of(parents)
     path, node = [], 0
     while True:
-        match = next((child for child in children.get(node, []) if tokens[child] == greedy[node]), None)
+        match = next((child for child in children[node] if tokens[child] == greedy[node]), None)
         if match is None:
             return path
         path.append(match)
@@ -292,19 +291,19 @@ def gto_loss(hooks: GtoHooks, current: nn.Module, reference: nn.Module, target: 
 
 
 def frozen_reference(module: nn.Module) -> nn.Module:
-    """The reference drafter: ``module`` (a fresh load of the init checkpoint), frozen and in eval mode."""
-    return module.requires_grad_(False).eval()
+    """The reference drafter: a copy of ``module`` (the ``init`` drafter, before any training step), frozen and in
+    eval mode."""
+    return copy.deepcopy(module).requires_grad_(False).eval()
 
 
 def with_gto(token_loss: Callable[[dict[str, torch.Tensor]], torch.Tensor], hooks: GtoHooks, module: nn.Module,
-             load_reference: Callable[[], nn.Module], target: LoadedModel,
-             options: GtoTrainOptions) -> Callable[[dict[str, torch.Tensor]], torch.Tensor]:
+             target: LoadedModel, options: GtoTrainOptions) -> Callable[[dict[str, torch.Tensor]], torch.Tensor]:
     """A trainer's batch loss under its objective: ``token_loss`` alone, or (``objective: gto``) plus
-    ``gto_weight`` x the GTO loss of ``module`` against a frozen copy of ``load_reference()`` (the ``init``
-    drafter it started from)."""
+    ``gto_weight`` x the GTO loss of ``module`` against a frozen copy of it as it is now (called before training:
+    the ``init`` drafter it starts from, which ``GtoTrainOptions`` requires for gto)."""
     if not uses_tree_loss(options.objective):
         return token_loss
-    reference = frozen_reference(load_reference())
+    reference = frozen_reference(module)
 
     def batch_loss(batch: dict[str, torch.Tensor]) -> torch.Tensor:
         return token_loss(batch) + options.gto_weight * gto_loss(hooks, module, reference, target,

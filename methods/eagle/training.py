@@ -28,13 +28,12 @@ from transformers import DynamicCache
 
 from harness.training.drafters import (
     DrafterTrainRequest, drafter_provenance, feature_source, fit_drafter, frozen_target,
-    heldout_batch, shift_right, unrolled_forward,
+    heldout_batch, shift_right, unrolled_forward, unrolled_step_mask,
 )
 from harness.backend.forward import causal_bias, positions
 from harness.backend.kv_cache import new_cache
 from harness.backend.models import LoadedModel
 from harness.errors import DraftcountError
-from harness.trees.beam import BeamShape
 from harness.training.gto import GtoHooks, GtoTrainOptions, RowTarget, prefix_cache, with_gto
 from harness.training.objectives import token_loss
 from harness.training.features import FeatureSpec, feature_rows, layer_key
@@ -80,7 +79,7 @@ def eagle_loss(head: EagleHead | Eagle3Head, lm_head: torch.nn.Module, batch: di
         target_probs = torch.softmax(lm_head(following).float(), dim=-1)
     total = following.new_zeros(())
     for step, out in enumerate(unrolled_outputs(head, batch, options.steps_unrolled)):
-        mask = (torch.arange(out.shape[1], device=out.device) >= step).float()[None].expand(out.shape[0], -1)
+        mask = unrolled_step_mask(out, step)
         loss = options.ce_weight * token_loss(options.objective)(head.logits(out, lm_head), target_probs, mask)
         if head.features.fusion == "none" and options.regression_weight > 0:
             regression = F.smooth_l1_loss(out, following, reduction="none").mean(-1)
@@ -135,11 +134,7 @@ def head_path_logprob(head: EagleHead | Eagle3Head, state: HeadState, prefix_len
     return total
 
 
-def eagle_adapter(head: torch.nn.Module, target: LoadedModel, shape: BeamShape) -> EagleAdapter:
-    return EagleAdapter(head, target, shape)
-
-
-EAGLE_GTO = GtoHooks(adapter=eagle_adapter, catch_up=head_catch_up, path_logprob=head_path_logprob)
+EAGLE_GTO = GtoHooks(adapter=EagleAdapter, catch_up=head_catch_up, path_logprob=head_path_logprob)
 
 
 def initial_head(options: EagleTrainOptions, target: LoadedModel, spec: FeatureSpec) -> torch.nn.Module:
@@ -164,8 +159,7 @@ def train_eagle(request: DrafterTrainRequest) -> dict:
     layers = list(dict.fromkeys([*spec.layers, "last"]))
     source = feature_source(request, target, layers, options.seq_len)
     lm_head = target.model.get_output_embeddings()
-    batch_loss = with_gto(lambda batch: eagle_loss(head, lm_head, batch, options), EAGLE_GTO, head,
-                          lambda: load_head(Path(options.init), target.model).to(target.device), target, options)
+    batch_loss = with_gto(lambda batch: eagle_loss(head, lm_head, batch, options), EAGLE_GTO, head, target, options)
     result = fit_drafter(head, batch_loss, source, target, request, options)
     metrics = {"method": "eagle", "trainable_parameters": head.trainable_parameters(), "options": asdict(options),
                "train": result.as_dict(), "target": request.target, "data": str(request.data)}

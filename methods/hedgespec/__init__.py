@@ -51,10 +51,10 @@ def parse_expert(spec: str) -> tuple[str, dict[str, str]]:
         if not sep or not key:
             raise DraftcountError(f"hedgespec expert {spec!r}: {pair!r} is not key=value")
         settings[key] = value
-    needs = entry(method)
-    if needs.needs_drafter and "drafter" not in settings:
+    item = entry(method)
+    if item.needs_drafter and "drafter" not in settings:
         raise DraftcountError(f"hedgespec expert {spec!r}: method {method!r} needs drafter=DIR")
-    if needs.needs_draft and "draft" not in settings:
+    if item.needs_draft and "draft" not in settings:
         raise DraftcountError(f"hedgespec expert {spec!r}: method {method!r} needs draft=DIR")
     return method, settings
 

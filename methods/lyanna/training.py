@@ -26,7 +26,7 @@ from transformers import DynamicCache
 
 from harness.training.drafters import (
     DrafterTrainRequest, drafter_provenance, feature_source, fit_drafter, frozen_target,
-    heldout_batch, shift_right, unrolled_forward,
+    heldout_batch, shift_right, unrolled_forward, unrolled_step_mask,
 )
 from harness.backend.forward import causal_bias, positions
 from harness.backend.kv_cache import new_cache
@@ -103,7 +103,7 @@ def lyanna_loss(drafter: LyannaModel, lm_head: torch.nn.Module, batch: dict[str,
         target_probs = torch.softmax(lm_head(following).float(), dim=-1)[..., drafter.vocab_ids]
     total = following.new_zeros(())
     for step, out in enumerate(unrolled_states(drafter, batch, options.unroll_steps)):
-        mask = (torch.arange(out.shape[1], device=out.device) >= step).float()[None].expand(out.shape[0], -1)
+        mask = unrolled_step_mask(out, step)
         loss = token_loss(options.objective)(drafter.node_logits(out, parents), target_probs, mask)
         if options.regression_weight > 0:
             regression = F.smooth_l1_loss(out, following, reduction="none").mean(-1)
@@ -202,8 +202,8 @@ def train_lyanna(request: DrafterTrainRequest) -> dict:
     vocab_ids = drafter.vocab_ids if drafter.compressed else None
     kept = int(drafter.vocab_ids.shape[0])
     lm_head = target.model.get_output_embeddings()
-    batch_loss = with_gto(lambda batch: lyanna_loss(drafter, lm_head, batch, options), LYANNA_GTO, drafter,
-                          lambda: load_drafter(Path(options.init), target.model).to(target.device), target, options)
+    batch_loss = with_gto(lambda batch: lyanna_loss(drafter, lm_head, batch, options), LYANNA_GTO, drafter, target,
+                          options)
     result = fit_drafter(drafter, batch_loss, source, target, request, options)
     metrics = {"method": "lyanna", "trainable_parameters": drafter.trainable_parameters(),
                "eagle_head_parameters": eagle_head_parameters(target.config.hidden_size, target.config.intermediate_size),

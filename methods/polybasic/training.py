@@ -22,11 +22,9 @@ from harness.backend.models import LoadedModel
 from harness.data.token_streams import even_windows, load_tokens, random_windows
 from harness.errors import DraftcountError
 from harness.options import parse_options
-from harness.training.drafters import DrafterTrainRequest, drafter_provenance, frozen_target, write_metrics
+from harness.training.drafters import META_FILE, DrafterTrainRequest, drafter_provenance, frozen_target, write_metrics
 from harness.training.loop import TrainConfig, batches_from_step, train
 from harness.training.zoo import LlamaShape, distillation_loss, heldout_perplexity, save_directory, top1_agreement
-
-PROVENANCE_FILE = "draftcount_drafter.json"
 
 
 @dataclass(frozen=True)
@@ -135,7 +133,7 @@ def save_mid(request: DrafterTrainRequest, mid: LlamaForCausalLM, metrics: dict,
         mid.cpu().save_pretrained(path)
         if tokenizer is not None:
             tokenizer.save_pretrained(path)
-        write_metrics(path / PROVENANCE_FILE, {**drafter_provenance(request, result), "kind": "polybasic-mid",
+        write_metrics(path / META_FILE, {**drafter_provenance(request, result), "kind": "polybasic-mid",
                                                "metrics": metrics})
 
     save_directory(Path(request.out), save)

@@ -24,7 +24,7 @@ from harness.options import parse_options
 from harness.training import distributed
 from harness.training.drafters import (
     DrafterLoopOptions, DrafterTrainRequest, drafter_provenance, feature_source, fit_drafter,
-    frozen_target, heldout_batch, shift_right, unrolled_forward,
+    frozen_target, heldout_batch, shift_right, unrolled_forward, unrolled_step_mask,
 )
 from harness.training.loop import TrainResult
 from harness.training.objectives import token_loss, uses_tree_loss
@@ -84,7 +84,7 @@ def switching_loss(head: PrismHead, lm_head: torch.nn.Module, batch: dict[str, t
         target_probs = torch.softmax(lm_head(batch["last"][:, 1:]).float(), dim=-1)
     total = target_probs.new_zeros(())
     for index, out in enumerate(switching_outputs(head, batch, options.unroll_steps)):
-        mask = (torch.arange(out.shape[1], device=out.device) >= index).float()[None].expand(out.shape[0], -1)
+        mask = unrolled_step_mask(out, index)
         loss = options.ce_weight * token_loss(options.objective)(head.logits(out, lm_head), target_probs, mask)
         total = total + options.step_decay**index * loss
     return total
