@@ -7,6 +7,7 @@
 #   snakemake --cores all checks                            # lossless, divergence, overheads, host syncs, projection
 #   snakemake -n                                            # list what would run
 #   snakemake --profile workflow/profiles/gpu all checks    # a GPU box: everything, on the GPU
+#   bash workflow/scripts/gpu_quick.sh                      # a lent GPU window: the quick check (target quick)
 #   snakemake --configfile workflow/config/llama3-8b.yaml --profile workflow/profiles/slurm
 #
 # The default config is used only when no --configfile is given: a config file given on the
@@ -33,6 +34,7 @@ include: "workflow/rules/drafters.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/report.smk"
 include: "workflow/rules/checks.smk"
+include: "workflow/rules/quick.smk"
 
 
 rule all:

@@ -1,5 +1,5 @@
 """Command line: ``python -m harness run|train|methods|summarize|figures|report|export-specbench|specbench-speed|
-divergence|measure|metrics ...``."""
+divergence|measure|metrics|build-datastore|fetch|gpu-wheels|gpu-install|quick-readme ...``."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ import sys
 from pathlib import Path
 
 from harness.errors import DraftcountError
+from harness.gpu import commands as gpu_commands
 from harness.options import parse_key_values, parse_options
 
 
@@ -376,12 +377,13 @@ def main(argv: list[str] | None = None) -> int:
     fetch.add_argument("--kind", choices=["model", "drafter"], default="model",
                        help="model: weights, config, tokenizer; drafter: an EAGLE head's config and weights")
     fetch.add_argument("--out", required=True, type=Path, help="directory to fill with links")
+    gpu_commands.add_parsers(subparsers)
     args = parser.parse_args(argv)
     handlers = {"fetch": _cmd_fetch, "run": _cmd_run, "train": _cmd_train, "methods": _cmd_methods, "summarize": _cmd_summarize,
                 "figures": _cmd_figures, "report": _cmd_report, "export-specbench": _cmd_export_specbench,
                 "specbench-speed": _cmd_specbench_speed,
                 "divergence": _cmd_divergence, "measure": _cmd_measure, "metrics": _cmd_metrics,
-                "build-datastore": _cmd_build_datastore}
+                "build-datastore": _cmd_build_datastore, **gpu_commands.HANDLERS}
     try:
         return handlers[args.command](args)
     except DraftcountError as error:

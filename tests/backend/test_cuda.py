@@ -2,9 +2,10 @@
 replayed for the target's verify forward and the drafters' steps, Lyanna's side stream, torch.compile,
 CUDA-event timing and PyTorch's own report of host synchronisations.
 
-Skipped on a machine without CUDA (CI). On a lent GPU run them first, before the GPU profile's workflow
-(docs/gpu.md): ``pytest -m cuda -x`` takes about 4 minutes on an H100 and names the failing method x engine
-setting, where the workflow's checks would lose ten.
+Skipped on a machine without CUDA (CI); every name they use is imported at module level, so CI's collection of
+this file (and tests/backend/test_cuda_imports.py) fails when a re-layout moves one. On a lent GPU the quick check
+(docs/gpu.md) runs them beside the zoo's training: ``pytest -m cuda`` takes about 4 minutes on an H100 and names
+the failing method x engine setting.
 
 A float32 mismatch can in principle be a near-tie flip between the tree kernel and the one-token kernel
 rather than a bug; the assertion message gives the target's top-2 logit margin at the first mismatch.
@@ -28,6 +29,10 @@ from harness.data.token_streams import save_tokens
 from harness.backend.models import load_model
 from harness.backend.device import Stopwatch, timer_name
 from harness.engine.method_spec import BuildInputs, build_adapter, method_spec
+from harness.measure.latency import target_latencies
+from harness.measure.projection import SHAPES, random_llama, scaled_shape
+from methods.eagle.cost import step_latency as eagle_step_latency
+from methods.lyanna.cost import step_latency as lyanna_depth_latency
 from tests.helpers import make_llama, markov_batches, train_briefly
 
 pytestmark = [pytest.mark.cuda,
@@ -186,9 +191,6 @@ def test_projection_latencies_replay_from_cuda_graphs():
     """The 8B-shape latency table's CUDA-graph timing (here at 1/16 of the shapes): the target's tree forwards,
     an EAGLE expansion and a Lyanna depth are captured on a static KV cache (a host sync or an allocation
     that moves would fail the capture) and their replays are timed."""
-    from harness.measure.projection import (SHAPES, eagle_step_latency, lyanna_depth_latency, random_llama, scaled_shape,
-                                    target_latencies)
-
     model = random_llama(scaled_shape(SHAPES["llama-3.1-8b"], 16), torch.bfloat16, "cuda")
     latencies = target_latencies(model, prefix=64, sizes=[1, 16], repeats=3, timing="cuda_graphs")
     assert set(latencies) == {1, 16} and all(0 < seconds < 1 for seconds in latencies.values())

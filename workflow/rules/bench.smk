@@ -92,9 +92,18 @@ def bench_runtime(wildcards):
     return minutes
 
 
+def bench_gate(wildcards):
+    """What a timed job waits for under the quick check (quick.share_gpu): the CUDA tests and the lossless runs, so
+    that nothing else runs on the GPU while it is timed."""
+    if not QUICK.get("share_gpu", False):
+        return []
+    return [check_path("pytest_cuda.txt"), *expand(check_path("lossless/{variant}.jsonl"), variant=lossless_variants())]
+
+
 rule bench:
     input:
         unpack(bench_inputs),
+        gate=bench_gate,
     output:
         results("raw/{variant}/{dataset}-t{temperature}.jsonl"),
     params:
@@ -106,7 +115,7 @@ rule bench:
     resources:
         mem_mb=8000,
         runtime=bench_runtime,
-        gpu=gpus_per_job(),
+        gpu=gpus_per_job(timed=True),
     shell:
         "python -m harness run {params.arguments} --threads {threads} --no-progress --out {output}"
 

@@ -23,7 +23,9 @@ def check_path(path):
 
 
 def lossless_variants():
-    """Every main variant but ar (the reference it is paired with)."""
+    """checks.lossless_variants, or every main variant but ar (the reference it is paired with)."""
+    if "lossless_variants" in CHECKS:
+        return list(CHECKS["lossless_variants"])
     return [variant for variant in plan.main_variants(config) if variant_method(variant) != "ar"]
 
 
@@ -184,7 +186,7 @@ rule ar_vs_generate:
     resources:
         mem_mb=8000,
         runtime=30,
-        gpu=gpus_per_job(),
+        gpu=gpus_per_job(timed=True),
     shell:
         "python -m harness measure ar-vs-generate --model {input.target} {params.arguments} > {output}.partial"
         " 2> {log} && mv {output}.partial {output}"
@@ -210,7 +212,7 @@ rule overheads:
     resources:
         mem_mb=8000,
         runtime=60,
-        gpu=gpus_per_job(),
+        gpu=gpus_per_job(timed=True),
     shell:
         "python -m harness measure overheads {params.arguments} --prompts {params.prompts} --threads {threads}"
         " --no-progress --out {output} > {log} 2>&1"
@@ -255,7 +257,7 @@ rule projection:
     resources:
         mem_mb=16000,
         runtime=30,
-        gpu=gpus_per_job(),
+        gpu=gpus_per_job(timed=True),
     shell:
         "python -m harness measure project-8b --summary {input.summary} --out-dir {params.out_dir} {params.arguments}"
         " --threads {threads} > {log} 2>&1"

@@ -61,9 +61,15 @@ def compute_device():
     return str(config["bench"].get("device", "cpu"))
 
 
-def gpus_per_job():
-    """The `gpu` resource of a job that runs a model: 1 on a CUDA device (SLURM: --gpus=1), else 0."""
-    return 1 if compute_device().startswith("cuda") else 0
+QUICK = config.get("quick", {})  # the quick GPU check (workflow/config/gpu-quick.yaml, rules/quick.smk)
+
+
+def gpus_per_job(timed=False):
+    """The `gpu` resource of a job that runs a model: 1 on a CUDA device (SLURM: --gpus=1), else 0. With
+    quick.share_gpu only timed jobs (bench) hold the one GPU alone; training and lossless runs share it."""
+    if not compute_device().startswith("cuda"):
+        return 0
+    return 1 if timed or not QUICK.get("share_gpu", False) else 0
 
 
 def work(path):

@@ -36,7 +36,7 @@ rule measure_latency:
     resources:
         mem_mb=4000,
         runtime=20,
-        gpu=gpus_per_job(),
+        gpu=gpus_per_job(timed=True),
     script:
         "../scripts/measure_latency.py"
 
@@ -55,7 +55,7 @@ rule measure_draft_step:
     resources:
         mem_mb=4000,
         runtime=10,
-        gpu=gpus_per_job(),
+        gpu=gpus_per_job(timed=True),
     script:
         "../scripts/measure_draft_step.py"
 

@@ -1,0 +1,74 @@
+"""The quick GPU check (target `quick`, workflow/scripts/gpu_quick.sh): its plan on the GPU config (dry run: what
+runs, which jobs hold the GPU alone, no calibration), and (slow) the entry script run end to end on a CPU at smoke
+size, as on a GPU: README before and after, every stage's outputs, lossless for every catalog method."""
+
+import re
+import subprocess
+
+import pytest
+
+from harness.catalog import method_names
+from tests.workflow.test_workflow import ROOT, job_counts, snakemake
+
+QUICK = ["--configfile", "workflow/config/gpu-quick.yaml"]
+CPU = [*QUICK, "workflow/config/gpu-quick-cpu.yaml"]
+CALIBRATION_RULES = {"tree_shape", "sequoia_tree", "measure_latency", "measure_acceptance", "measure_draft_step",
+                     "stand_tree"}
+
+
+def quick_overrides(tmp_path):
+    return ["--config", f"work_dir={tmp_path / 'work'}", f"results_dir={tmp_path / 'results'}"]
+
+
+def gpu_resources(output: str) -> dict[str, set[str]]:
+    """rule -> the `gpu=` values its planned jobs ask for (dry run output)."""
+    found: dict[str, set[str]] = {}
+    for block in output.split("\nrule ")[1:]:
+        rule = block.split(":", 1)[0].strip()
+        match = re.search(r"gpu=(\d)", block)
+        if match:
+            found.setdefault(rule, set()).add(match.group(1))
+    return found
+
+
+def test_quick_plan_on_the_gpu_config(tmp_path):
+    result = snakemake("-n", "quick", *QUICK, *quick_overrides(tmp_path), "--resources", "gpu=1")
+    assert result.returncode == 0, result.stderr
+    counts = job_counts(result.stdout)
+    assert counts["lossless_run"] == len(method_names()) - 1  # every catalog method but ar, its reference
+    assert counts["bench"] == 5 * 2 and counts["bench_pass"] == 5 * 2  # 5 variants x T 0, 1 x graphs / eager
+    assert counts["train_drafter"] == 5 and counts["cuda_tests"] == 1
+    assert not CALIBRATION_RULES & set(counts), counts  # fixed tree shapes: no calibration job
+    gpu = gpu_resources(result.stdout)
+    assert gpu["bench"] == {"1"} and gpu["bench_pass"] == {"1"}  # timed jobs hold the GPU alone
+    assert gpu["train_target"] == gpu["train_drafter"] == gpu["lossless_run"] == {"0"}  # the rest share it
+
+
+def test_quick_plan_at_cpu_size(tmp_path):
+    result = snakemake("-n", "quick", *CPU, *quick_overrides(tmp_path))
+    assert result.returncode == 0, result.stderr
+    assert job_counts(result.stdout)["lossless_run"] == len(method_names()) - 1
+
+
+@pytest.mark.slow
+def test_entry_script_runs_the_quick_check_on_cpu(tmp_path):
+    out, work = tmp_path / "quick", tmp_path / "work"
+    result = subprocess.run(["bash", "workflow/scripts/gpu_quick.sh", "--cpu", "--out", str(out), "--work", str(work),
+                             "--cores", "2", "--minutes", "20"], cwd=ROOT, capture_output=True, text=True, timeout=1500)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    readme = (out / "README.md").read_text()
+    assert "State: **finished" in readme and "device: CPU" in readme
+    stages = readme.split("## Stages")[1].split("## CUDA tests")[0]
+    assert "| none |" not in stages  # every stage wrote its files
+    assert "41 skipped" in readme or "skipped" in readme.split("## CUDA tests")[1].split("##")[0]
+    assert f"{len(method_names()) - 1} methods, every output equals its paired ar output" in readme
+    speedups = readme.split("## Paired speedups against ar")[1]
+    for engine in ("default", "eager"):
+        assert f"| {engine} | ar_control | 0 |" in speedups and f"| {engine} | lyanna | 1 |" in speedups
+    assert (out / "checks" / "lossless.csv").is_file() and (out / "report.md").is_file()
+
+
+def test_entry_script_refuses_a_bad_argument():
+    result = subprocess.run(["bash", "workflow/scripts/gpu_quick.sh", "--bogus"], cwd=ROOT, capture_output=True,
+                            text=True)
+    assert result.returncode == 2 and "unknown argument --bogus" in result.stderr
