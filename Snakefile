@@ -1,6 +1,7 @@
 # draftcount workflow: build the default model zoo, benchmark every method, aggregate.
 #
-#   snakemake --cores all                                   # the default pipeline
+#   snakemake --cores all                                   # the main comparison (target all)
+#   snakemake --cores all studies                           # the studies: ablations, families, GTO, domains, ...
 #   snakemake --cores all --profile workflow/profiles/smoke # the same in minutes
 #   snakemake --cores all bench_sd                          # one method's runs (bench_<m> for every catalog method)
 #   snakemake --cores all results/figures/speedup.pdf      # one figure (and what it needs)
@@ -38,10 +39,11 @@ include: "workflow/rules/quick.smk"
 
 
 rule all:
+    # the main comparison: every catalog method's main variant (no `study`), the control, the report
     default_target: True
     input:
         zoo_outputs(),
-        bench_outputs(),
+        bench_outputs(plan.main_variants(config)),
         results("tables/summary.csv"),
         results("report.md"),
         results("specbench"),

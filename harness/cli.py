@@ -9,6 +9,7 @@ from pathlib import Path
 
 from harness.errors import DraftcountError
 from harness.gpu import commands as gpu_commands
+from harness.training import command as train_command
 from harness.options import parse_key_values, parse_options
 
 
@@ -92,50 +93,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
     count = run(config, progress=not args.no_progress)
     print(f"wrote {count} records to {args.out}")
-    return 0
-
-
-def _train_parser(subparsers: argparse._SubParsersAction) -> None:
-    train = subparsers.add_parser("train", help="train a drafter (eagle, lyanna) on a target's features")
-    train.add_argument("--method", required=True, help="a method with a trained drafter (eagle, lyanna)")
-    train.add_argument("--target", required=True, help="target model: local HF directory or hub id")
-    train.add_argument("--data", required=True, type=Path,
-                       help="feature dump directory (index.json) or token stream (.pt) for features on the fly")
-    train.add_argument("--out", required=True, type=Path, help="drafter directory to write")
-    train.add_argument("--steps", type=int, default=1000, help="optimizer steps (0 = write a fresh drafter)")
-    train.add_argument("--time-budget-s", type=float, default=0.0, help="stop after this many seconds (0 = none)")
-    train.add_argument("--opt", action="append", metavar="KEY=VALUE", help="training option, repeatable")
-    train.add_argument("--heldout", type=Path, help="token stream (.pt) to report held-out agreement on")
-    train.add_argument("--checkpoint", type=Path, help="resumable checkpoint file")
-    train.add_argument("--metrics", type=Path, help="write the training metrics (JSON) here")
-    train.add_argument("--device", default="cpu")
-    train.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    train.add_argument("--no-progress", action="store_true", help="no progress bar")
-
-
-def _cmd_train(args: argparse.Namespace) -> int:
-    import json
-
-    from harness.engine.method_spec import method_spec
-    from harness.training.drafters import DrafterTrainRequest, write_metrics
-
-    spec = method_spec(args.method)
-    if spec.train is None:
-        raise DraftcountError(f"method '{args.method}' has no trained drafter")
-    if args.threads:
-        import torch
-
-        torch.set_num_threads(args.threads)
-    request = DrafterTrainRequest(
-        method=args.method, target=args.target, data=args.data, out=args.out, steps=args.steps,
-        time_budget_s=args.time_budget_s, options=parse_key_values(args.opt), heldout=args.heldout,
-        device=args.device, checkpoint=args.checkpoint, progress=not args.no_progress,
-    )
-    metrics = spec.train(request)
-    if args.metrics:
-        write_metrics(args.metrics, metrics)
-    print(json.dumps({key: value for key, value in metrics.items() if key != "options"}, default=str))
-    print(f"wrote {args.method} drafter to {args.out}")
     return 0
 
 
@@ -361,7 +318,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m harness", description="draftcount speculative-decoding harness")
     subparsers = parser.add_subparsers(dest="command", required=True)
     _run_parser(subparsers)
-    _train_parser(subparsers)
+    train_command.add_parser(subparsers)
     methods = subparsers.add_parser("methods", help="list the catalog's methods and their options")
     methods.add_argument("--names-only", action="store_true", help="without options (imports no method code)")
     _reporting_parsers(subparsers)
@@ -379,7 +336,7 @@ def main(argv: list[str] | None = None) -> int:
     fetch.add_argument("--out", required=True, type=Path, help="directory to fill with links")
     gpu_commands.add_parsers(subparsers)
     args = parser.parse_args(argv)
-    handlers = {"fetch": _cmd_fetch, "run": _cmd_run, "train": _cmd_train, "methods": _cmd_methods, "summarize": _cmd_summarize,
+    handlers = {"fetch": _cmd_fetch, "run": _cmd_run, "train": train_command.run, "methods": _cmd_methods, "summarize": _cmd_summarize,
                 "figures": _cmd_figures, "report": _cmd_report, "export-specbench": _cmd_export_specbench,
                 "specbench-speed": _cmd_specbench_speed,
                 "divergence": _cmd_divergence, "measure": _cmd_measure, "metrics": _cmd_metrics,

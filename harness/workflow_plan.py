@@ -12,7 +12,7 @@ from harness.store.hub import is_hub_id
 
 BUILT_PROMPT_SETS = ("stdlib_code", "stdlib_domains", "stdlib_long")  # prompt files the workflow builds (zoo.smk)
 BUILTIN_DATASETS = ("humaneval", *BUILT_PROMPT_SETS)
-WORKFLOW_ONLY_KEYS = ("method", "drafter", "ablation", "verifier", "samples", "temperatures", "datasets")
+WORKFLOW_ONLY_KEYS = ("method", "drafter", "ablation", "study", "verifier", "samples", "temperatures", "datasets")
 DATASTORE_FILE = "datastore/train.pt"  # `datastore: auto`: the retrieval datastore over the zoo's training split
 
 
@@ -100,9 +100,34 @@ def is_ablation(config: dict, variant: str) -> bool:
     return bool(variant_settings(config, variant).get("ablation", False))
 
 
+def study_of(config: dict, variant: str) -> str | None:
+    """The study a variant belongs to: its `study`, `ablations` for an ablation without one, None for a variant of
+    the main comparison."""
+    settings = variant_settings(config, variant)
+    if settings.get("study"):
+        return str(settings["study"])
+    return "ablations" if settings.get("ablation") else None
+
+
 def main_variants(config: dict) -> list[str]:
-    """The variants run on every dataset (the others are ablations and budget sweeps)."""
+    """The main comparison (target `all`): the variants in no study."""
+    return [variant for variant in variant_names(config) if study_of(config, variant) is None]
+
+
+def every_dataset_variants(config: dict) -> list[str]:
+    """The variants run on every dataset (the others are ablations and budget sweeps, on bench.ablation_datasets):
+    the report's and figures' main rows when they cover the studies too."""
     return [variant for variant in variant_names(config) if not is_ablation(config, variant)]
+
+
+def study_variants(config: dict, study: str | None = None) -> list[str]:
+    """The variants of one study (default: of every study): what `studies` (`study_<name>`) runs beyond `all`."""
+    return [variant for variant in variant_names(config)
+            if study_of(config, variant) is not None and (study is None or study_of(config, variant) == study)]
+
+
+def study_names(config: dict) -> list[str]:
+    return sorted({study for variant in variant_names(config) if (study := study_of(config, variant))})
 
 
 def variant_temperatures(config: dict, variant: str) -> list[str]:
@@ -172,25 +197,6 @@ def shape_variant(config: dict, method: str, drafter: str) -> str:
                 and variant_settings(config, variant).get("budget") == "auto"):
             return variant
     raise ValueError(f"no variant of {method} with drafter {drafter} has budget: auto")
-
-
-def tree_shape_arguments(config: dict, method: str, drafter: str, temperature: str, work_dir: Path, target: str,
-                         drafter_dir: str, prompts: str, latency: str) -> list[str]:
-    """Arguments of `python -m harness measure tree-shape` for rule tree_shape (threads, --out left out)."""
-    settings = config.get("tree_shape", {})
-    variant = shape_variant(config, method, drafter)
-    options = {key: value for key, value in variant_settings(config, variant).items()
-               if key not in WORKFLOW_ONLY_KEYS and key not in ("budget", "depth")}
-    bench = config["bench"]
-    arguments = ["--method", method, "--target", target, "--drafter", drafter_dir, "--prompts", prompts,
-                 "--latency", latency, "--temperature", str(temperature),
-                 "--max-depth", str(settings.get("max_depth", 8)), "--max-budget", str(settings.get("max_budget", 48)),
-                 "--limit", str(settings.get("prompts", 8)),
-                 "--max-new-tokens", str(settings.get("max_new_tokens", bench.get("max_new_tokens", 64))),
-                 "--device", str(bench.get("device", "cpu")), "--dtype", bench.get("dtype", "float32")]
-    for key, value in options.items():
-        arguments += ["--option", f"{key}={value}"]
-    return arguments
 
 
 def drafter_path(config: dict, drafter: str, work_dir: Path) -> str:
@@ -299,86 +305,7 @@ def feature_dump_bytes(features: dict, hidden: int) -> int:
     return int(features["sequences"]) * int(features["seq_len"]) * (hidden * layers * element + 4)
 
 
-def _option_arguments(options: dict[str, Any]) -> list[str]:
-    arguments = []
-    for key, value in options.items():
-        value = ",".join(map(str, value)) if isinstance(value, list) else value
-        arguments += ["--opt", f"{key}={value}"]
-    return arguments
-
-
-def run_arguments(config: dict, variant: str, dataset: str, temperature: str, work_dir: Path, target: str,
-                  draft: str | None = None, drafter: str | None = None) -> list[str]:
-    """Arguments of `python -m harness run` for one bench job (threads, progress and --out left to the caller)."""
-    bench = config["bench"]
-    method = variant_method(config, variant)
-    arguments = [
-        "--method", method, "--variant", variant, "--target", target,
-        "--prompts", dataset_prompts(config, dataset, work_dir), "--dataset", dataset,
-        "--temperature", str(temperature), "--max-new-tokens", str(bench.get("max_new_tokens", 128)),
-        "--seed", str(bench.get("seed", 0)), "--dtype", bench.get("dtype", "float32"),
-        "--device", str(bench.get("device", "cpu")), "--warmup", str(bench.get("warmup", 1)),
-    ]
-    if draft:
-        arguments += ["--draft", draft]
-    if drafter:
-        arguments += ["--drafter", drafter]
-    limit = dataset_limit(config, dataset)
-    if limit:
-        arguments += ["--limit", str(limit)] + (["--stratify"] if bench.get("stratify") else [])
-    if bench.get("chat_template", "auto") != "auto":
-        arguments += ["--chat-template", bench["chat_template"]]
-    if bench.get("system_prompt"):
-        arguments += ["--system-prompt", bench["system_prompt"]]
-    if bench.get("repeats", 1) > 1:
-        arguments += ["--repeats", str(bench["repeats"])]
-    arguments += _option_arguments(variant_options(config, variant, temperature, work_dir))
-    for key, value in bench.get("engine", {}).items():
-        value = {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
-        arguments += ["--engine", f"{key}={value}"]
-    verifier = variant_settings(config, variant).get("verifier")
-    if verifier:
-        arguments += ["--verifier", str(verifier)]
-    samples = variant_settings(config, variant).get("samples")
-    if samples:
-        arguments += ["--samples", str(samples)]
-    if variant != "ar":  # every other variant, the `ar` control (method ar) included, is paired with ar
-        arguments.append("--pair-with-ar")
-    return arguments
-
-
 def traversal_variants(config: dict) -> list[str]:
-    """The main variants verified by traversal (their trees are measured under every verifier by the checks)."""
-    return [variant for variant in main_variants(config) if variant_settings(config, variant).get("verifier") == "traversal"]
-
-
-def verifier_check_arguments(config: dict, variant: str, dataset: str, work_dir: Path, target: str,
-                             draft: str | None, drafter: str | None) -> list[str]:
-    """`python -m harness measure verifiers` for a traversal variant: its method and options, at its first
-    temperature above 0, on checks.prompts prompts of ``dataset`` (--out left to the caller)."""
-    temperature = next((t for t in variant_temperatures(config, variant) if float(t) > 0), "1")
-    checks = config.get("checks", {})
-    arguments = ["--method", variant_method(config, variant), "--target", target,
-                 "--prompts", dataset_prompts(config, dataset, work_dir), "--limit", str(checks.get("prompts", 6)),
-                 "--temperature", temperature, "--max-new-tokens", str(checks.get("new_tokens", 128)),
-                 "--trials", str(checks.get("verifier_trials", 16)), "--seed", str(config["bench"].get("seed", 0)),
-                 "--dtype", config["bench"].get("dtype", "float32"), "--device", str(config["bench"].get("device", "cpu"))]
-    arguments += ["--draft", draft] if draft else []
-    arguments += ["--drafter", drafter] if drafter else []
-    return arguments + _option_arguments(variant_options(config, variant, temperature, work_dir))
-
-
-def train_arguments(config: dict, drafter: str, target: str, data: str, heldout: str,
-                    work_dir: Path | str) -> list[str]:
-    """Arguments of `python -m harness train` for one configured drafter (checkpoint, --out etc. left out); an entry
-    with `init_from` fine-tunes that configured drafter (option ``init``: its directory)."""
-    settings = config["drafters"][drafter]
-    return [
-        "--method", settings.get("method", drafter), "--target", target, "--data", data, "--heldout", heldout,
-        "--steps", str(settings.get("steps", 1000)), "--time-budget-s", str(settings.get("time_budget_s", 0)),
-        "--device", str(config["bench"].get("device", "cpu")),
-        *_option_arguments(settings.get("options", {})),
-        *(["--opt", f"objective={settings['objective']}"] if "objective" in settings else []),
-        *(["--opt", f"init={drafter_path(config, settings['init_from'], Path(work_dir))}"]
-          if "init_from" in settings else []),
-    ]
+    """The variants verified by traversal on every dataset (the checks measure their trees under every verifier)."""
+    return [variant for variant in every_dataset_variants(config)
+            if variant_settings(config, variant).get("verifier") == "traversal"]

@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness import workflow_jobs as jobs
 from harness import workflow_plan as plan
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -18,7 +19,7 @@ def config():
 def test_traversal_variants_run_at_their_own_temperatures_only(config):
     assert plan.variant_temperatures(config, "eagle_tv") == ["1"]
     assert plan.variant_temperatures(config, "eagle") == ["0", "1"]
-    arguments = plan.run_arguments(config, "eagle_tv", "stdlib_code", "1", Path("w"), "t", drafter="d")
+    arguments = jobs.run_arguments(config, "eagle_tv", "stdlib_code", "1", Path("w"), "t", drafter="d")
     assert arguments[arguments.index("--verifier") + 1] == "traversal"
     bad = {**config, "bench": {**config["bench"], "methods": {"x": {"method": "ar", "temperatures": [0.5]}}}}
     with pytest.raises(ValueError, match="0.5"):
@@ -36,7 +37,7 @@ def test_auto_files_become_the_workflow_outputs_and_inputs(config):
     assert plan.variant_options(config, "eagle_tv", "1", work)["shape_file"] == eagle["shape_file"]
     assert plan.built_inputs(config, "lyanna", "0", work) == {"shape_file": "w/tree/shape-lyanna-lyanna-t0.json"}
     assert "shape_file" not in plan.variant_options(config, "eagle_b12", "0", work)
-    shape = plan.tree_shape_arguments(config, "lyanna", "lyanna", "0", work, "t", "d", "p.jsonl", "lat.json")
+    shape = jobs.tree_shape_arguments(config, "lyanna", "lyanna", "0", work, "t", "d", "p.jsonl", "lat.json")
     assert shape[shape.index("--option") + 1] == "top_k=4" and "reuse=logits" in shape and "budget=auto" not in shape
     assert shape[shape.index("--max-budget") + 1] == "48" and shape[shape.index("--latency") + 1] == "lat.json"
     reader = plan.built_inputs(config, "reader", "0", work)
@@ -49,7 +50,7 @@ def test_auto_files_become_the_workflow_outputs_and_inputs(config):
 
 
 def test_samples_and_own_datasets(config):
-    arguments = plan.run_arguments(config, "stand_samples", "stdlib_code", "1", Path("w"), "t")
+    arguments = jobs.run_arguments(config, "stand_samples", "stdlib_code", "1", Path("w"), "t")
     assert arguments[arguments.index("--samples") + 1] == "4"
     assert plan.variant_datasets(config, "hedgespec_domains") == ["stdlib_domains"]
     assert plan.dataset_prompts(config, "stdlib_domains", Path("w")) == "w/prompts/stdlib_domains.jsonl"

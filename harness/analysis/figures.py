@@ -25,6 +25,7 @@ from harness.catalog import catalog  # noqa: E402
 from harness.errors import DraftcountError  # noqa: E402
 from harness.analysis.categories import plot_categories  # noqa: E402
 from harness.analysis.context_length import plot_context_length  # noqa: E402
+from harness.analysis.trust import CONTROL_TOLERANCE, CONTROL_VARIANT, control_failures, diverged_variants  # noqa: E402
 
 EXTRA_COLORS = ["#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
 SIZE_OPTIONS = {"budget", "tree_budget", "gamma", "branching", "tree_file", "depth", "top_k"}
@@ -32,32 +33,6 @@ STYLE = {
     "font.family": "serif", "font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "legend.fontsize": 7,
     "xtick.labelsize": 7, "ytick.labelsize": 7, "axes.spines.top": False, "axes.spines.right": False,
     "axes.grid": True, "grid.alpha": 0.3, "grid.linewidth": 0.5, "savefig.dpi": 150, "figure.dpi": 100,
-}
-FIGURES: dict[str, str] = {
-    "speedup": "Speedup over `ar` per dataset (geometric mean of paired per-turn ratios; bars: prompt-bootstrap "
-               "95% interval); a black tick marks the bound, the speedup with zero host overhead.",
-    "phases": "Time per emitted token by phase (mean over datasets): the target's prefill and verify forwards, the "
-              "drafter's forwards, verification and sampling, and the host's share (everything else).",
-    "tau": "Acceptance length tau (EAGLE/Spec-Bench: mean accepted length per decoding step, prefill excluded); the "
-           "dot marks accepted draft tokens per verification step (no bonus token).",
-    "waste": "Compute per emitted token (FLOPs, mean over datasets): drafter and verifier work that led to an "
-             "emitted token (solid) and work thrown away (hatched).",
-    "budget": "Tau and speedup against the tokens verified per step (tree size), for variants of one method "
-              "that differ only in their draft budget.",
-    "depth": "Per-depth acceptance rate: share of verification steps that reached depth d - 1 and accepted a "
-             "draft token at depth d.",
-    "ablation": "The lyanna ablation: tau, speedup and drafter-FLOP waste of each switch against the default "
-                "(plain bars: T = 0, hatched: T = 1).",
-    "efficiency": "Speedup against tokens per target forward for every dataset (main variants); the dashed line "
-                  "is the bound speedup = tokens per forward of overhead-free drafting.",
-    "categories": "Speedup over `ar` per category of each prompt set with several (Spec-Bench's view: MT-Bench's "
-                  "categories as one task, then translation, summarization, QA, math reasoning, RAG; bars: "
-                  "prompt-bootstrap 95% interval).",
-    "context_length": "Tau against the prompt's length (tokens, by bucket of the long-context set `stdlib_long`): a "
-                      "drafter that attends over the context (eagle) against one that reads the last state only "
-                      "(owl, OWL's question).",
-    "samples": "Tau against the sample index, for variants run with several samples per prompt (a method that "
-               "learns across one prompt's samples, as stand's store does, should rise).",
 }
 
 
@@ -119,16 +94,42 @@ def _by_temperature(summary: pd.DataFrame, height: float = 2.4, rows: int = 1, s
     return figure, axes, temperatures
 
 
+def primary_variants(summary: pd.DataFrame, main: list[str]) -> list[str]:
+    """The main variants named after their catalog method, and the A/A control: one per method, each in its
+    method's own colour (the speedup figure, the README's main figure)."""
+    known = set(catalog())
+    named = [v for v in variant_order(summary) if v in main and (v in known or v == CONTROL_VARIANT) and v != "ar"]
+    return named or [v for v in variant_order(summary) if v in main and v != "ar"]
+
+
+def _mark_untrusted(axis: plt.Axes, table: pd.DataFrame, bars: dict) -> None:
+    """Hatch the bars of variants whose greedy turns left the paired ar output, and say on the panel when the
+    A/A control is outside its tolerance (the report's warning block says why)."""
+    diverged = diverged_variants(table)
+    for variant, (positions, rows) in bars.items():
+        if variant in diverged:
+            for patch in axis.patches:
+                if patch.get_label() == variant:
+                    patch.set_hatch("xxxx")
+    failing = control_failures(table)
+    if not failing.empty:
+        axis.text(0.02, 0.98, f"control reads {failing.speedup_paired_mean.iloc[0]:.2f}: outside 1 +- "
+                  f"{CONTROL_TOLERANCE:.0%}", transform=axis.transAxes, color="#b00000", va="top", fontsize=6)
+
+
 def plot_speedup(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str]) -> plt.Figure:
-    colors, variants = variant_colors(summary), [v for v in variant_order(summary) if v in main and v != "ar"]
+    colors, variants = variant_colors(summary), primary_variants(summary, main)
     figure, axes, temperatures = _by_temperature(summary)
     for axis, temperature in zip(axes[0], temperatures):
         table = summary[summary.temperature == temperature]
         bars = _grouped_bars(axis, table, "speedup_paired_mean", variants, colors, "speedup_ci_low",
                              "speedup_ci_high")
         if "speedup_bound" in table:
-            for positions, rows in bars.values():
-                axis.plot(positions, rows.speedup_bound, "_", color="black", markersize=6, markeredgewidth=1.2)
+            for index, (positions, rows) in enumerate(bars.values()):
+                axis.plot(positions, rows.speedup_bound, "D", markerfacecolor="white", markeredgecolor="black",
+                          markersize=3, markeredgewidth=0.8, linestyle="none",
+                          label="bound (zero host time)" if index == 0 else None)
+        _mark_untrusted(axis, table, bars)
         axis.axhline(1.0, color="black", linewidth=0.7, linestyle=":")
         axis.set_title(_temperature_label(temperature))
     axes[0][0].set_ylabel("speedup over ar")
@@ -205,12 +206,18 @@ def plot_waste(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str]) -> p
 def budget_families(summary: pd.DataFrame) -> dict[tuple[str, str], list[str]]:
     """Variants of one method and verifier whose options differ only in draft size (budget, gamma, tree shape)."""
     families: dict[tuple[str, str], list[str]] = {}
+    sizes: dict[tuple[str, str], set[str]] = {}
     verifiers = summary.verifier if "verifier" in summary else pd.Series("token_level", index=summary.index)
     table = summary.assign(verifier=verifiers)
     for (method, verifier, variant), options in table.groupby(["method", "verifier", "variant"]).options.first().items():
-        others = {k: v for k, v in json.loads(options or "{}").items() if k not in SIZE_OPTIONS}
-        families.setdefault((method, verifier + json.dumps(others, sort_keys=True)), []).append(variant)
-    return {key: variants for key, variants in families.items() if len(variants) > 1}
+        parsed = json.loads(options or "{}")
+        others = {k: v for k, v in parsed.items() if k not in SIZE_OPTIONS}
+        key = (method, verifier + json.dumps(others, sort_keys=True))
+        families.setdefault(key, []).append(variant)
+        sizes.setdefault(key, set()).add(json.dumps({k: v for k, v in parsed.items() if k in SIZE_OPTIONS},
+                                                    sort_keys=True))
+    # a family is several variants whose sizes differ (ar beside ar_control, the same options twice, is none)
+    return {key: variants for key, variants in families.items() if len(variants) > 1 and len(sizes[key]) > 1}
 
 
 def plot_budget(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str]) -> plt.Figure:

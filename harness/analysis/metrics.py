@@ -42,6 +42,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("verifier", "the verifier of the method's turns (`token_level` or `traversal`)",
            "how drafts were verified; `ar` baselines always use `token_level`"),
     Metric("turns", "count of the method's generated turns", "generations measured (prompts x turns)"),
+    Metric("diverged_turns", "count of greedy turns whose output_ids differ from their paired ar turn's (NaN at "
+           "T > 0)", "greedy turns that left the target's own text: 0 in float32 for a lossless method; in bf16 a "
+           "near-tie can flip (the report warns about any)"),
     Metric("tokens_per_s", "sum(new_tokens) / sum(wall_seconds)",
            "new tokens (trimmed at EOS, counted the same way for every method) over the wall time of the "
            "generation, prefill included; warm-up generations are not timed. The timer is named in every raw "

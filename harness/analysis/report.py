@@ -18,7 +18,8 @@ from harness.store.atomic import atomic_path
 from harness.errors import DraftcountError
 from harness.analysis.categories import category_sections
 from harness.analysis.summary import records_frame
-from harness.analysis.figures import FIGURES
+from harness.analysis.captions import FIGURES
+from harness.analysis.figures import budget_families
 from harness.analysis.metrics import report_definitions, report_metrics
 from harness.store.records import read_records
 from harness.analysis.report_timing import control_section, cost_section, phase_section
@@ -26,6 +27,8 @@ from harness.analysis.context_length import context_section
 from harness.analysis.polybasic import COST_RULE_INTRO, cost_rule_markdown, cost_rule_table
 from harness.analysis.families import comparison_table, family_table
 from harness.analysis.tables import cell, markdown_table, metric_cells
+from harness.analysis.regime import regime_card
+from harness.analysis.trust import trust_warnings, warning_block
 
 
 
@@ -110,7 +113,15 @@ def training_section(metrics_paths: list[Path]) -> str:
             quality = "top-1 agreement by step " + ", ".join(f"{value:.2f}" for value in agreement)
         else:
             quality = "-"
-        rows.append([Path(path).stem, str(parameters or "-"), str(train.get("steps", "-")),
+        base = metrics.get("grown_from")
+        if base:  # a grown target: its first stage, then the deepened model trained on
+            stage = base.get("training") or {}
+            rows.append([f"{Path(path).stem} (stage 1: {base.get('num_layers')} layers)",
+                         str(base.get("parameters", "-")), str(stage.get("steps", "-")),
+                         f"{stage.get('seconds', 0):.0f}", str(stage.get("stopped_by", "-")),
+                         f"perplexity {base['heldout_perplexity']:.1f}" if "heldout_perplexity" in base else "-"])
+        name = f"{Path(path).stem} (stage 2: grown)" if base else Path(path).stem
+        rows.append([name, str(parameters or "-"), str(train.get("steps", "-")),
                      f"{train.get('seconds', 0):.0f}", str(train.get("stopped_by", "-")), quality])
     return markdown_table(["model", "parameters", "steps", "seconds", "stopped by", "held-out quality"], rows)
 
@@ -198,6 +209,8 @@ def write_report(summary_csv: Path, records_paths: list[Path], figures_dir: Path
         defaults = summary[summary.variant.isin(set(ablation_rows.method)) & summary.dataset.isin(ablation_datasets)]
         ablation_rows = pd.concat([defaults, ablation_rows]).sort_values(["temperature", "method", "variant"])
     figure_link = Path(os.path.relpath(figures_dir, out.parent))
+    warnings = warning_block(trust_warnings(summary, metrics_paths or []))
+    card = regime_card(metrics_paths or [], summary)
     parts = [
         "# draftcount benchmark report",
         "",
@@ -205,6 +218,9 @@ def write_report(summary_csv: Path, records_paths: list[Path], figures_dir: Path
         "recomputes from the raw records under `raw/`. Speedups are measured against `ar` on the same prompts "
         "in the same process; see *How each number was measured* below.",
         "",
+        *([warnings, ""] if warnings else []),
+        *(["## Regime", "", "What decides how far these rankings transfer to another model and machine "
+           "(`harness/analysis/regime.py`).", "", card, ""] if card else []),
         "## Environment and runs",
         "",
         environment_section(settings),
@@ -286,8 +302,12 @@ def write_report(summary_csv: Path, records_paths: list[Path], figures_dir: Path
         "`tau (expert alone)` is the variant of that name in the same run.",
         hedge_section(hedge_csv, summary))
     parts += ["## Figures", ""]
+    has_data = {"categories": not categories.empty, "context_length": not context.empty,
+                "samples": samples_csv is not None and Path(samples_csv).is_file()
+                and not pd.read_csv(samples_csv).empty,
+                "ablation": bool(set(summary.variant) - set(main)), "budget": bool(budget_families(summary))}
     for name, caption in FIGURES.items():
-        if (figures_dir / f"{name}.png").is_file():
+        if (figures_dir / f"{name}.png").is_file() and has_data.get(name, True):
             parts += [f"**{name}** — {caption} ([PDF]({(figure_link / f'{name}.pdf').as_posix()}))", "",
                       f"![{name}]({(figure_link / f'{name}.png').as_posix()})", ""]
     training = training_section(metrics_paths or [])

@@ -9,9 +9,7 @@ import pandas as pd
 
 from harness.analysis.metrics import PHASE_REPORT_COLUMNS, report_metrics
 from harness.analysis.tables import cell, markdown_table, metric_cells
-
-CONTROL_VARIANT = "ar_control"
-CONTROL_TOLERANCE = 0.03
+from harness.analysis.trust import CONTROL_TOLERANCE, CONTROL_VARIANT
 
 
 def control_section(summary: pd.DataFrame) -> str:

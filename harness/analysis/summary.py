@@ -34,6 +34,7 @@ def records_frame(paths: list[Path]) -> pd.DataFrame:
                 "prompt_id": record.get("prompt_id", record["pair_id"].split("#")[0]),
                 "category": record.get("category") or "", "repeat": record.get("repeat", 0),
                 "new_tokens": counters["new_tokens"], "wall_seconds": counters["wall_seconds"],
+                "output_key": hash(tuple(record.get("output_ids") or ())),
                 **phase_columns(counters),
                 "target_forwards": counters["target"]["forwards"], "accepted_tokens": counters["accepted_tokens"],
                 "drafted_tokens": counters["drafted_tokens"], "verify_steps": len(counters["step_accepted"]),
@@ -101,6 +102,8 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
         paired = paired_with_ar(group, baseline)
         row.update(phase_summary(group, paired))
         row["repeats"] = group.repeat.nunique()
+        row["diverged_turns"] = (int((paired.output_key != paired.output_key_ar).sum())
+                                 if temperature == 0 and "output_key_ar" in paired else np.nan)
         if len(paired):
             row.update(paired_speedup(paired))
             row["speedup_repeat_std"] = repeat_spread(paired)
@@ -133,7 +136,8 @@ def repeat_spread(paired: pd.DataFrame) -> float:
 
 def paired_with_ar(group: pd.DataFrame, baseline: pd.DataFrame) -> pd.DataFrame:
     """The method's turns joined with their paired `ar` turns (``baseline`` indexed by run and pair id)."""
-    paired = group.join(baseline[["new_tokens", "wall_seconds", "phase_host"]], on=["run", "pair_id"], rsuffix="_ar")
+    columns = [column for column in ("new_tokens", "wall_seconds", "phase_host", "output_key") if column in baseline]
+    paired = group.join(baseline[columns], on=["run", "pair_id"], rsuffix="_ar")
     return paired.dropna(subset=["wall_seconds_ar"])
 
 

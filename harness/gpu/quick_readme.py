@@ -14,6 +14,7 @@ import pandas as pd
 
 from harness.analysis.divergence import divergence_table
 from harness.analysis.tables import markdown_table
+from harness.analysis.trust import trust_warnings, warning_block
 
 
 @dataclass(frozen=True)
@@ -130,6 +131,15 @@ def environment_lines() -> list[str]:
             f"{torch.version.cuda or 'none'}), transformers {version('transformers')}, snakemake {version('snakemake')}"]
 
 
+def warning_lines(results: Path, work: Path) -> list[str]:
+    """The report's warning block for what finished: the control, weak models let through, diverged turns."""
+    summary_path = results / "tables" / "summary.csv"
+    summary = pd.read_csv(summary_path) if summary_path.is_file() else pd.DataFrame(
+        columns=["variant", "speedup_paired_mean", "diverged_turns"])
+    block = warning_block(trust_warnings(summary, sorted((work / "metrics").glob("*.json"))))
+    return [block, ""] if block else []
+
+
 def quick_readme(results: Path, work: Path, started: float, state: str, command: str, commit: str) -> str:
     """The README of a quick check's folder in its current state (running, finished, timed out, failed)."""
     parts = [
@@ -137,6 +147,7 @@ def quick_readme(results: Path, work: Path, started: float, state: str, command:
         "",
         f"State: **{state}**. Command: `{command}` at commit `{commit}`.",
         "",
+        *warning_lines(results, work),
         *environment_lines(),
         "",
         "## Stages",

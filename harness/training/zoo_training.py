@@ -13,6 +13,7 @@ from harness.engine.loop import generate
 from harness.data.token_streams import even_windows, load_tokens, random_windows
 from harness.backend.models import wrap_model
 from harness.verify.sampling import SamplingConfig
+from harness.training.gates import apply_gates
 from harness.training.loop import TrainConfig, batches_from_step, train
 from harness.training.zoo import (
     LlamaShape, distillation_loss, grow_depth, heldout_perplexity, new_llama, next_token_loss, repetition_rate,
@@ -32,11 +33,34 @@ def degeneracy(model, tokenizer, heldout: torch.Tensor, prompts: int, new_tokens
     return {"repetition_rate": sum(rates) / len(rates), "looping_share": sum(r > 0.5 for r in rates) / len(rates)}
 
 
+@torch.no_grad()
+def sampling_regime(model, tokenizer, heldout: torch.Tensor, prompts: int, new_tokens: int, seed: int = 0) -> dict:
+    """The model's own T = 1 samples after held-out snippets: the mean entropy (nats) of its next-token distribution
+    at each sampled position, and the mean probability mass of its top-1 and top-10 tokens there (how far drafting
+    the sampled text can go: a peaked, low-entropy model is easy to draft at T = 1)."""
+    lm = wrap_model(model, tokenizer)
+    generator = torch.Generator().manual_seed(seed)
+    entropies, top1, top10 = [], [], []
+    for window in even_windows(heldout, prompts, 32):
+        output = generate(lm, NoDrafts(), window[None], new_tokens, SamplingConfig(temperature=1.0),
+                          generator=generator).output_ids
+        ids = torch.cat([window, torch.tensor(output, dtype=window.dtype)])[None].to(lm.device)
+        logits = model(ids).logits[0, window.numel() - 1:ids.shape[1] - 1].float()
+        probabilities = torch.softmax(logits, dim=-1)
+        entropies.append(-(probabilities * torch.log_softmax(logits, dim=-1)).sum(-1))
+        top = probabilities.topk(min(10, probabilities.shape[-1]), dim=-1).values
+        top1.append(top[:, 0])
+        top10.append(top.sum(-1))
+    return {"entropy_nats": float(torch.cat(entropies).mean()), "top1_mass": float(torch.cat(top1).mean()),
+            "top10_mass": float(torch.cat(top10).mean()), "samples": prompts, "new_tokens": new_tokens}
+
+
 def train_zoo_lm(role: str, tokenizer_dir: Path, train_tokens: Path, heldout_tokens: Path, corpus_summary: Path,
                  model_config: dict, evaluation: dict, out_dir: Path, metrics_path: Path, checkpoint: Path,
-                 teacher_dir: Path | None = None, progress: bool = True, device: str = "cpu") -> dict:
+                 teacher_dir: Path | None = None, progress: bool = True, device: str = "cpu",
+                 gates: dict[str, float] | None = None, allow_weak: bool = False) -> dict:
     """Train the target (next-token loss) or the draft (distillation from ``teacher_dir``) on ``device``,
-    save, evaluate."""
+    save, evaluate, and hold the result against its quality ``gates`` (harness/training/gates.py)."""
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     tokens = load_tokens(train_tokens)
     heldout = load_tokens(heldout_tokens)
@@ -88,11 +112,14 @@ def train_zoo_lm(role: str, tokenizer_dir: Path, train_tokens: Path, heldout_tok
         "heldout_perplexity": heldout_perplexity(model, windows),
         "degeneracy": degeneracy(model, tokenizer, heldout, evaluation["degeneracy_prompts"],
                                  evaluation["degeneracy_tokens"]),
+        "sampling": sampling_regime(model, tokenizer, heldout, evaluation["degeneracy_prompts"],
+                                    evaluation["degeneracy_tokens"], config.seed),
     }
     if teacher is not None:
         metrics["top1_agreement_with_target"] = top1_agreement(teacher, model, windows)
         metrics["target_parameters"] = sum(p.numel() for p in teacher.parameters())
         metrics["parameter_ratio"] = metrics["target_parameters"] / metrics["parameters"]
+    metrics = apply_gates(role, metrics, gates, allow_weak)
     provenance = {"kind": f"zoo-{role}", "config": model_config, "fingerprint": fingerprint,
                   "corpus": corpus, "metrics": metrics}
     save_model(out_dir, model, tokenizer, provenance)

@@ -10,7 +10,8 @@ import pytest
 
 from harness.analysis.summary import compute_breakdown, depth_acceptance, records_frame, summarize, write_summary
 from harness.errors import DraftcountError
-from harness.analysis.figures import FIGURES, budget_families, variant_colors, write_figures
+from harness.analysis.captions import FIGURES
+from harness.analysis.figures import budget_families, variant_colors, write_figures
 from harness.store.records import SCHEMA_VERSION
 from harness.analysis.report import write_report
 from harness.analysis.specbench import export_records

@@ -13,7 +13,7 @@ import matplotlib.image
 import pandas as pd
 import pytest
 
-from tests.workflow.test_workflow import ROOT, SMOKE_VARIANTS, SNAKEMAKE, overrides, snakemake
+from tests.workflow.test_workflow import ROOT, SMOKE_MAIN, SMOKE_VARIANTS, SNAKEMAKE, overrides, snakemake
 
 
 def report_cell(text: str, variant: str, dataset: str, temperature: str, column: str) -> str:
@@ -32,10 +32,11 @@ def test_smoke_pipeline_end_to_end_killed_and_resumed(tmp_path):
     no half-written file is used, and the tables, figures, report and Spec-Bench export come out."""
     started = time.perf_counter()
     args = ["--cores", "2", "--profile", "workflow/profiles/smoke", *overrides(tmp_path)]
+    targets = ["all", "studies"]  # the main comparison and the studies (the smoke variants' ablations)
     work, results = tmp_path / "work", tmp_path / "results"
     log = tmp_path / "first-run.log"
     with log.open("w") as handle:
-        process = subprocess.Popen([*SNAKEMAKE, *args], cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
+        process = subprocess.Popen([*SNAKEMAKE, *targets, *args], cwd=ROOT, stdout=handle, stderr=subprocess.STDOUT,
                                    start_new_session=True)
         deadline = time.time() + 480
         # kill once Snakemake has recorded two finished benchmarks (its log says so after it has)
@@ -49,11 +50,11 @@ def test_smoke_pipeline_end_to_end_killed_and_resumed(tmp_path):
         assert all(json.loads(line)["schema_version"] for line in path.read_text().splitlines())
     assert snakemake(*args, "--unlock").returncode == 0
     # a job killed after its output appeared but before Snakemake recorded it is rerun; the rest is kept
-    plan = snakemake(*args, "-n", "--rerun-incomplete").stdout
+    plan = snakemake(*targets, *args, "-n", "--rerun-incomplete").stdout
     scheduled = {Path(line.split("output:", 1)[1].strip()) for line in plan.splitlines() if "output:" in line}
     completed = {path: mtime for path, mtime in present.items() if path not in scheduled}
     assert completed, plan[-3000:]
-    result = snakemake(*args, "--rerun-incomplete", timeout=600)
+    result = snakemake(*targets, *args, "--rerun-incomplete", timeout=600)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     print(f"smoke pipeline, killed and resumed: {time.perf_counter() - started:.0f}s; "
           f"{len(completed)} of {len(present)} finished benchmarks kept")
@@ -67,7 +68,8 @@ def test_smoke_pipeline_end_to_end_killed_and_resumed(tmp_path):
     fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert fresh.returncode == 0, fresh.stderr
     summary = pd.read_csv(results / "tables" / "summary.csv")
-    assert sorted(set(summary.variant)) == sorted(SMOKE_VARIANTS)
+    assert sorted(set(summary.variant)) == sorted(SMOKE_MAIN)  # the main comparison: one variant per method
+    assert sorted(set(pd.read_csv(results / "studies" / "tables" / "summary.csv").variant)) == sorted(SMOKE_VARIANTS)
     # stdlib_code at temperature 0, and eagle also on the mixed-domain set (the per-category view)
     assert len(list((results / "raw").rglob("*.jsonl"))) == len(SMOKE_VARIANTS) + 1
     categories = pd.read_csv(results / "tables" / "categories.csv")
@@ -77,11 +79,16 @@ def test_smoke_pipeline_end_to_end_killed_and_resumed(tmp_path):
         assert json.loads((work / "metrics" / f"drafter-{drafter}.json").read_text())["train"]["steps"] > 0
     tree = json.loads((work / "tree" / "sequoia-t0-b16.json").read_text())
     assert tree["parents"][0] == -1 and tree["depth"] <= 4 and tree["budget"] <= 16
-    for name in ("speedup", "tau", "waste", "budget", "depth", "ablation", "efficiency"):
-        assert (results / "figures" / f"{name}.pdf").stat().st_size > 1000
-        assert matplotlib.image.imread(results / "figures" / f"{name}.png").shape[0] > 200
+    for folder, name in [*((results / "figures", name) for name in ("speedup", "tau", "waste", "depth", "efficiency")),
+                         *((results / "studies" / "figures", name) for name in ("budget", "ablation"))]:
+        assert (folder / f"{name}.pdf").stat().st_size > 1000
+        assert matplotlib.image.imread(folder / f"{name}.png").shape[0] > 200
+    studies = (results / "studies" / "report.md").read_text()
+    assert "### Ablations and budget sweeps" in studies and "![budget]" in studies
     report = (results / "report.md").read_text()
     assert "### Per category" in report and "**stdlib_domains, T = 0**" in report
+    assert report.index("## Regime") < report.index("## Environment and runs")  # the regime card comes first
+    assert "![ablation]" not in report and "![budget]" not in report  # no data in the main comparison: not embedded
     eagle = summary[summary.dataset == "stdlib_code"].set_index("variant").loc["eagle"]
     assert report_cell(report, "eagle", "stdlib_code", "0", "tau") == f"{eagle.tau:.2f}"
     assert report_cell(report, "eagle", "stdlib_code", "0", "speedup") == f"{eagle.speedup_paired_mean:.2f}"

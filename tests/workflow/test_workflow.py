@@ -17,6 +17,7 @@ TREE_RULES = {"measure_acceptance", "measure_latency", "measure_draft_step", "se
 REPORT_RULES = {"summary", "figures", "report", "export_specbench"}
 SMOKE_VARIANTS = ["ar", "ar_control", "sd", "tree_sd", "tree_sd_specinfer", "tree_sd_sequoia_b16", "eagle", "eagle_b12",
                   "lyanna", "lyanna_feature", "lyanna_unfused", "pld", "stand", "reader"]
+SMOKE_MAIN = ["ar", "ar_control", "sd", "tree_sd", "eagle", "lyanna", "pld", "stand", "reader"]  # target all
 
 
 def snakemake(*args, timeout=900, **kwargs):
@@ -43,26 +44,30 @@ def overrides(tmp_path):
 
 
 def test_dry_run_lists_every_rule(tmp_path):
+    """`all` is the main comparison: every catalog method's main variant on the two default datasets at T = 0 and
+    1; `studies` adds every study (families, long context, traversal, ablations, samples, domains, GTO, budgets)."""
     result = snakemake("-n", *overrides(tmp_path))
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
     assert ZOO_RULES | TREE_RULES | MODEL_FREE_RULES | REPORT_RULES | {"bench", "all"} <= set(counts), counts
-    # {ar, ar_control, sd, tree_sd, eagle, lyanna, pld, stand, reader, hedgespec} x 2 datasets x {0, 1}
-    # + {tree_sd, eagle, lyanna, stand}_tv x 2 datasets at T = 1
-    # + 6 lyanna ablations, stand_samples, reader_retrieval, tree_sd_specinfer and 6 budget-sweep variants
-    #   x 1 dataset x {0, 1}
-    # + eagle_net, eagle_gui, hedgespec_domains on stdlib_domains x {0, 1}
-    # + issue 35's families: {eagle_b24, prism, owl, howl, polybasic} x 2 datasets x {0, 1} (eagle_b24, owl, howl
-    #   also on stdlib_long) and prism_m1, eagle_gto, eagle_more, lyanna_gto, lyanna_b24 x 1 dataset x {0, 1}
-    assert counts["bench"] == 10 * 4 + 4 * 2 + 15 * 2 + 3 * 2 + 5 * 4 + 3 * 2 + 5 * 2
-    assert counts["long_prompts"] == 1
-    assert counts["tree_shape"] == 4  # eagle and lyanna (their traversal twins share it) x {0, 1}
-    assert counts["stand_tree"] == 2 and counts["reader_datastore"] == 1  # one tree per temperature
-    assert counts["tokenize_domain"] == 2 and counts["domain_prompts"] == 1
-    # eagle, lyanna, lyanna_feature, lyanna_vocab, eagle_net, eagle_gui; prism, prism_m1, polybasic, owl, eagle_gto,
-    # eagle_more, lyanna_gto
-    assert counts["train_drafter"] == 13
-    assert counts["sequoia_tree"] == 6  # per temperature: the latency-chosen budget, 16 and 32
+    # {ar, ar_control, sd, tree_sd, eagle, lyanna, pld, stand, reader, hedgespec, prism, owl, polybasic}
+    #   x 2 datasets x {0, 1}
+    assert counts["bench"] == 13 * 4
+    assert counts["train_drafter"] == 5  # eagle, lyanna, prism, owl, polybasic's mid LM
+    assert counts["tree_shape"] == 4 and counts["sequoia_tree"] == 2 and counts["stand_tree"] == 2
+    assert not {"long_prompts", "tokenize_domain", "domain_prompts"} & set(counts)
+    studies = job_counts(snakemake("-n", "studies", *overrides(tmp_path)).stdout)
+    # the main 52 + families {eagle_b24, howl} x 4 and prism_m1 x 2, long context {eagle, owl, howl}_long x
+    # stdlib_long x 2, traversal {tree_sd, eagle, lyanna, stand}_tv x 2 datasets at T = 1, 7 ablations x 2,
+    # stand_samples x 2, domains {eagle_net, eagle_gui, hedgespec_domains} x 2, GTO {eagle_gto, eagle_more,
+    # lyanna_gto, lyanna_b24} x 2, budgets {lyanna, eagle} x {12, 48} and 3 tree_sd trees x 2
+    assert studies["bench"] == 52 + 8 + 2 + 6 + 8 + 14 + 2 + 6 + 8 + 14
+    assert studies["long_prompts"] == 1 and studies["tokenize_domain"] == 2 and studies["domain_prompts"] == 1
+    assert studies["train_drafter"] == 13 and studies["sequoia_tree"] == 6  # per T: the chosen budget, 16 and 32
+    assert studies["studies_summary"] == studies["studies_figures"] == studies["studies_report"] == 1
+    assert "report" not in studies  # the main report is `all`'s
+    gto = job_counts(snakemake("-n", "study_gto", *overrides(tmp_path)).stdout)
+    assert gto["bench"] == 8 and gto["train_drafter"] == 5  # eagle, lyanna and the three fine-tuned from them
 
 
 def test_one_target_runs_only_what_it_needs(tmp_path):
@@ -88,7 +93,7 @@ def test_one_target_runs_only_what_it_needs(tmp_path):
     assert sweep["bench"] == 4 + 4 + 4 and sweep["train_drafter"] == 5
     figure = job_counts(snakemake("-n", str(tmp_path / "results" / "figures" / "speedup.pdf"),
                                   *overrides(tmp_path)).stdout)
-    assert figure["figures"] == 1 and figure["bench"] == 84 + 36 and "report" not in figure
+    assert figure["figures"] == 1 and figure["bench"] == 13 * 4 and "report" not in figure
     families = {name: job_counts(snakemake("-n", f"bench_{name}", *overrides(tmp_path)).stdout)
                 for name in ("prism", "owl", "polybasic")}
     assert families["prism"]["bench"] == 4 and families["prism"]["train_drafter"] == 1  # prism_m1: ablate_prism
@@ -126,8 +131,8 @@ def test_real_checkpoint_config_and_slurm_profile_dry_run(tmp_path):
                        "--profile", "workflow/profiles/slurm")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     counts = job_counts(result.stdout)
-    # {ar, ar_control, sd, tree_sd, eagle, eagle3, lyanna} x 4 datasets x {0, 1} + 3 lyanna ablations x mt_bench
-    assert counts["bench"] == 7 * 8 + 3 * 2 and counts["train_drafter"] == 1  # the EAGLE heads are used as is
+    # {ar, ar_control, sd, tree_sd, eagle, eagle3, lyanna} x 4 datasets x {0, 1} (its 3 lyanna ablations: studies)
+    assert counts["bench"] == 7 * 8 and counts["train_drafter"] == 1  # the EAGLE heads are used as is
     assert not {"train_target", "train_draft", "tokenizer"} & set(counts) and REPORT_RULES <= set(counts)
     bench_jobs = result.stdout.split("rule bench:")[1:]
     assert all("slurm_partition=gpu" in job and "gpu=1" in job and "--device cuda" in job for job in bench_jobs)

@@ -55,7 +55,7 @@ def bench_inputs(wildcards):
 
 def bench_arguments(wildcards, input):
     """The `python -m harness run` arguments of one job; an engine pass's switches over bench.engine."""
-    arguments = plan.run_arguments(plan.with_engine_pass(config, wildcards.get("pass")), wildcards.variant,
+    arguments = jobs.run_arguments(plan.with_engine_pass(config, wildcards.get("pass")), wildcards.variant,
                                    wildcards.dataset, wildcards.temperature, WORK, input.target, input.get("draft"),
                                    input.get("drafter"))
     return shlex.join(arguments)
@@ -117,7 +117,7 @@ rule bench:
         runtime=bench_runtime,
         gpu=gpus_per_job(timed=True),
     shell:
-        "python -m harness run {params.arguments} --threads {threads} --no-progress --out {output}"
+        "python -m harness run {params.arguments} --threads {threads} --out {output}"
 
 
 # The same benchmark under another engine setting (bench.passes: name -> engine switches), into raw-<pass>/.

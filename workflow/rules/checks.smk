@@ -44,7 +44,7 @@ def lossless_job(wildcards):
 
 def lossless_arguments(wildcards, input):
     job = lossless_job(wildcards)
-    return shlex.join(plan.run_arguments(lossless_config(), job.variant, job.dataset, job.temperature, WORK,
+    return shlex.join(jobs.run_arguments(lossless_config(), job.variant, job.dataset, job.temperature, WORK,
                                          input.target, input.get("draft"), input.get("drafter")))
 
 
@@ -108,7 +108,7 @@ def verifier_job(wildcards):
 
 def verifier_arguments(wildcards, input):
     job = verifier_job(wildcards)
-    return shlex.join(plan.verifier_check_arguments(config, job.variant, job.dataset, WORK, input.target,
+    return shlex.join(jobs.verifier_check_arguments(config, job.variant, job.dataset, WORK, input.target,
                                                     input.get("draft"), input.get("drafter")))
 
 

@@ -6,6 +6,7 @@ import shlex
 import sys
 from pathlib import Path
 
+from harness import workflow_jobs as jobs
 from harness import workflow_plan as plan
 from harness.catalog import method_names as catalog_methods
 

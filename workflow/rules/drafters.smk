@@ -44,17 +44,17 @@ def drafter_inputs(wildcards):
 
 def drafter_arguments(wildcards, input):
     data = Path(input.data).parent if input.data.endswith("index.json") else input.data
-    return shlex.join(plan.train_arguments(config, wildcards.drafter, input.target, str(data), input.heldout, WORK))
+    return shlex.join(jobs.train_arguments(config, wildcards.drafter, input.target, str(data), input.heldout, WORK))
 
 
 def train_minutes(name):
-    return int(drafter_settings(name).get("time_budget_s", 3600) / 60) + 30
+    return training_minutes(drafter_settings(name))
 
 
 def train_runtime(wildcards):
-    """A training job's time limit: its budget plus 30 minutes, at most the cluster's cap (bench.max_runtime_minutes,
-    default 24 h). A longer budget runs over several jobs: training checkpoints every minute, and a job the cap
-    kills is resubmitted (``retries``) and resumes where it stopped, its time budget counted across jobs."""
+    """A training job's time limit: twice its `expected_minutes` plus 30, at most the cluster's cap
+    (bench.max_runtime_minutes, default 24 h). A longer training runs over several jobs: training checkpoints every
+    minute, and a job the cap kills is resubmitted (``retries``) and resumes at the step it reached."""
     return min(train_minutes(wildcards.drafter), config["bench"].get("max_runtime_minutes", 1440))
 
 
@@ -104,7 +104,7 @@ rule train_drafter:
     retries: train_retries()
     shell:
         "python -m harness train {params.arguments} --checkpoint {params.checkpoint} --threads {threads}"
-        " --no-progress --out {output.drafter} --metrics {output.metrics}"
+        " --out {output.drafter} --metrics {output.metrics}"
 
 
 # train_<method>: every configured drafter of a catalog method that trains one (needs: drafter)

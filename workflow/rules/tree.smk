@@ -92,7 +92,7 @@ rule tree_shape:
         method="eagle|lyanna",
         temperature=r"[0-9.]+",
     params:
-        arguments=lambda wildcards, input: shlex.join(plan.tree_shape_arguments(
+        arguments=lambda wildcards, input: shlex.join(jobs.tree_shape_arguments(
             config, wildcards.method, wildcards.drafter, wildcards.temperature, WORK, input.target, input.drafter,
             input.prompts, input.latency)),
     threads: config["bench"].get("threads", config["threads"])

@@ -13,6 +13,11 @@ def zoo_outputs():
     ]
 
 
+def training_minutes(settings):
+    """A training job's time limit (SLURM -t): twice its `expected_minutes` plus 30 (default 60 expected)."""
+    return 2 * int(settings.get("expected_minutes", 60)) + 30
+
+
 def corpus_inputs(wildcards):
     return [config["corpus"]["path"]] if config["corpus"].get("source") == "jsonl" else []
 
@@ -176,10 +181,12 @@ if not external_models():
             evaluation=config["evaluation"],
             checkpoint=work("checkpoints/target.pt"),
             device=compute_device(),
+            gates=config.get("gates", {}).get("target", {}),
+            allow_weak=config.get("allow_weak_models", False),
         threads: config["threads"]
         resources:
             mem_mb=8000,
-            runtime=int(config["target"]["train"].get("time_budget_s", 3600) / 60) + 30,
+            runtime=training_minutes(config["target"]),
             gpu=gpus_per_job(),
         script:
             "../scripts/train_lm.py"
@@ -200,10 +207,12 @@ if not external_models():
             evaluation=config["evaluation"],
             checkpoint=work("checkpoints/draft.pt"),
             device=compute_device(),
+            gates=config.get("gates", {}).get("draft", {}),
+            allow_weak=config.get("allow_weak_models", False),
         threads: config["threads"]
         resources:
             mem_mb=8000,
-            runtime=int(config["draft"]["train"].get("time_budget_s", 3600) / 60) + 30,
+            runtime=training_minutes(config["draft"]),
             gpu=gpus_per_job(),
         script:
             "../scripts/train_lm.py"

@@ -1,0 +1,103 @@
+"""The regime card at the top of the report: the figures that decide how far this run's rankings transfer to
+another model and machine. The target's size and quality (parameters, held-out perplexity, greedy repetition rate
+and looping share), how draftable its sampled text is (mean entropy, top-1 and top-10 probability mass of its own
+T = 1 samples), and its cost structure (a 1-token forward over one drafter step, a verify forward at the trees
+used over a 1-token forward), with one sentence on what differs from an 8B model on an H100 (the committed H100
+latencies, when present). Torch-free: it reads the target's training metrics and the summary table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from harness.analysis.tables import markdown_table
+
+H100_LATENCIES = Path(__file__).resolve().parents[2] / "results" / "h100-2026-11-24" / "projection" / "latency.csv"
+
+
+def target_metrics(metrics_paths: list[Path]) -> dict:
+    for path in metrics_paths:
+        if Path(path).stem == "target":
+            return json.loads(Path(path).read_text())
+    return {}
+
+
+def cost_ratios(summary: pd.DataFrame) -> tuple[float, float, str, float]:
+    """(the target's 1-token forward / the median drafter step of the trained-drafter variants, the median verify
+    forward / 1-token forward over tree variants, and the tree-size range; the verified tokens per step at the
+    largest tree): medians over variants, datasets and temperatures."""
+    ar = summary[summary.method == "ar"].target_seconds_per_forward.median()
+    others = summary[summary.method != "ar"].dropna(subset=["target_seconds_per_forward"])
+    drafters = others.drafter_seconds_per_forward.replace(0, float("nan")).dropna()
+    forward_over_step = float(ar / drafters.median()) if len(drafters) else float("nan")
+    verify_over_one = float((others.target_seconds_per_forward / ar).median()) if len(others) else float("nan")
+    sizes = others.verified_per_step
+    span = f"{sizes.min():.0f}-{sizes.max():.0f}" if len(sizes) else "-"
+    return forward_over_step, verify_over_one, span, float(sizes.max()) if len(sizes) else float("nan")
+
+
+def h100_reference(path: Path = H100_LATENCIES) -> tuple[float, float] | None:
+    """(64-token verify / 1-token forward, 1-token forward / EAGLE step) of Llama-3.1-8B's shapes on the committed
+    H100 run under CUDA graphs; None without that file."""
+    if not path.is_file():
+        return None
+    table = pd.read_csv(path)
+    graphs = table[table.timing == "cuda_graphs"].set_index(["component", "tokens"]).ms
+    try:
+        one, sixty_four = graphs[("target", 1)], graphs[("target", 64)]
+        step = table[(table.timing == "cuda_graphs") & (table.component == "eagle_step")].ms.iloc[0]
+    except (KeyError, IndexError):
+        return None
+    return float(sixty_four / one), float(one / step)
+
+
+def transfer_sentence(forward_over_step: float, verify_over_one: float, span: str,
+                      reference: tuple[float, float] | None) -> str:
+    if reference is None:
+        return ""
+    verify_h100, steps_h100 = reference
+    differs = []
+    if verify_over_one > 1.5 * verify_h100:
+        differs.append(f"verifying a tree here costs {verify_over_one:.2f}x a 1-token forward ({span} tokens), against "
+                       f"{verify_h100:.2f}x for 64 tokens there, so large trees are penalised here that would pay there")
+    if forward_over_step < 0.5 * steps_h100:
+        differs.append(f"one target forward here costs {forward_over_step:.1f} drafter steps, against "
+                       f"{steps_h100:.1f} there, so drafting is relatively dearer here")
+    elif forward_over_step > 2 * steps_h100:
+        differs.append(f"one target forward here costs {forward_over_step:.1f} drafter steps, against "
+                       f"{steps_h100:.1f} there, so drafting is relatively cheaper here")
+    reference_text = (f"On an 8B target on an H100 (`results/h100-2026-11-24`, CUDA graphs) a 64-token verify costs "
+                      f"{verify_h100:.2f}x a 1-token forward and one forward {steps_h100:.1f} EAGLE steps. ")
+    if not differs:
+        return reference_text + "The cost ratios here are within a factor of about 2 of those."
+    return reference_text + "What differs: " + "; ".join(differs) + "."
+
+
+def _number(value: object, fmt: str) -> str:
+    if not isinstance(value, (int, float)) or value != value:  # missing or NaN
+        return "-"
+    return fmt.format(value)
+
+
+def regime_card(metrics_paths: list[Path], summary: pd.DataFrame) -> str:
+    """The card as a markdown table and a sentence; empty when there is neither a target metrics file nor timing."""
+    target = target_metrics(metrics_paths)
+    degeneracy, sampling = target.get("degeneracy") or {}, target.get("sampling") or {}
+    forward_over_step, verify_over_one, span, _ = cost_ratios(summary)
+    rows = [
+        ["target parameters", _number(target.get("parameters"), "{:,}")],
+        ["held-out perplexity", _number(target.get("heldout_perplexity"), "{:.1f}")],
+        ["greedy repetition rate (4-grams)", _number(degeneracy.get("repetition_rate"), "{:.2f}")],
+        ["looping share (greedy continuations)", _number(degeneracy.get("looping_share"), "{:.2f}")],
+        ["entropy of its T = 1 samples (nats)", _number(sampling.get("entropy_nats"), "{:.2f}")],
+        ["top-1 / top-10 probability mass at T = 1",
+         f"{_number(sampling.get('top1_mass'), '{:.2f}')} / {_number(sampling.get('top10_mass'), '{:.2f}')}"],
+        ["1-token forward / drafter step (median)", _number(forward_over_step, "{:.1f}")],
+        [f"verify forward / 1-token forward (median, {span} tokens)", _number(verify_over_one, "{:.2f}")],
+    ]
+    if not target and all(row[1] == "-" for row in rows[6:]):
+        return ""
+    sentence = transfer_sentence(forward_over_step, verify_over_one, span, h100_reference())
+    return markdown_table(["regime", "value"], rows) + ("\n\n" + sentence if sentence else "")

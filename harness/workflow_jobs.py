@@ -1,0 +1,115 @@
+"""The command lines of the workflow's jobs, as pure functions of its config (``harness.workflow_plan``): a bench
+run, a tree-shape calibration, a verifier measurement, a drafter's training (used by the Snakemake rules;
+torch-free)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from harness.workflow_plan import (WORKFLOW_ONLY_KEYS, dataset_limit, dataset_prompts, drafter_path, shape_variant,
+                                   variant_method, variant_options, variant_settings, variant_temperatures)
+
+
+def _option_arguments(options: dict[str, Any]) -> list[str]:
+    arguments = []
+    for key, value in options.items():
+        value = ",".join(map(str, value)) if isinstance(value, list) else value
+        arguments += ["--opt", f"{key}={value}"]
+    return arguments
+
+
+def run_arguments(config: dict, variant: str, dataset: str, temperature: str, work_dir: Path, target: str,
+                  draft: str | None = None, drafter: str | None = None) -> list[str]:
+    """Arguments of `python -m harness run` for one bench job (threads, progress and --out left to the caller)."""
+    bench = config["bench"]
+    method = variant_method(config, variant)
+    arguments = [
+        "--method", method, "--variant", variant, "--target", target,
+        "--prompts", dataset_prompts(config, dataset, work_dir), "--dataset", dataset,
+        "--temperature", str(temperature), "--max-new-tokens", str(bench.get("max_new_tokens", 128)),
+        "--seed", str(bench.get("seed", 0)), "--dtype", bench.get("dtype", "float32"),
+        "--device", str(bench.get("device", "cpu")), "--warmup", str(bench.get("warmup", 1)),
+    ]
+    if draft:
+        arguments += ["--draft", draft]
+    if drafter:
+        arguments += ["--drafter", drafter]
+    limit = dataset_limit(config, dataset)
+    if limit:
+        arguments += ["--limit", str(limit)] + (["--stratify"] if bench.get("stratify") else [])
+    if bench.get("chat_template", "auto") != "auto":
+        arguments += ["--chat-template", bench["chat_template"]]
+    if bench.get("system_prompt"):
+        arguments += ["--system-prompt", bench["system_prompt"]]
+    if bench.get("repeats", 1) > 1:
+        arguments += ["--repeats", str(bench["repeats"])]
+    arguments += _option_arguments(variant_options(config, variant, temperature, work_dir))
+    for key, value in bench.get("engine", {}).items():
+        value = {True: "on", False: "off"}.get(value, value) if isinstance(value, bool) else value
+        arguments += ["--engine", f"{key}={value}"]
+    verifier = variant_settings(config, variant).get("verifier")
+    if verifier:
+        arguments += ["--verifier", str(verifier)]
+    samples = variant_settings(config, variant).get("samples")
+    if samples:
+        arguments += ["--samples", str(samples)]
+    if variant != "ar":  # every other variant, the `ar` control (method ar) included, is paired with ar
+        arguments.append("--pair-with-ar")
+    return arguments
+
+
+def tree_shape_arguments(config: dict, method: str, drafter: str, temperature: str, work_dir: Path, target: str,
+                         drafter_dir: str, prompts: str, latency: str) -> list[str]:
+    """Arguments of `python -m harness measure tree-shape` for rule tree_shape (threads, --out left out)."""
+    settings = config.get("tree_shape", {})
+    variant = shape_variant(config, method, drafter)
+    options = {key: value for key, value in variant_settings(config, variant).items()
+               if key not in WORKFLOW_ONLY_KEYS and key not in ("budget", "depth")}
+    bench = config["bench"]
+    arguments = ["--method", method, "--target", target, "--drafter", drafter_dir, "--prompts", prompts,
+                 "--latency", latency, "--temperature", str(temperature),
+                 "--max-depth", str(settings.get("max_depth", 8)), "--max-budget", str(settings.get("max_budget", 48)),
+                 "--limit", str(settings.get("prompts", 8)),
+                 "--max-new-tokens", str(settings.get("max_new_tokens", bench.get("max_new_tokens", 64))),
+                 "--device", str(bench.get("device", "cpu")), "--dtype", bench.get("dtype", "float32")]
+    for key, value in options.items():
+        arguments += ["--option", f"{key}={value}"]
+    return arguments
+
+
+def verifier_check_arguments(config: dict, variant: str, dataset: str, work_dir: Path, target: str,
+                             draft: str | None, drafter: str | None) -> list[str]:
+    """`python -m harness measure verifiers` for a traversal variant: its method and options, at its first
+    temperature above 0, on checks.prompts prompts of ``dataset`` (--out left to the caller)."""
+    temperature = next((t for t in variant_temperatures(config, variant) if float(t) > 0), "1")
+    checks = config.get("checks", {})
+    arguments = ["--method", variant_method(config, variant), "--target", target,
+                 "--prompts", dataset_prompts(config, dataset, work_dir), "--limit", str(checks.get("prompts", 6)),
+                 "--temperature", temperature, "--max-new-tokens", str(checks.get("new_tokens", 128)),
+                 "--trials", str(checks.get("verifier_trials", 16)), "--seed", str(config["bench"].get("seed", 0)),
+                 "--dtype", config["bench"].get("dtype", "float32"), "--device", str(config["bench"].get("device", "cpu"))]
+    arguments += ["--draft", draft] if draft else []
+    arguments += ["--drafter", drafter] if drafter else []
+    return arguments + _option_arguments(variant_options(config, variant, temperature, work_dir))
+
+
+def train_arguments(config: dict, drafter: str, target: str, data: str, heldout: str,
+                    work_dir: Path | str) -> list[str]:
+    """Arguments of `python -m harness train` for one configured drafter (checkpoint, --out etc. left out); an entry
+    with `init_from` fine-tunes that configured drafter (option ``init``: its directory). Its quality gates are
+    gates.drafters with the entry's own `gates` over them."""
+    settings = config["drafters"][drafter]
+    gates = {**config.get("gates", {}).get("drafters", {}), **settings.get("gates", {})}
+    return [
+        "--method", settings.get("method", drafter), "--target", target, "--data", data, "--heldout", heldout,
+        "--steps", str(settings.get("steps", 1000)),
+        *(["--time-budget-s", str(settings["time_budget_s"])] if settings.get("time_budget_s") else []),
+        *[argument for key, value in gates.items() for argument in ("--gate", f"{key}={value}")],
+        *(["--allow-weak"] if config.get("allow_weak_models") else []),
+        "--device", str(config["bench"].get("device", "cpu")),
+        *_option_arguments(settings.get("options", {})),
+        *(["--opt", f"objective={settings['objective']}"] if "objective" in settings else []),
+        *(["--opt", f"init={drafter_path(config, settings['init_from'], Path(work_dir))}"]
+          if "init_from" in settings else []),
+    ]

@@ -1,0 +1,50 @@
+"""Same commit, same models: the smoke target trained twice, once beside a CPU-bound competing process, reaches the
+same step count and the same held-out perplexity (training stops on steps, never on time); and an under-trained
+target stops the pipeline with the quality gate's one line."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from tests.workflow.test_workflow import snakemake
+
+SMOKE = ["--profile", "workflow/profiles/smoke", "--cores", "1"]
+
+
+def train_target(tmp_path, *extra):
+    work = tmp_path / "work"
+    result = snakemake(*SMOKE, *extra, "--config", f"work_dir={work}", f"results_dir={tmp_path / 'results'}",
+                       "--", str(work / "models" / "target"), timeout=900)
+    return result, work / "metrics" / "target.json"
+
+
+@pytest.mark.slow
+def test_the_smoke_target_is_the_same_on_a_busy_machine(tmp_path):
+    idle, idle_metrics = train_target(tmp_path / "idle")
+    assert idle.returncode == 0, idle.stderr[-2000:]
+    competitor = subprocess.Popen([sys.executable, "-c", "while True: pass"])
+    try:
+        busy, busy_metrics = train_target(tmp_path / "busy")
+    finally:
+        competitor.kill()
+    assert busy.returncode == 0, busy.stderr[-2000:]
+    first, second = json.loads(idle_metrics.read_text()), json.loads(busy_metrics.read_text())
+    for metrics in (first, second):
+        assert metrics["training"]["stopped_by"] == "steps" and metrics["grown_from"]["training"]["stopped_by"] == "steps"
+    assert first["training"]["steps"] == second["training"]["steps"]
+    assert first["grown_from"]["training"]["steps"] == second["grown_from"]["training"]["steps"]
+    assert f"{first['heldout_perplexity']:.3g}" == f"{second['heldout_perplexity']:.3g}"
+
+
+@pytest.mark.slow
+def test_an_under_trained_target_stops_the_pipeline_with_one_line(tmp_path):
+    under = tmp_path / "under.yaml"
+    under.write_text("target:\n  train: {steps: 5}\n")
+    result, metrics = train_target(tmp_path, "--configfile", "workflow/config/default.yaml",
+                                   "workflow/config/smoke.yaml", str(under))
+    assert result.returncode != 0 and not metrics.exists()
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if "quality gate:" in line]
+    assert lines and "target: held-out perplexity" in lines[0] and "above the maximum 200" in lines[0]
+    assert "allow_weak_models=true" in lines[0]
