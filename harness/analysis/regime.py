@@ -25,9 +25,9 @@ def target_metrics(metrics_paths: list[Path]) -> dict:
 
 
 def cost_ratios(summary: pd.DataFrame) -> tuple[float, float, str, float]:
-    """(the target's 1-token forward / the median drafter step of the trained-drafter variants, the median verify
-    forward / 1-token forward over tree variants, and the tree-size range; the verified tokens per step at the
-    largest tree): medians over variants, datasets and temperatures."""
+    """(the target's 1-token forward (`ar`) over the median drafter step of the drafting variants (draft LMs and
+    trained drafters), the median verify forward over the 1-token forward, the range of tokens verified per step,
+    the largest of them): medians over variants, datasets and temperatures."""
     ar = summary[summary.method == "ar"].target_seconds_per_forward.median()
     others = summary[summary.method != "ar"].dropna(subset=["target_seconds_per_forward"])
     drafters = others.drafter_seconds_per_forward.replace(0, float("nan")).dropna()

@@ -9,7 +9,7 @@ import pandas as pd
 
 from harness.analysis.metrics import PHASE_REPORT_COLUMNS, report_metrics
 from harness.analysis.tables import cell, markdown_table, metric_cells
-from harness.analysis.trust import CONTROL_TOLERANCE, CONTROL_VARIANT
+from harness.analysis.trust import CONTROL_TOLERANCE, CONTROL_VARIANT, control_within
 
 
 def control_section(summary: pd.DataFrame) -> str:
@@ -20,7 +20,7 @@ def control_section(summary: pd.DataFrame) -> str:
         return ""
     cells = []
     for _, row in rows.sort_values(["temperature", "dataset"]).iterrows():
-        within = abs(row.speedup_paired_mean - 1) <= CONTROL_TOLERANCE
+        within = control_within(row.speedup_paired_mean)
         cells.append([row.dataset, f"{row.temperature:g}", str(int(row.turns)), f"{row.speedup_paired_mean:.3f}",
                       f"[{row.speedup_ci_low:.3f}, {row.speedup_ci_high:.3f}]", f"{row.speedup_total:.3f}",
                       "yes" if within else "**no**"])

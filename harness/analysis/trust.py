@@ -14,10 +14,15 @@ CONTROL_VARIANT = "ar_control"
 CONTROL_TOLERANCE = 0.03  # the A/A control must read 1.00 within +-3%
 
 
+def control_within(speedup: float | pd.Series) -> bool | pd.Series:
+    """Whether the A/A control's paired speedup reads 1.00 within CONTROL_TOLERANCE."""
+    return abs(speedup - 1) <= CONTROL_TOLERANCE
+
+
 def control_failures(summary: pd.DataFrame) -> pd.DataFrame:
     """The control's rows (dataset x temperature) whose paired speedup is outside 1 +- CONTROL_TOLERANCE."""
     rows = summary[summary.variant == CONTROL_VARIANT]
-    return rows[(rows.speedup_paired_mean - 1).abs() > CONTROL_TOLERANCE]
+    return rows[~control_within(rows.speedup_paired_mean)]
 
 
 def diverged_variants(summary: pd.DataFrame) -> dict[str, int]:

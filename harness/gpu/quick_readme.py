@@ -4,7 +4,6 @@ whatever is in its folder, so a check stopped at its time limit still says what 
 
 from __future__ import annotations
 
-import json
 import math
 import platform
 from dataclasses import dataclass
@@ -13,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.analysis.divergence import divergence_table
+from harness.analysis.report import training_section
 from harness.analysis.tables import markdown_table
 from harness.analysis.trust import trust_warnings, warning_block
 
@@ -95,26 +95,6 @@ def speedup_section(results: Path) -> str:
     return markdown_table(columns, rows)
 
 
-def model_rows(work: Path) -> list[list[str]]:
-    """Each trained model: parameters, steps, seconds, and its held-out figure (perplexity for an LM, top-1
-    agreement with the target per unrolled step for a drafter)."""
-    rows = []
-    for path in sorted((work / "metrics").glob("*.json")):
-        metrics = json.loads(path.read_text())
-        training = metrics.get("training") or metrics.get("train") or {}
-        parameters = metrics.get("parameters", metrics.get("trainable_parameters", "-"))
-        if "heldout_perplexity" in metrics:
-            heldout = f"perplexity {metrics['heldout_perplexity']:.3g}"
-        elif metrics.get("heldout_top1_agreement_by_step"):
-            heldout = "top-1 agreement " + " / ".join(f"{value:.2f}"
-                                                      for value in metrics["heldout_top1_agreement_by_step"])
-        else:
-            heldout = "-"
-        rows.append([path.stem, _cell(parameters), _cell(training.get("steps", "-")),
-                     _cell(float(training.get("seconds", float("nan")))), heldout])
-    return rows
-
-
 def environment_lines() -> list[str]:
     import importlib.metadata
 
@@ -171,8 +151,7 @@ def quick_readme(results: Path, work: Path, started: float, state: str, command:
         "",
         "## Models",
         "",
-        markdown_table(["model", "parameters", "steps", "seconds", "held out"], model_rows(work))
-        if model_rows(work) else "No model finished training.",
+        training_section(sorted((work / "metrics").glob("*.json"))) or "No model finished training.",
         "",
     ]
     return "\n".join(parts)

@@ -54,13 +54,15 @@ def pip(*arguments: str) -> None:
         raise DraftcountError(f"pip {arguments[0]} failed: {last[-1] if last else 'no message'}")
 
 
+def image_arguments() -> list[str]:
+    """pip's flags that select wheels for the GPU image: CPython 3.12 on its platforms, wheels only."""
+    return ["--only-binary=:all:", "--python-version", PYTHON_VERSION, "--implementation", "cp",
+            *(argument for platform in PLATFORMS for argument in ("--platform", platform))]
+
+
 def download_arguments(folder: Path) -> list[str]:
-    """``pip download`` flags for the GPU image: CPython 3.12, its platforms, wheels only, the folder as a source."""
-    arguments = ["--only-binary=:all:", "--python-version", PYTHON_VERSION, "--implementation", "cp",
-                 "--find-links", str(folder), "-d", str(folder), "--quiet"]
-    for platform in PLATFORMS:
-        arguments += ["--platform", platform]
-    return arguments
+    """``pip download`` flags for the GPU image, the folder as a source and the destination."""
+    return [*image_arguments(), "--find-links", str(folder), "-d", str(folder), "--quiet"]
 
 
 def slim_wheel(wheel: Path, prefix: str) -> int:
@@ -111,11 +113,8 @@ def duplicate_projects(folder: Path) -> list[str]:
 def check_resolves(folder: Path, target: Path) -> None:
     """Resolve Snakemake from ``folder`` alone for Python 3.12 (no index, wheels only): what the box's install
     needs is all there."""
-    arguments = ["install", "--no-index", "--find-links", str(folder), "--only-binary=:all:", "--python-version",
-                 PYTHON_VERSION, "--implementation", "cp", "--target", str(target), "--quiet"]
-    for platform in PLATFORMS:
-        arguments += ["--platform", platform]
-    pip(*arguments, snakemake_requirement())
+    pip("install", "--no-index", "--find-links", str(folder), *image_arguments(), "--target", str(target), "--quiet",
+        snakemake_requirement())
 
 
 def installed_projects() -> set[str]:

@@ -6,7 +6,7 @@ FIGURE_NAMES = ["speedup", "phases", "tau", "waste", "budget", "depth", "ablatio
 
 # Two reports: the main comparison's (target `all`: results/tables, figures, report.md) over the variants in no
 # study, and the studies' (target `studies`: results/studies/...) over every variant, the main ones included.
-SCOPES = {"main": "", "studies": "studies/"}
+MAIN_RECORDS = bench_outputs(plan.main_variants(config))  # the main comparison's raw records
 
 
 def scope_variants(scope):
@@ -18,7 +18,7 @@ def scope_main(scope):
     return ",".join(plan.main_variants(config) if scope == "main" else plan.every_dataset_variants(config))
 
 
-def training_metrics(scope="studies"):
+def training_metrics(scope):
     """Metrics files of the models and drafters the scope's variants used that the workflow trained."""
     paths = [] if external_models() else [work("metrics/target.json"), work("metrics/draft.json")]
     used = {variant_drafter(variant) for variant in scope_variants(scope) if plan.needs_drafter(variant_method(variant))}
@@ -33,7 +33,7 @@ def scope_compare(scope):
 
 rule summary:
     input:
-        bench_outputs(plan.main_variants(config)),
+        MAIN_RECORDS,
     output:
         summary=results("tables/summary.csv"),
         depth=results("tables/depth_acceptance.csv"),
@@ -72,7 +72,7 @@ rule figures:
 
 rule report:
     input:
-        records=bench_outputs(plan.main_variants(config)),
+        records=MAIN_RECORDS,
         summary=results("tables/summary.csv"),
         samples=results("tables/samples.csv"),
         hedge=results("tables/hedgespec.csv"),
@@ -99,7 +99,7 @@ rule export_specbench:
     # Spec-Bench's answer-file layout: specbench/<dataset>-t<T>/model_answer/<variant>.jsonl (+ .ar.jsonl), of the
     # main comparison
     input:
-        bench_outputs(plan.main_variants(config)),
+        MAIN_RECORDS,
     output:
         directory(results("specbench")),
     resources:
