@@ -1,8 +1,10 @@
 """The method registry: reads the one method catalog (``methods/__init__.py``, one ``Entry`` line per method).
 
 Torch-free, so that the workflow's planning, the figures' colours and ``--help`` need no model code: an entry
-says what a method is called, which module implements it, what inputs it needs and its colour; the module itself
-(its options, adapter, trainer, cost model: ``harness.engine.method_spec``) is imported only when a run needs it.
+says what a method is called, which module implements it, what inputs it needs, its colour and where its options
+dataclass lives (a torch-free module, so that the plan parses every variant's options at ``snakemake -n``); the
+module itself (its adapter, trainer, cost model: ``harness.engine.method_spec``) is imported only when a run
+needs it.
 """
 
 from __future__ import annotations
@@ -35,7 +37,9 @@ class Entry:
     summary: one line for ``python -m harness methods`` and the docs. needs: None, ``"draft"`` (a draft LM with
     the target's tokenizer, ``--draft``), ``"drafter"`` (a trained drafter directory, ``--drafter``; the
     module's ``METHOD.train`` writes one) or ``("draft", "drafter")`` (both: a chain of a draft LM and a trained
-    model, as `polybasic`). color: its colour in every figure (None: one from a spare palette).
+    model, as `polybasic`). color: its colour in every figure (None: one from a spare palette). options:
+    ``"module:Class"``, its options dataclass in a module that imports no torch (None: ``METHOD.options``, which
+    imports the method's module); ``METHOD.options`` must be the same class.
     """
 
     name: str
@@ -43,12 +47,15 @@ class Entry:
     summary: str
     needs: Needs = None
     color: str | None = None
+    options: str | None = None
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():
             raise DraftcountError(f"catalog entry {self.name!r}: a method name must be an identifier")
         if self.needs not in NEEDS:
             raise DraftcountError(f"catalog entry {self.name!r}: needs must be one of {NEEDS}, not {self.needs!r}")
+        if self.options is not None and len(self.options.split(":")) != 2:
+            raise DraftcountError(f"catalog entry {self.name!r}: options must be 'module:Class', not {self.options!r}")
 
     @property
     def needs_draft(self) -> bool:
@@ -105,3 +112,18 @@ def load_method(name: str) -> Any:
     if not hasattr(module, "METHOD"):
         raise DraftcountError(f"method {name!r}: module {item.module!r} defines no METHOD")
     return module.METHOD
+
+
+def options_type(name: str) -> type:
+    """A method's options dataclass, from its torch-free module (or, without one, from its ``METHOD``)."""
+    item = entry(name)
+    if item.options is None:
+        return load_method(name).options
+    module, _, attribute = item.options.partition(":")
+    try:
+        found = getattr(importlib.import_module(module), attribute, None)
+    except ModuleNotFoundError as error:
+        raise DraftcountError(f"method {name!r}: its options module {module!r} cannot be imported ({error})") from None
+    if found is None:
+        raise DraftcountError(f"method {name!r}: module {module!r} defines no {attribute}")
+    return found

@@ -7,6 +7,7 @@ import argparse
 import sys
 from pathlib import Path
 
+from harness.engine.arguments import add_method_run_arguments, sampling_of
 from harness.errors import DraftcountError
 from harness.gpu import commands as gpu_commands
 from harness.training import command as train_command
@@ -15,15 +16,10 @@ from harness.options import parse_key_values, parse_options
 
 def _run_parser(subparsers: argparse._SubParsersAction) -> None:
     run = subparsers.add_parser("run", help="run one method over a prompt set and write JSONL records")
-    run.add_argument("--method", required=True, help="method name (see `python -m harness methods`)")
-    run.add_argument("--target", required=True, help="target model: local HF directory or hub id")
-    run.add_argument("--draft", help="draft LM (sd, tree_sd): local HF directory or hub id")
-    run.add_argument("--drafter", help="trained drafter directory (eagle, lyanna)")
-    run.add_argument("--prompts", required=True, help="'humaneval', or a .jsonl/.txt file (or a directory holding one)")
+    add_method_run_arguments(run)
     run.add_argument("--variant", help="name recorded for this configuration of the method (default: the method)")
     run.add_argument("--dataset", help="dataset name recorded in the results (default: the prompt file's stem)")
     run.add_argument("--category", help="keep only prompts of this category (comma-separated for several)")
-    run.add_argument("--limit", type=int, help="keep only the first N prompts")
     run.add_argument("--stratify", action="store_true",
                      help="spread --limit evenly over the prompt set's categories (Spec-Bench: all 13 of them)")
     run.add_argument("--chat-template", default="auto", choices=["auto", "model", "plain", "vicuna", "llama-2"],
@@ -32,14 +28,6 @@ def _run_parser(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--system-prompt", default="", help="a system prompt (default: the template's own, or none)")
     run.add_argument("--repeats", type=int, default=1,
                      help="run the whole prompt set this many times (same seeds): mean +- std of the speedup over runs")
-    run.add_argument("--max-new-tokens", type=int, default=128)
-    run.add_argument("--temperature", type=float, default=0.0, help="0 = greedy")
-    run.add_argument("--top-k", type=int, default=0, help="0 = off")
-    run.add_argument("--top-p", type=float, default=1.0, help="1.0 = off")
-    run.add_argument("--seed", type=int, default=0)
-    run.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
-    run.add_argument("--device", default="cpu")
-    run.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option, repeatable (e.g. gamma=4)")
     run.add_argument("--engine", action="append", metavar="KEY=VALUE",
                      help="engine switch, repeatable: kv_cache=dynamic|static, cuda_graphs=off|verify|on, compile=off|on, "
                           "compile_mode=...")
@@ -55,8 +43,6 @@ def _run_parser(subparsers: argparse._SubParsersAction) -> None:
     run.add_argument("--warmup", type=int, default=1,
                      help="untimed warm-up generations per method (under CUDA graphs, up to 4 more while one "
                           "still captures a graph)")
-    run.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    run.add_argument("--no-progress", action="store_true", help="no progress bar")
     run.add_argument("--out", required=True, type=Path, help="output JSONL path")
 
 
@@ -64,15 +50,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from harness.engine.runtime import EngineOptions
     from harness.runner import RunConfig, run
     from harness.data.templates import PromptFormat
-    from harness.engine.method_spec import parse_method_options
-    from harness.verify.sampling import SamplingConfig
-
+    from harness.catalog import options_type
     if args.threads:
         import torch
 
         torch.set_num_threads(args.threads)
-    options = parse_key_values(args.opt)
-    parse_method_options(args.method, options)  # fail on a bad option before loading any model
+    # parsed once, before any model is loaded: a bad option fails here, and the run builds from this object
+    options = parse_options(options_type(args.method), parse_key_values(args.opt), f"method '{args.method}'")
     engine = parse_options(EngineOptions, parse_key_values(args.engine), "the engine (--engine)")
     from harness.verify import get_verifier
 
@@ -87,7 +71,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         drafter=args.drafter, method_options=options, dataset=args.dataset, category=args.category,
         limit=args.limit, stratify=args.stratify, prompt_format=PromptFormat(args.chat_template, args.system_prompt),
         max_new_tokens=args.max_new_tokens,
-        sampling=SamplingConfig(args.temperature, args.top_k, args.top_p), seed=args.seed, dtype=args.dtype,
+        sampling=sampling_of(args), seed=args.seed, dtype=args.dtype,
         device=args.device, pair_with_ar=args.pair_with_ar, warmup=args.warmup, engine=engine,
         verifier=args.verifier, samples=args.samples, interleave=args.interleave, repeats=args.repeats,
     )
@@ -97,20 +81,14 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
 
 def _cmd_summarize(args: argparse.Namespace) -> int:
-    from harness.analysis.summary import write_summary
+    from harness.analysis.views import write_tables
 
     missing = [str(path) for path in args.records if not path.is_file()]
     if missing:
         raise DraftcountError(f"no records file {missing[0]}")
-    table = write_summary(args.records, args.out, args.depth_out, args.samples_out, args.hedge_out)
-    if args.categories_out:
-        from harness.analysis.categories import write_categories
-
-        write_categories(args.records, args.categories_out)
-    if args.context_out:
-        from harness.analysis.context_length import write_context_length
-
-        write_context_length(args.records, args.context_out)
+    if args.out is None and args.tables_dir is None:
+        raise DraftcountError("say where to write: --tables-dir (every table) or --out (the summary only)")
+    table = write_tables(args.records, args.tables_dir, args.out)
     shown = ["variant", "dataset", "temperature", "tokens_per_s", "tau", "speedup_paired_mean", "efficiency"]
     print(table[[column for column in shown if column in table]].to_string(
         index=False, float_format=lambda value: f"{value:.3f}"))
@@ -120,13 +98,9 @@ def _cmd_summarize(args: argparse.Namespace) -> int:
 def _cmd_figures(args: argparse.Namespace) -> int:
     from harness.analysis.figures import write_figures
 
-    for path in (args.summary, args.depth):
-        if not path.is_file():
-            raise DraftcountError(f"no table {path} (write it with `python -m harness summarize`)")
     main = [name for name in (args.main or "").split(",") if name]
     names = [name for name in (args.only or "").split(",") if name]
-    for path in write_figures(args.summary, args.depth, args.out_dir, main, names, args.samples, args.categories,
-                              args.context):
+    for path in write_figures(args.tables, args.out_dir, main, names):
         print(f"wrote {path}")
     return 0
 
@@ -135,12 +109,11 @@ def _cmd_report(args: argparse.Namespace) -> int:
     from harness.analysis.families import parse_comparisons
     from harness.analysis.report import write_report
 
-    for path in [args.summary, *args.records, *(args.metrics or [])]:
+    for path in [*args.records, *(args.metrics or [])]:
         if not path.is_file():
             raise DraftcountError(f"no file {path}")
     main = [name for name in (args.main or "").split(",") if name]
-    write_report(args.summary, args.records, args.figures, args.out, main, args.metrics, args.samples, args.hedge,
-                 args.categories, parse_comparisons(args.compare), args.context)
+    write_report(args.tables, args.records, args.figures, args.out, main, args.metrics, parse_comparisons(args.compare))
     print(f"wrote {args.out}")
     return 0
 
@@ -189,37 +162,20 @@ def _cmd_divergence(args: argparse.Namespace) -> int:
 def _reporting_parsers(subparsers: argparse._SubParsersAction) -> None:
     summary = subparsers.add_parser("summarize", help="per method/dataset/temperature table from JSONL records")
     summary.add_argument("records", nargs="+", type=Path, help="records files written by `run`")
-    summary.add_argument("--out", required=True, type=Path, help="output CSV")
-    summary.add_argument("--depth-out", type=Path, help="also write the per-depth acceptance table (CSV) here")
-    summary.add_argument("--samples-out", type=Path,
-                         help="also write the per-sample-index table (CSV) of variants run with --samples here")
-    summary.add_argument("--hedge-out", type=Path,
-                         help="also write the drafter-selection table (CSV) of hedgespec variants here")
-    summary.add_argument("--categories-out", type=Path,
-                         help="also write the per-category table (CSV) of prompt sets with several categories here")
-    summary.add_argument("--context-out", type=Path,
-                         help="also write the by-context-length table (CSV) of long-context prompt sets here")
-    figures = subparsers.add_parser("figures", help="paper-style figures (PDF + PNG) from the summary tables")
-    figures.add_argument("--summary", required=True, type=Path, help="summary CSV written by `summarize`")
-    figures.add_argument("--depth", required=True, type=Path, help="per-depth acceptance CSV (`summarize --depth-out`)")
+    summary.add_argument("--tables-dir", type=Path,
+                         help="write every table here: summary.csv and each view's (harness/analysis/views.py)")
+    summary.add_argument("--out", type=Path, help="the summary CSV (default: TABLES_DIR/summary.csv)")
+    figures = subparsers.add_parser("figures", help="paper-style figures (PDF + PNG) from the tables")
+    figures.add_argument("--tables", required=True, type=Path, help="folder `summarize --tables-dir` wrote")
     figures.add_argument("--out-dir", required=True, type=Path, help="folder for <figure>.pdf and <figure>.png")
     figures.add_argument("--main", help="comma-separated variants run on every dataset (the rest are ablations)")
-    figures.add_argument("--only", help="comma-separated figure names (default: all)")
-    figures.add_argument("--samples", type=Path, help="per-sample-index CSV (`summarize --samples-out`): figure samples")
-    figures.add_argument("--categories", type=Path,
-                         help="per-category CSV (`summarize --categories-out`): figure categories")
-    figures.add_argument("--context", type=Path,
-                         help="by-context-length CSV (`summarize --context-out`): figure context_length")
+    figures.add_argument("--only", help="comma-separated figure names (default: every figure with data)")
     report = subparsers.add_parser("report", help="markdown report: tables, figures, environment, definitions")
-    report.add_argument("records", nargs="+", type=Path, help="records files the summary was computed from")
-    report.add_argument("--summary", required=True, type=Path, help="summary CSV written by `summarize`")
+    report.add_argument("records", nargs="+", type=Path, help="records files the tables were computed from")
+    report.add_argument("--tables", required=True, type=Path, help="folder `summarize --tables-dir` wrote")
     report.add_argument("--figures", required=True, type=Path, help="folder the figures were written to")
     report.add_argument("--metrics", nargs="*", type=Path, help="training metrics (JSON) of the models and drafters")
     report.add_argument("--main", help="comma-separated variants run on every dataset (the rest are ablations)")
-    report.add_argument("--samples", type=Path, help="per-sample-index CSV (`summarize --samples-out`)")
-    report.add_argument("--hedge", type=Path, help="drafter-selection CSV (`summarize --hedge-out`)")
-    report.add_argument("--categories", type=Path, help="per-category CSV (`summarize --categories-out`)")
-    report.add_argument("--context", type=Path, help="by-context-length CSV (`summarize --context-out`)")
     report.add_argument("--compare", help="head-to-head comparisons, VARIANT=AGAINST,... (e.g. prism=eagle)")
     report.add_argument("--out", required=True, type=Path, help="output markdown file")
     divergence = subparsers.add_parser("divergence", help="how often greedy outputs leave their paired ar output")
@@ -244,15 +200,14 @@ def _reporting_parsers(subparsers: argparse._SubParsersAction) -> None:
 def _cmd_methods(args: argparse.Namespace) -> int:
     import dataclasses
 
-    from harness.catalog import catalog
-    from harness.engine.method_spec import method_spec
+    from harness.catalog import catalog, options_type
 
     for name, item in catalog().items():
         flags = [flag for flag, needed in (("--draft", item.needs_draft), ("--drafter", item.needs_drafter)) if needed]
         needs = f" (needs {' '.join(flags)})" if flags else ""
         line = f"{name:10s} {item.summary}{needs}"
         if not args.names_only:
-            fields = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(method_spec(name).options))
+            fields = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(options_type(name)))
             line += f"  [options: {fields}]" if fields else ""
         print(line)
     return 0

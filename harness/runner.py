@@ -50,7 +50,7 @@ class RunConfig:
     variant: str | None = None
     draft: str | None = None
     drafter: str | None = None
-    method_options: dict[str, Any] = field(default_factory=dict)
+    method_options: Any = field(default_factory=dict)  # a mapping of option values, or the parsed options object
     dataset: str | None = None
     category: str | None = None
     limit: int | None = None

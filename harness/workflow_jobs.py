@@ -4,11 +4,15 @@ torch-free)."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Any
 
+from harness.trees.beam_shape import SHAPE_FIELDS
+from harness.catalog import entry
 from harness.workflow_plan import (WORKFLOW_ONLY_KEYS, dataset_limit, dataset_prompts, drafter_path, shape_variant,
-                                   variant_method, variant_options, variant_settings, variant_temperatures)
+                                   variant_drafter, variant_method, variant_options, variant_settings,
+                                   variant_temperatures)
 
 
 def _option_arguments(options: dict[str, Any]) -> list[str]:
@@ -31,6 +35,9 @@ def run_arguments(config: dict, variant: str, dataset: str, temperature: str, wo
         "--seed", str(bench.get("seed", 0)), "--dtype", bench.get("dtype", "float32"),
         "--device", str(bench.get("device", "cpu")), "--warmup", str(bench.get("warmup", 1)),
     ]
+    if float(temperature) > 0:  # the warping of sampled runs (the same for the method and its paired ar)
+        arguments += [*(["--top-k", str(bench["top_k"])] if bench.get("top_k") else []),
+                      *(["--top-p", str(bench["top_p"])] if bench.get("top_p", 1.0) < 1.0 else [])]
     if draft:
         arguments += ["--draft", draft]
     if drafter:
@@ -65,7 +72,7 @@ def tree_shape_arguments(config: dict, method: str, drafter: str, temperature: s
     settings = config.get("tree_shape", {})
     variant = shape_variant(config, method, drafter)
     options = {key: value for key, value in variant_settings(config, variant).items()
-               if key not in WORKFLOW_ONLY_KEYS and key not in ("budget", "depth")}
+               if key not in WORKFLOW_ONLY_KEYS and key not in SHAPE_FIELDS}
     bench = config["bench"]
     arguments = ["--method", method, "--target", target, "--drafter", drafter_dir, "--prompts", prompts,
                  "--latency", latency, "--temperature", str(temperature),
@@ -74,7 +81,7 @@ def tree_shape_arguments(config: dict, method: str, drafter: str, temperature: s
                  "--max-new-tokens", str(settings.get("max_new_tokens", bench.get("max_new_tokens", 64))),
                  "--device", str(bench.get("device", "cpu")), "--dtype", bench.get("dtype", "float32")]
     for key, value in options.items():
-        arguments += ["--option", f"{key}={value}"]
+        arguments += ["--opt", f"{key}={value}"]
     return arguments
 
 
@@ -113,3 +120,18 @@ def train_arguments(config: dict, drafter: str, target: str, data: str, heldout:
         *(["--opt", f"init={drafter_path(config, settings['init_from'], Path(work_dir))}"]
           if "init_from" in settings else []),
     ]
+
+
+def check_variant_arguments(config: dict, variants: list[str], temperature: str, work_dir: Path) -> list[str]:
+    """``--variant JSON`` arguments of the checks that measure several methods (`measure overheads`, `measure
+    host-sync`): each variant's method, its options at ``temperature`` (the files the workflow builds in place of
+    `auto`) and, for a method that needs one, its drafter directory."""
+    arguments = []
+    for variant in variants:
+        method = variant_method(config, variant)
+        spec = {"name": variant, "method": method, "options": variant_options(config, variant, temperature, work_dir)}
+        if entry(method).needs_drafter:
+            spec["drafter"] = drafter_path(config, variant_drafter(config, variant), Path(work_dir))
+        arguments += ["--variant", json.dumps(spec, sort_keys=True)]
+    return arguments
+

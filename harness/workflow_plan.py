@@ -6,7 +6,11 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from harness.catalog import catalog, entry, method_names
+from harness.catalog import catalog, entry, method_names, options_type
+from harness.errors import DraftcountError
+from harness.options import parse_options
+from harness.trees.beam_shape import SHAPE_FIELDS, beam_methods
+from harness.analysis.context_length import CATEGORY_PREFIX as LONG_CONTEXT_PREFIX
 from harness.data.prompts import load_prompts
 from harness.store.hub import is_hub_id
 
@@ -55,6 +59,19 @@ def variant_table(config: dict) -> dict[str, dict[str, Any]]:
         raise ValueError(f"bench.methods runs method {unknown[0]!r}, which is not in the catalog "
                          f"(methods/__init__.py): {', '.join(catalog())}")
     return variants
+
+
+def with_implied_drafters(config: dict) -> dict:
+    """``config`` with a `drafters` entry (the method's training defaults: ``{method: <it>}``) for every variant of a
+    trained-drafter method that names no drafter and whose method has no entry of its name: a method added to the
+    catalog trains and runs without a line of config. A variant naming a drafter that is not configured stays an
+    error (``drafter_path``'s callers say so)."""
+    implied = {}
+    for variant, settings in variant_table(config).items():
+        method = settings.get("method", variant)
+        if entry(method).needs_drafter and "drafter" not in settings and method not in config["drafters"]:
+            implied[method] = {"method": method}
+    return {**config, "drafters": {**config["drafters"], **implied}} if implied else config
 
 
 def implied_variants(config: dict) -> list[str]:
@@ -169,9 +186,10 @@ def variant_options(config: dict, variant: str, temperature: str, work_dir: Path
         name = (f"stand-t{temperature}-n{nodes}" if variant_method(config, variant) == "stand"
                 else f"sequoia-t{temperature}-b{budget}")
         options["tree_file"] = str(Path(work_dir) / "tree" / f"{name}.json")
-    if options.get("budget") == "auto":  # eagle, lyanna: the depth and budget measured best on this machine
-        options.pop("budget")
-        options.pop("depth", None)
+    if options.get("budget") == "auto":  # a beam drafter: the depth and budget measured best on this machine
+        check_beam_method(config, variant)
+        for name in SHAPE_FIELDS:
+            options.pop(name, None)
         options["shape_file"] = str(shape_file(config, variant, temperature, work_dir))
     if options.get("datastore") == "auto":
         options["datastore"] = str(Path(work_dir) / DATASTORE_FILE)
@@ -181,6 +199,26 @@ def variant_options(config: dict, variant: str, temperature: str, work_dir: Path
         options["experts"] = [resolve_expert(config, str(spec), settings.get("drafter", "eagle"), work_dir)
                               for spec in options["experts"]]
     return options
+
+
+def check_beam_method(config: dict, variant: str) -> None:
+    method = variant_method(config, variant)
+    if method not in beam_methods():
+        raise ValueError(f"bench.methods.{variant}: budget: auto measures a beam drafter's tree shape; method "
+                         f"{method!r} does not grow beam trees")
+
+
+def check_variant_options(config: dict, work_dir: Path) -> None:
+    """Every variant's options parse as its method's options (names and values, through the torch-free options
+    classes of the catalog), so a bad one stops the plan (`snakemake -n`), not a job hours into a cluster run.
+    File-valued options are only named here: the jobs read them (some are built by the workflow)."""
+    for variant in variant_names(config):
+        method = variant_method(config, variant)
+        options = variant_options(config, variant, temperature_names(config)[0], work_dir)
+        try:
+            parse_options(options_type(method), options, f"method '{method}'")
+        except DraftcountError as error:
+            raise ValueError(f"bench.methods.{variant}: {error}") from None
 
 
 def shape_file(config: dict, variant: str, temperature: str, work_dir: Path) -> Path:
@@ -275,6 +313,20 @@ def dataset_selection(config: dict, dataset: str, work_dir: Path) -> tuple[int, 
     for prompt in prompts:
         counts[prompt.category] = counts.get(prompt.category, 0) + 1
     return sum(len(prompt.turns) for prompt in prompts), counts
+
+
+def planned_categories(config: dict, dataset: str,
+                       selection: tuple[int, dict[str, int]] | None) -> tuple[str, ...] | None:
+    """The categories of a prompt set's prompts as far as the plan knows them (``selection``: its
+    ``dataset_selection``); None when it cannot know them (a view that depends on them then applies)."""
+    if dataset in ("humaneval", "stdlib_code"):
+        return (dataset,)
+    if dataset == "stdlib_domains":  # zoo.smk's domain_prompts: the domains are the categories
+        return tuple(config.get("domains", {}))
+    if dataset == "stdlib_long":  # zoo.smk's long_prompts: one category ctx<L> per bucket (harness.data.long_context)
+        buckets = config["prompts"].get("long_buckets")
+        return tuple(f"{LONG_CONTEXT_PREFIX}{bucket}" for bucket in buckets) if buckets else None
+    return tuple(selection[1]) if selection else None
 
 
 def bench_runtime_minutes(config: dict, dataset: str, selection: tuple[int, dict[str, int]] | None) -> int:

@@ -1,30 +1,38 @@
-"""The method catalog: one line per method.
+"""The method catalog: one entry per method.
 
 Adding a method: write its module (or package) in this folder, defining ``METHOD = MethodSpec(...)`` (see
-docs/extending.md), and add one ``Entry`` line below. The CLI (``python -m harness methods``), the workflow's
-``bench_<name>``/``ablate_<name>``/``train_<name>`` targets, the figures' colours, the projection and the
-conformance tests all read this list. Keep this file free of torch: only ``harness.catalog`` is imported here.
+docs/extending.md), and add one ``Entry`` below. The CLI (``python -m harness methods``), the workflow's
+``bench_<name>``/``ablate_<name>``/``train_<name>`` targets, the plan's option checks, the figures' colours, the
+projection and the conformance tests all read this list. Keep this file free of torch: only ``harness.catalog`` is
+imported here. A method package keeps its options in its torch-free ``__init__`` (``options=``) and its
+``METHOD`` in ``method.py``.
 """
 
 from harness.catalog import Entry
 
-CATALOG = (  # name, module, summary, needs (None | "draft" | "drafter" | ("draft", "drafter")), colour in the figures
-    Entry("ar", "methods.ar", "autoregressive baseline: one target forward per token", None, "#7f7f7f"),
-    Entry("sd", "methods.sd", "speculative decoding: a draft LM proposes a chain of gamma tokens", "draft", "#1f77b4"),
-    Entry("tree_sd", "methods.tree_sd", "token-tree SD with a draft LM (SpecInfer/Sequoia)", "draft", "#2ca02c"),
-    Entry("eagle", "methods.eagle", "EAGLE-2 dynamic trees over a trained EAGLE head", "drafter", "#ff7f0e"),
-    Entry("lyanna", "methods.lyanna", "Lyanna: hidden-state drafter, token-info injection", "drafter", "#d62728"),
-    Entry("pld", "methods.pld", "prompt lookup: n-gram match in the context, drafted as a chain", None, "#8c564b"),
-    Entry("stand", "methods.stand", "STAND: drafts sampled from a store of the target's n-gram distributions", None,
-          "#e377c2"),
-    Entry("reader", "methods.reader", "READER: a drafter's tree grafted with retrieved continuations", None,
-          "#bcbd22"),
-    Entry("hedgespec", "methods.hedgespec", "HedgeSpec: NormalHedge picks one of N drafters each step", None,
-          "#17becf"),
-    Entry("owl", "methods.owl", "OWL: LSTM drafter on the last hidden state only (HOWL: + suffix match)", "drafter",
-          "#6b3fa0"),
-    Entry("prism", "methods.prism", "PRISM: M EAGLE modules, one per draft step, over one shared KV cache", "drafter",
-          "#393b79"),
-    Entry("polybasic", "methods.polybasic", "Polybasic SD: target <- trained mid LM <- draft LM, staged verification",
-          ("draft", "drafter"), "#b5651d"),
+CATALOG = (  # name, module (METHOD), summary, needs, colour in the figures, options ("module:Class", torch-free)
+    Entry("ar", "methods.ar.method", "autoregressive baseline: one target forward per token",
+          None, "#7f7f7f", "methods.ar:AutoregressiveOptions"),
+    Entry("sd", "methods.sd.method", "speculative decoding: a draft LM proposes a chain of gamma tokens",
+          "draft", "#1f77b4", "methods.sd:SpeculativeDecodingOptions"),
+    Entry("tree_sd", "methods.tree_sd.method", "token-tree SD with a draft LM (SpecInfer/Sequoia)",
+          "draft", "#2ca02c", "methods.tree_sd:TreeSpeculativeDecodingOptions"),
+    Entry("eagle", "methods.eagle.method", "EAGLE-2 dynamic trees over a trained EAGLE head",
+          "drafter", "#ff7f0e", "methods.eagle:EagleOptions"),
+    Entry("lyanna", "methods.lyanna.method", "Lyanna: hidden-state drafter, token-info injection",
+          "drafter", "#d62728", "methods.lyanna:LyannaOptions"),
+    Entry("pld", "methods.pld.method", "prompt lookup: n-gram match in the context, drafted as a chain",
+          None, "#8c564b", "methods.pld:PromptLookupOptions"),
+    Entry("stand", "methods.stand.method", "STAND: drafts sampled from a store of the target's n-gram distributions",
+          None, "#e377c2", "methods.stand:StandOptions"),
+    Entry("reader", "methods.reader.method", "READER: a drafter's tree grafted with retrieved continuations",
+          None, "#bcbd22", "methods.reader:ReaderOptions"),
+    Entry("hedgespec", "methods.hedgespec.method", "HedgeSpec: NormalHedge picks one of N drafters each step",
+          None, "#17becf", "methods.hedgespec:HedgeSpecOptions"),
+    Entry("owl", "methods.owl.method", "OWL: LSTM drafter on the last hidden state only (HOWL: + suffix match)",
+          "drafter", "#6b3fa0", "methods.owl:OwlOptions"),
+    Entry("prism", "methods.prism.method", "PRISM: M EAGLE modules, one per draft step, over one shared KV cache",
+          "drafter", "#393b79", "methods.prism:PrismOptions"),
+    Entry("polybasic", "methods.polybasic.method", "Polybasic SD: target <- trained mid LM <- draft LM, staged "
+          "verification", ("draft", "drafter"), "#b5651d", "methods.polybasic:PolybasicOptions"),
 )

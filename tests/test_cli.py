@@ -96,9 +96,22 @@ def test_repeats_stratified_prompts_and_the_prompt_format(model_dirs, tmp_path, 
     assert len(answers) == 3 and sum(len(line["choices"][0]["turns"]) for line in answers) == 4  # one run's turns
 
 
-def test_methods_listing():
-    result = subprocess.run([sys.executable, "-m", "harness", "methods"], capture_output=True, text=True, timeout=120)
-    assert result.returncode == 0 and "ar" in result.stdout and "gamma=4" in result.stdout
+def test_methods_listing_imports_no_torch():
+    """The listing reads every method's options from its torch-free options module (the catalog's ``options``)."""
+    code = ("import sys; from harness.cli import main; main(['methods']); "
+            "assert 'torch' not in sys.modules, 'torch was imported'")
+    result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "gamma=4" in result.stdout and "shape_file=''" in result.stdout and "experts=" in result.stdout
+
+
+def test_every_catalog_options_class_is_its_methods():
+    """The catalog's torch-free options class is the one ``METHOD`` builds from (no second declaration)."""
+    from harness.catalog import method_names, options_type
+    from harness.engine.method_spec import method_spec
+
+    for name in method_names():
+        assert method_spec(name).options is options_type(name), name
 
 
 def test_atomic_jsonl_leaves_nothing_on_failure(tmp_path):

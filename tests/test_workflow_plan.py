@@ -38,7 +38,7 @@ def test_auto_files_become_the_workflow_outputs_and_inputs(config):
     assert plan.built_inputs(config, "lyanna", "0", work) == {"shape_file": "w/tree/shape-lyanna-lyanna-t0.json"}
     assert "shape_file" not in plan.variant_options(config, "eagle_b12", "0", work)
     shape = jobs.tree_shape_arguments(config, "lyanna", "lyanna", "0", work, "t", "d", "p.jsonl", "lat.json")
-    assert shape[shape.index("--option") + 1] == "top_k=4" and "reuse=logits" in shape and "budget=auto" not in shape
+    assert shape[shape.index("--opt") + 1] == "top_k=4" and "reuse=logits" in shape and "budget=auto" not in shape
     assert shape[shape.index("--max-budget") + 1] == "48" and shape[shape.index("--latency") + 1] == "lat.json"
     reader = plan.built_inputs(config, "reader", "0", work)
     assert reader == {"head": "w/drafters/eagle", "datastore": f"w/{plan.DATASTORE_FILE}"}
@@ -88,3 +88,39 @@ def test_bench_time_limits_and_the_feature_dump_size(tmp_path):
     assert plan.bench_runtime_minutes(config, "humaneval", None) == 10 + 35  # 7 prompts x 100 x 0.5 x 3 x 2
     features = {"sequences": 10, "seq_len": 8, "layers": ["last", 2], "dtype": "bfloat16"}
     assert plan.feature_dump_bytes(features, 16) == 10 * 8 * (16 * 2 * 2 + 4)
+
+
+def test_every_variant_parses_at_plan_time_and_bad_values_stop_it(config):
+    plan.check_variant_options(config, Path("w"))  # the shipped config: every variant's options parse
+    for options, says in (({"top_k": 4, "budget": -3}, "budget >= 1"), ({"top_kk": 3}, "unknown option 'top_kk'")):
+        bad = {**config, "bench": {**config["bench"], "methods": {"eagle": options}}}
+        with pytest.raises(ValueError, match=f"bench.methods.eagle: .*{says}"):
+            plan.check_variant_options(bad, Path("w"))
+
+
+def test_budget_auto_serves_every_beam_drafter_and_only_them(config):
+    for method in ("eagle", "lyanna", "prism", "owl"):
+        mine = {**config, "bench": {**config["bench"], "methods": {method: {"top_k": 4, "budget": "auto"}}}}
+        options = plan.variant_options(mine, method, "0", Path("w"))
+        assert options == {"top_k": 4, "shape_file": f"w/tree/shape-{method}-{method}-t0.json"}
+    bad = {**config, "bench": {**config["bench"], "methods": {"pld": {"budget": "auto"}}}}
+    with pytest.raises(ValueError, match="does not grow beam trees"):
+        plan.variant_options(bad, "pld", "0", Path("w"))
+
+
+def test_a_trained_drafter_method_without_a_drafters_entry_trains_with_its_defaults(config):
+    bare = {**config, "drafters": {name: settings for name, settings in config["drafters"].items()
+                                   if settings.get("method", name) != "owl"}}
+    implied = plan.with_implied_drafters(bare)
+    assert implied["drafters"]["owl"] == {"method": "owl"}
+    arguments = jobs.train_arguments(implied, "owl", "t", "d", "h", Path("w"))
+    assert arguments[arguments.index("--steps") + 1] == "1000" and "--opt" not in arguments
+    assert plan.with_implied_drafters(config) is config  # every method has its entry: nothing added
+
+
+def test_sampled_runs_take_the_configured_top_k_and_top_p(config):
+    warped = {**config, "bench": {**config["bench"], "top_k": 20, "top_p": 0.9}}
+    sampled = jobs.run_arguments(warped, "sd", "stdlib_code", "1", Path("w"), "t", draft="d")
+    assert sampled[sampled.index("--top-k") + 1] == "20" and sampled[sampled.index("--top-p") + 1] == "0.9"
+    assert "--top-k" not in jobs.run_arguments(warped, "sd", "stdlib_code", "0", Path("w"), "t", draft="d")
+    assert "--top-k" not in jobs.run_arguments(config, "sd", "stdlib_code", "1", Path("w"), "t", draft="d")

@@ -10,16 +10,20 @@ category's turns only; ``overall`` is the whole set. Sets with a single category
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 
 from harness.analysis.specbench import MT_BENCH_CATEGORIES
-from harness.analysis.summary import paired_with_ar, records_frame, tau, write_table
+from harness.analysis.summary import paired_with_ar, tau
 from harness.analysis.tables import markdown_table
 from harness.analysis.timing import paired_speedup
+
+if TYPE_CHECKING:
+    import matplotlib.pyplot as plt
+
+    from harness.analysis.view import Inputs
 
 SPEC_BENCH_TASKS = ("mt_bench", "translation", "summarization", "qa", "math_reasoning", "rag")
 CATEGORY_COLUMNS = ["variant", "method", "dataset", "temperature", "category", "prompts", "turns", "tau",
@@ -89,19 +93,12 @@ def category_sections(table: pd.DataFrame, main: list[str]) -> str:
     return "\n".join(lines[:-1])
 
 
-def placeholder_figure(message: str) -> plt.Figure:
-    """A figure that says why it has nothing to show (the workflow writes every figure on every run)."""
-    figure, axis = plt.subplots(figsize=(4.6, 2.4))
-    axis.text(0.5, 0.5, message, ha="center", va="center")
-    axis.set_axis_off()
-    return figure
-
-
-def plot_categories(table: pd.DataFrame, main: list[str], colors: dict) -> plt.Figure:
+def plot_categories(data: Inputs) -> plt.Figure:
     """One panel per dataset and temperature: speedup per category, one bar per variant (main ones first)."""
-    panels = list(table.groupby(["dataset", "temperature"]))
-    if not panels:
-        return placeholder_figure("no prompt set with several categories")
+    from harness.analysis.figures import plt, temperature_label, variant_colors
+
+    main, colors = data.main, variant_colors(data.summary)
+    panels = list(data.table("categories").groupby(["dataset", "temperature"]))
     figure, axes = plt.subplots(len(panels), 1, figsize=(7.0, 2.4 * len(panels)), squeeze=False)
     for axis, ((dataset, temperature), group) in zip(axes[:, 0], panels):
         columns = category_order(group)
@@ -117,13 +114,6 @@ def plot_categories(table: pd.DataFrame, main: list[str], colors: dict) -> plt.F
         axis.set_xticks(np.arange(len(columns)), columns)
         axis.axhline(1.0, color="black", linewidth=0.7, linestyle=":")
         axis.set_ylabel("speedup over ar")
-        axis.set_title(f"{dataset}, {'greedy (T = 0)' if temperature == 0 else f'T = {temperature:g}'}")
+        axis.set_title(f"{dataset}, {temperature_label(temperature)}")
     axes[0][0].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     return figure
-
-
-def write_categories(paths: list[Path], out: Path) -> pd.DataFrame:
-    """The per-category table of records files, written to ``out`` (CSV)."""
-    table = category_table(records_frame(paths))
-    write_table(table, out)
-    return table

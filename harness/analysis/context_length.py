@@ -9,14 +9,17 @@ those of the per-category view (``harness.analysis.categories.category_row``: ``
 
 from __future__ import annotations
 
-from pathlib import Path
+from typing import TYPE_CHECKING
 
-import matplotlib.pyplot as plt
 import pandas as pd
 
-from harness.analysis.categories import category_row, placeholder_figure, variant_order
-from harness.analysis.summary import records_frame, write_table
+from harness.analysis.categories import category_row, variant_order
 from harness.analysis.tables import cell, markdown_table
+
+if TYPE_CHECKING:
+    import matplotlib.pyplot as plt
+
+    from harness.analysis.view import Inputs
 
 CATEGORY_PREFIX = "ctx"  # the long-context prompt set's categories: ctx<bucket> (harness.data.long_context)
 CONTEXT_COLUMNS = ["variant", "method", "dataset", "temperature", "context_tokens", "prompts", "turns", "tau",
@@ -43,12 +46,13 @@ def context_length_table(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows).reindex(columns=CONTEXT_COLUMNS)
 
 
-def plot_context_length(table: pd.DataFrame, main: list[str], colors: dict) -> plt.Figure:
+def plot_context_length(data: Inputs) -> plt.Figure:
     """One panel per dataset and temperature: tau against the context length (tokens), one line per variant
     (main ones first)."""
-    panels = list(table.groupby(["dataset", "temperature"]))
-    if not panels:
-        return placeholder_figure("no long-context prompt set")
+    from harness.analysis.figures import plt, temperature_label, variant_colors
+
+    main, colors = data.main, variant_colors(data.summary)
+    panels = list(data.table("context_length").groupby(["dataset", "temperature"]))
     figure, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 2.6), squeeze=False)
     for axis, ((dataset, temperature), group) in zip(axes[0], panels):
         for variant in variant_order(list(group.variant.unique()), main):
@@ -58,17 +62,10 @@ def plot_context_length(table: pd.DataFrame, main: list[str], colors: dict) -> p
         axis.set_xscale("log", base=2)
         axis.set_xticks(sorted(group.context_tokens.unique()), [str(v) for v in sorted(group.context_tokens.unique())])
         axis.set_xlabel("context length (prompt tokens, bucket)")
-        axis.set_title(f"{dataset}, {'greedy (T = 0)' if temperature == 0 else f'T = {temperature:g}'}")
+        axis.set_title(f"{dataset}, {temperature_label(temperature)}")
     axes[0][0].set_ylabel("tau (accepted length per step)")
     axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     return figure
-
-
-def write_context_length(paths: list[Path], out: Path) -> pd.DataFrame:
-    """The context-length table of records files, written to ``out`` (CSV)."""
-    table = context_length_table(records_frame(paths))
-    write_table(table, out)
-    return table
 
 
 def context_section(table: pd.DataFrame, main: list[str]) -> str:

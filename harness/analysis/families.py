@@ -32,6 +32,11 @@ def speedup_cell(row: pd.Series) -> str:
             f"{cell(row.get('speedup_ci_high', float('nan')), '{:.2f}')}]")
 
 
+def drafting_variants(summary: pd.DataFrame, variants: list[str]) -> list[str]:
+    """Those of ``variants`` (in their order) that run a drafter: a draft LM, a trained drafter, a chain of them."""
+    return [variant for variant in variants if (summary[summary.variant == variant].drafter_parameters > 0).any()]
+
+
 def family_table(summary: pd.DataFrame, variants: list[str]) -> str:
     """One row per variant (of ``variants``, in that order) x dataset x temperature: tau, paired speedup with
     interval, drafter-FLOP waste, drafter parameters and drafter FLOPs per step; empty when none of them ran."""

@@ -1,14 +1,12 @@
-"""Paper-style figures (PDF and PNG) from the summary and per-depth acceptance tables.
+"""Paper-style figures (PDF and PNG) of the views (``harness.analysis.views``), drawn from their tables.
 
-Every figure takes the tables written by ``python -m harness summarize`` and
-nothing else, so a figure can be redrawn without rerunning a benchmark. One
-colour per method throughout; several variants of one method get shades of it.
+Every figure takes the tables written by ``python -m harness summarize --tables-dir`` (``Inputs``) and nothing
+else, so a figure can be redrawn without rerunning a benchmark. One colour per method throughout; several variants
+of one method get shades of it.
 """
 
 from __future__ import annotations
 
-import json
-from collections.abc import Callable
 from pathlib import Path
 
 import matplotlib
@@ -23,12 +21,11 @@ from matplotlib.colors import to_rgb  # noqa: E402
 from harness.store.atomic import atomic_path  # noqa: E402
 from harness.catalog import catalog  # noqa: E402
 from harness.errors import DraftcountError  # noqa: E402
-from harness.analysis.categories import plot_categories  # noqa: E402
-from harness.analysis.context_length import plot_context_length  # noqa: E402
+from harness.analysis.view import Inputs, read_inputs  # noqa: E402
+from harness.analysis.views import all_views, budget_families  # noqa: E402
 from harness.analysis.trust import CONTROL_TOLERANCE, CONTROL_VARIANT, control_failures, diverged_variants  # noqa: E402
 
 EXTRA_COLORS = ["#9467bd", "#8c564b", "#e377c2", "#17becf", "#bcbd22"]
-SIZE_OPTIONS = {"budget", "tree_budget", "gamma", "branching", "tree_file", "depth", "top_k"}
 STYLE = {
     "font.family": "serif", "font.size": 8, "axes.titlesize": 8, "axes.labelsize": 8, "legend.fontsize": 7,
     "xtick.labelsize": 7, "ytick.labelsize": 7, "axes.spines.top": False, "axes.spines.right": False,
@@ -62,7 +59,7 @@ def variant_order(summary: pd.DataFrame) -> list[str]:
         zip(pairs.method, pairs.variant), key=lambda pair: (methods.index(pair[0]), pair[1] != pair[0], pair[1]))]
 
 
-def _temperature_label(temperature: float) -> str:
+def temperature_label(temperature: float) -> str:
     return "greedy (T = 0)" if temperature == 0 else f"T = {temperature:g}"
 
 
@@ -117,7 +114,8 @@ def _mark_untrusted(axis: plt.Axes, table: pd.DataFrame, bars: dict) -> None:
                   f"{CONTROL_TOLERANCE:.0%}", transform=axis.transAxes, color="#b00000", va="top", fontsize=6)
 
 
-def plot_speedup(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str]) -> plt.Figure:
+def plot_speedup(data: Inputs) -> plt.Figure:
+    summary, main = data.summary, data.main
     colors, variants = variant_colors(summary), primary_variants(summary, main)
     figure, axes, temperatures = _by_temperature(summary)
     for axis, temperature in zip(axes[0], temperatures):
@@ -131,7 +129,7 @@ def plot_speedup(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str]) ->
                           label="bound (zero host time)" if index == 0 else None)
         _mark_untrusted(axis, table, bars)
         axis.axhline(1.0, color="black", linewidth=0.7, linestyle=":")
-        axis.set_title(_temperature_label(temperature))
+        axis.set_title(temperature_label(temperature))
     axes[0][0].set_ylabel("speedup over ar")
     axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     return figure
@@ -142,7 +140,8 @@ PHASE_STYLE = (("phase_prefill_per_token", "prefill", "#c7c7c7"), ("phase_target
                ("phase_host_per_token", "host", "#d62728"))
 
 
-def plot_phases(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str]) -> plt.Figure:
+def plot_phases(data: Inputs) -> plt.Figure:
+    summary, main = data.summary, data.main
     variants = [v for v in variant_order(summary) if v in main]
     figure, axes, temperatures = _by_temperature(summary, height=2.6)
     for axis, temperature in zip(axes[0], temperatures):
@@ -156,26 +155,28 @@ def plot_phases(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str]) -> 
                      hatch="//" if label == "host" else None, edgecolor="white", linewidth=0.3)
             bottom += values
         axis.set_xticks(np.arange(len(means)), means.index, rotation=60, ha="right")
-        axis.set_title(_temperature_label(temperature))
+        axis.set_title(temperature_label(temperature))
     axes[0][0].set_ylabel("ms per emitted token")
     axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     return figure
 
 
-def plot_tau(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str]) -> plt.Figure:
+def plot_tau(data: Inputs) -> plt.Figure:
+    summary, main = data.summary, data.main
     colors, variants = variant_colors(summary), [v for v in variant_order(summary) if v in main]
     figure, axes, temperatures = _by_temperature(summary)
     for axis, temperature in zip(axes[0], temperatures):
         table = summary[summary.temperature == temperature]
         for positions, rows in _grouped_bars(axis, table, "tau", variants, colors).values():
             axis.plot(positions, rows.accepted_per_step, "o", color="black", markersize=2)
-        axis.set_title(_temperature_label(temperature))
+        axis.set_title(temperature_label(temperature))
     axes[0][0].set_ylabel("tau (accepted length per step)")
     axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     return figure
 
 
-def plot_waste(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str]) -> plt.Figure:
+def plot_waste(data: Inputs) -> plt.Figure:
+    summary, main = data.summary, data.main
     colors, variants = variant_colors(summary), [v for v in variant_order(summary) if v in main]
     parts = [("drafter_useful_flops_per_token", "drafter, used", ""),
              ("drafter_wasted_flops_per_token", "drafter, wasted", "////"),
@@ -194,7 +195,7 @@ def plot_waste(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str]) -> p
                      edgecolor="white", linewidth=0.3, label=label)
             bottom += values
         axis.set_xticks(np.arange(len(table)), table.index, rotation=35, ha="right")
-        axis.set_title(_temperature_label(temperature))
+        axis.set_title(temperature_label(temperature))
     axes[0][0].set_ylabel("MFLOPs per emitted token")
     handles = [plt.Rectangle((0, 0), 1, 1, facecolor=c, hatch=h, edgecolor="white")
                for c, h in (("0.35", ""), ("0.35", "////"), ("0.75", ""), ("0.75", "xxxx"))]
@@ -203,24 +204,8 @@ def plot_waste(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str]) -> p
     return figure
 
 
-def budget_families(summary: pd.DataFrame) -> dict[tuple[str, str], list[str]]:
-    """Variants of one method and verifier whose options differ only in draft size (budget, gamma, tree shape)."""
-    families: dict[tuple[str, str], list[str]] = {}
-    sizes: dict[tuple[str, str], set[str]] = {}
-    verifiers = summary.verifier if "verifier" in summary else pd.Series("token_level", index=summary.index)
-    table = summary.assign(verifier=verifiers)
-    for (method, verifier, variant), options in table.groupby(["method", "verifier", "variant"]).options.first().items():
-        parsed = json.loads(options or "{}")
-        others = {k: v for k, v in parsed.items() if k not in SIZE_OPTIONS}
-        key = (method, verifier + json.dumps(others, sort_keys=True))
-        families.setdefault(key, []).append(variant)
-        sizes.setdefault(key, set()).add(json.dumps({k: v for k, v in parsed.items() if k in SIZE_OPTIONS},
-                                                    sort_keys=True))
-    # a family is several variants whose sizes differ (ar beside ar_control, the same options twice, is none)
-    return {key: variants for key, variants in families.items() if len(variants) > 1 and len(sizes[key]) > 1}
-
-
-def plot_budget(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str]) -> plt.Figure:
+def plot_budget(data: Inputs) -> plt.Figure:
+    summary = data.summary
     families = budget_families(summary)
     figure, axes, temperatures = _by_temperature(summary, height=2.2, rows=2, sharey=False)
     for column, temperature in enumerate(temperatures):
@@ -240,7 +225,7 @@ def plot_budget(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str]) -> 
                 for _, point in rows.iterrows():
                     axis.annotate(point.variant, (point.verified_per_step, point[value]), fontsize=5,
                                   xytext=(2, 2), textcoords="offset points")
-        axes[0][column].set_title(_temperature_label(temperature))
+        axes[0][column].set_title(temperature_label(temperature))
         axes[1][column].set_xlabel("tokens verified per step")
         axes[1][column].axhline(1.0, color="black", linewidth=0.7, linestyle=":")
     axes[0][0].set_ylabel("tau")
@@ -250,7 +235,8 @@ def plot_budget(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str]) -> 
     return figure
 
 
-def plot_depth(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str]) -> plt.Figure:
+def plot_depth(data: Inputs) -> plt.Figure:
+    summary, depth, main = data.summary, data.table("depth_acceptance"), data.main
     colors = variant_colors(summary)
     figure, axes, temperatures = _by_temperature(summary)
     variants = [v for v in variant_order(summary) if v in main]
@@ -265,38 +251,14 @@ def plot_depth(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str]) -> p
             axis.plot(pooled.index, rate, "o-", color=colors[variant], markersize=3, linewidth=1, label=variant)
         axis.set_ylim(0, 1.02)
         axis.set_xlabel("draft depth d")
-        axis.set_title(_temperature_label(temperature))
+        axis.set_title(temperature_label(temperature))
     axes[0][0].set_ylabel("acceptance rate at depth d")
     axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     return figure
 
 
-def plot_ablation(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str]) -> plt.Figure:
-    table = summary[summary.method == "lyanna"]
-    ablation_datasets = set(table[~table.variant.isin(main)].dataset)
-    table = table[table.dataset.isin(ablation_datasets)] if ablation_datasets else table
-    colors = variant_colors(summary)
-    variants = [v for v in variant_order(summary) if v in set(table.variant)]
-    values = [("tau", "tau"), ("speedup_paired_mean", "speedup over ar"), ("drafter_flop_waste", "drafter-FLOP waste")]
-    temperatures = sorted(summary.temperature.unique())
-    figure, axes = plt.subplots(1, len(values), figsize=(2.6 * len(values) + 1.2, 2.6), squeeze=False)
-    width = 0.8 / max(len(temperatures), 1)
-    for axis, (column, label) in zip(axes[0], values):
-        for index, temperature in enumerate(temperatures):
-            rows = table[table.temperature == temperature].groupby("variant")[column].mean().reindex(variants)
-            positions = np.arange(len(variants)) + (index - (len(temperatures) - 1) / 2) * width
-            axis.bar(positions, rows, width, color=[colors[v] for v in variants], hatch="" if index == 0 else "///",
-                     edgecolor="white", linewidth=0.3)
-        axis.set_xticks(np.arange(len(variants)), variants, rotation=40, ha="right")
-        axis.set_title(label)
-    handles = [plt.Rectangle((0, 0), 1, 1, facecolor="0.6", hatch="" if i == 0 else "///", edgecolor="white")
-               for i in range(len(temperatures))]
-    axes[0][-1].legend(handles, [_temperature_label(t) for t in temperatures], loc="upper left",
-                       bbox_to_anchor=(1.0, 1.0), frameon=False)
-    return figure
-
-
-def plot_efficiency(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str]) -> plt.Figure:
+def plot_efficiency(data: Inputs) -> plt.Figure:
+    summary, main = data.summary, data.main
     colors = variant_colors(summary)
     figure, axis = plt.subplots(figsize=(4.6, 3.0))
     markers = {temperature: marker for temperature, marker in zip(sorted(summary.temperature.unique()), "os^v")}
@@ -310,30 +272,28 @@ def plot_efficiency(summary: pd.DataFrame, depth: pd.DataFrame, main: list[str])
     axis.set_xlabel("tokens per target forward")
     axis.set_ylabel("speedup over ar")
     for temperature, marker in markers.items():
-        axis.scatter([], [], color="0.4", marker=marker, s=14, label=_temperature_label(temperature))
+        axis.scatter([], [], color="0.4", marker=marker, s=14, label=temperature_label(temperature))
     axis.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
     return figure
 
 
-PLOTTERS: dict[str, Callable[[pd.DataFrame, pd.DataFrame, list[str]], plt.Figure]] = {
-    "speedup": plot_speedup, "phases": plot_phases, "tau": plot_tau, "waste": plot_waste, "budget": plot_budget, "depth": plot_depth,
-    "ablation": plot_ablation, "efficiency": plot_efficiency,
-}
+def placeholder_figure(message: str) -> plt.Figure:
+    """A figure that says why it has nothing to show (drawn when asked for by name without data)."""
+    figure, axis = plt.subplots(figsize=(4.6, 2.4))
+    axis.text(0.5, 0.5, message, ha="center", va="center")
+    axis.set_axis_off()
+    return figure
 
 
-def plot_samples(samples: pd.DataFrame, colors: dict) -> plt.Figure:
+def plot_samples(data: Inputs) -> plt.Figure:
     """Tau per sample index, one line per variant x dataset, one panel per temperature."""
-    if samples.empty:
-        figure, axis = plt.subplots(figsize=(4.6, 2.4))
-        axis.text(0.5, 0.5, "no variant ran several samples per prompt", ha="center", va="center")
-        axis.set_axis_off()
-        return figure
+    samples, colors = data.table("samples"), variant_colors(data.summary)
     figure, axes, temperatures = _by_temperature(samples)
     for axis, temperature in zip(axes[0], temperatures):
         for (variant, dataset), rows in samples[samples.temperature == temperature].groupby(["variant", "dataset"]):
             rows = rows.sort_values("sample")
             axis.plot(rows["sample"] + 1, rows.tau, marker="o", color=colors.get(variant), label=f"{variant} ({dataset})")
-        axis.set_title(_temperature_label(temperature))
+        axis.set_title(temperature_label(temperature))
         axis.set_xlabel("sample index")
         axis.xaxis.set_major_locator(matplotlib.ticker.MaxNLocator(integer=True))
     axes[0][0].set_ylabel("tau")
@@ -353,36 +313,21 @@ def save_figure(figure: plt.Figure, out_dir: Path, name: str) -> list[Path]:
     return paths
 
 
-def write_figures(summary_csv: Path, depth_csv: Path, out_dir: Path, main: list[str] | None = None,
-                  names: list[str] | None = None, samples_csv: Path | None = None,
-                  categories_csv: Path | None = None, context_csv: Path | None = None) -> list[Path]:
-    """Draw the named figures (default: all) from the tables; ``main`` lists the variants run on every
-    dataset (default: every variant), the others are ablations. Figure ``samples`` is drawn when the
-    per-sample-index table ``samples_csv`` is given, figure ``categories`` when the per-category table is, figure
-    ``context_length`` when the by-context-length table is."""
-    summary = pd.read_csv(summary_csv, keep_default_na=False, na_values=[""])
-    depth = pd.read_csv(depth_csv)
-    if summary.empty:
-        raise DraftcountError(f"{summary_csv} holds no rows to plot")
-    unknown = sorted(set(names or []) - set(PLOTTERS) - {"samples", "categories", "context_length"})
+def write_figures(tables_dir: Path, out_dir: Path, main: list[str] | None = None,
+                  names: list[str] | None = None) -> list[Path]:
+    """Draw the views' figures from the tables ``summarize --tables-dir`` wrote: the named ones (a named figure
+    without data says so: the workflow names its figures at plan time), or every one with data. ``main`` lists
+    the variants run on every dataset (default: every variant), the others are ablations."""
+    data = read_inputs(tables_dir, main)
+    figures = {view.name: view for view in all_views() if view.figure}
+    unknown = sorted(set(names or []) - set(figures))
     if unknown:
-        raise DraftcountError(f"unknown figure {unknown[0]!r}; known: {sorted(PLOTTERS)}")
-    main = main or sorted(summary.variant.unique())
-    missing = sorted(set(main) - set(summary.variant))
-    if missing:
-        raise DraftcountError(f"variant {missing[0]!r} has no rows in {summary_csv}")
+        raise DraftcountError(f"unknown figure {unknown[0]!r}; known: {', '.join(figures)}")
+    chosen = [figures[name] for name in names] if names else [view for view in figures.values() if view.with_data(data)]
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = []
     with plt.rc_context(STYLE):
-        for name in names or list(PLOTTERS):
-            if name in PLOTTERS:
-                paths += save_figure(PLOTTERS[name](summary, depth, main), out_dir, name)
-        if samples_csv is not None and (not names or "samples" in names):
-            paths += save_figure(plot_samples(pd.read_csv(samples_csv), variant_colors(summary)), out_dir, "samples")
-        if categories_csv is not None and (not names or "categories" in names):
-            paths += save_figure(plot_categories(pd.read_csv(categories_csv), main, variant_colors(summary)), out_dir,
-                                 "categories")
-        if context_csv is not None and (not names or "context_length" in names):
-            paths += save_figure(plot_context_length(pd.read_csv(context_csv), main, variant_colors(summary)),
-                                 out_dir, "context_length")
+        for view in chosen:
+            figure = view.draw(data) if view.with_data(data) else placeholder_figure(f"no data for {view.name} here")
+            paths += save_figure(figure, out_dir, view.name)
     return paths

@@ -165,36 +165,6 @@ def sample_table(frame: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=SAMPLE_COLUMNS)
 
 
-PICK_WINDOWS = ((1, 4), (5, 8), (9, 16), (17, 32), (33, None))  # verification steps of a turn, 1-based
-HEDGE_COLUMNS = ["variant", "dataset", "temperature", "expert", "steps", "picked_share", "loss_per_step",
-                 "learner_loss_per_step", "regret_per_step"] + [
-    f"picked_steps_{low}_{high or 'on'}" for low, high in PICK_WINDOWS]
-
-
-def hedge_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """For an online drafter-selection method (hedgespec's counters): per variant x dataset x temperature x expert,
-    the share of steps it was picked, its mean per-step loss (1 - emitted tokens its tree held / emitted), the
-    learner's, the learner's regret against it per step, and its share of the picks over steps 1-4, 5-8, 9-16,
-    17-32 and 33 on of a turn (which drafter was chosen as the turn went on)."""
-    methods = frame[(frame.role == "method") & frame.extra.map(lambda extra: "hedge_learner_loss" in extra)]
-    rows = []
-    for (variant, dataset, temperature), group in methods.groupby(["variant", "dataset", "temperature"]):
-        experts = list(group.expert_names.iloc[0])
-        picks = [[experts[int(pick)] for pick in trace.get("hedge_pick", [])] for trace in group.trace]
-        steps = sum(len(turn) for turn in picks)
-        learner = sum(extra["hedge_learner_loss"] for extra in group.extra) / max(steps, 1)
-        for name in experts:
-            loss = sum(extra.get(f"hedge_loss:{name}", 0.0) for extra in group.extra) / max(steps, 1)
-            row = {"variant": variant, "dataset": dataset, "temperature": temperature, "expert": name,
-                   "steps": steps, "picked_share": sum(turn.count(name) for turn in picks) / max(steps, 1),
-                   "loss_per_step": loss, "learner_loss_per_step": learner, "regret_per_step": learner - loss}
-            for low, high in PICK_WINDOWS:
-                window = [pick for turn in picks for pick in turn[low - 1:high]]
-                row[f"picked_steps_{low}_{high or 'on'}"] = window.count(name) / len(window) if window else np.nan
-            rows.append(row)
-    return pd.DataFrame(rows, columns=HEDGE_COLUMNS)
-
-
 def compute_breakdown(group: pd.DataFrame) -> dict[str, float]:
     """FLOPs per emitted token split into the drafter's useful and wasted work and the verifier's.
 
@@ -246,20 +216,3 @@ def bootstrap_interval(values: np.ndarray, confidence: float = 0.95, resamples: 
 def write_table(table: pd.DataFrame, out: Path) -> None:
     with atomic_path(out) as partial:
         table.to_csv(partial, index=False, float_format="%.6g")
-
-
-def write_summary(paths: list[Path], out: Path, depth_out: Path | None = None,
-                  samples_out: Path | None = None, hedge_out: Path | None = None) -> pd.DataFrame:
-    """The summary table (and, with ``depth_out``, the per-depth acceptance table; with ``samples_out``, the
-    per-sample-index table; with ``hedge_out``, the drafter-selection table) of records files."""
-    frame = records_frame(paths)
-    table = summarize(frame)
-    write_table(table, out)
-    if depth_out is not None:
-        write_table(depth_acceptance(frame), depth_out)
-    if samples_out is not None:
-        write_table(sample_table(frame), samples_out)
-    if hedge_out is not None:
-        write_table(hedge_table(frame), hedge_out)
-
-    return table

@@ -12,7 +12,9 @@ from functools import cached_property
 from pathlib import Path
 
 import torch
-from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedModel, PreTrainedTokenizerBase
+from transformers import (
+    AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerBase,
+)
 
 from harness.errors import DraftcountError
 from harness.store.hub import is_hub_id, model_snapshot
@@ -192,3 +194,20 @@ def check_same_tokenizer(target: LoadedModel, draft: LoadedModel) -> None:
             f"draft tokenizer of '{draft.source}' differs from the target's "
             f"({len(draft_vocab)} vs {len(target_vocab)} tokens, {differing} entries differ)"
         )
+
+
+def random_llama(config: LlamaConfig, seed: int | None = 0, dtype: torch.dtype = torch.float32,
+                 device: str = "cpu") -> LlamaForCausalLM:
+    """A Llama of ``config`` with random weights (seeded unless ``seed`` is None), built directly in ``dtype`` on
+    ``device``, in eval mode: the one builder of the measurements' random models."""
+    if seed is not None:
+        torch.manual_seed(seed)
+    previous = torch.get_default_dtype()
+    torch.set_default_dtype(dtype)
+    try:
+        with torch.device(device):
+            model = LlamaForCausalLM(config)
+    finally:
+        torch.set_default_dtype(previous)
+    return model.eval()
+

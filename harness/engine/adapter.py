@@ -8,7 +8,7 @@ instance serves many generations: ``begin`` resets it for each one.
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Protocol
 
@@ -31,8 +31,10 @@ if TYPE_CHECKING:
 @dataclass
 class StepContext:
     """What a method may read while it drafts: sampling settings, the random generator, the counters, the
-    run's engine runtime (where a drafter gets its KV cache and, with CUDA graphs, its graph runner), and which
-    prompt is answered (a method that learns across samples of one prompt keys its state by it)."""
+    run's engine runtime (where a drafter gets its KV cache and, with CUDA graphs, its graph runner), which
+    prompt is answered (a method that learns across samples of one prompt keys its state by it), and the sequence
+    so far on the host (``tokens``: the prompt, the first token and every token verification emitted, kept by the
+    engine from the verifier's one read, so a method that matches tokens on the host reads nothing more)."""
 
     sampling: SamplingConfig
     generator: torch.Generator | None
@@ -41,6 +43,7 @@ class StepContext:
     runtime: EngineRuntime | None = None  # None: dynamic caches, eager forwards
     max_sequence: int = 0  # the longest the sequence can grow in this generation (prompt + new tokens + 1)
     prompt_key: str = ""  # what this generation answers, the same for every sample of one prompt and turn
+    tokens: list[int] = field(default_factory=list)  # the sequence so far, on the host (the engine extends it)
 
     def drafter_cache(self, owner: object, config: PretrainedConfig, lookahead: int, dtype: torch.dtype,
                       device: torch.device) -> Cache:

@@ -96,6 +96,7 @@ def prefill(runtime: EngineRuntime, adapter: DraftAdapter, ctx: StepContext, pro
         first = next_token(out.logits[:, -1], ctx.sampling, ctx.generator)
         first_id = int(first.item())
     ctx.counters.record_prefill()
+    ctx.tokens[:] = [*prompt_ids[0].tolist(), first_id]  # the host's copy of the sequence, read with the prefill
     adapter.begin(ctx, prompt_ids, out)
     return torch.cat([prompt_ids, first.reshape(1, 1)], dim=-1), first_id
 
@@ -176,6 +177,7 @@ def generation_steps(
         with torch.inference_mode():
             step_tokens = decode_step(runtime, adapter, ctx, sequence, cache, verify)
             produced.extend(step_tokens)
+            ctx.tokens.extend(step_tokens)
             if eos_token_ids.intersection(step_tokens):
                 break
             sequence = torch.cat([sequence, to_device(torch.tensor([step_tokens]), sequence.device)], dim=-1)

@@ -40,26 +40,21 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from harness.verify.sampling import SamplingConfig
 from harness.engine.loop import generate
-from harness.backend.models import load_model, wrap_model
+from harness.backend.models import load_model, random_llama, resolve_dtype, wrap_model
 from harness.options import parse_key_values, parse_options
 from harness.engine.runtime import EngineOptions, EngineRuntime
 from harness.errors import DraftcountError
-from harness.backend.models import resolve_dtype
 from harness.training.zoo import LlamaShape
 from harness.measure.op_profile import compare_per_token, format_rows, profile_ops, write_rows
 from harness.backend.device import Stopwatch
 from harness.engine.method_spec import BuildInputs, build_adapter
 
 
-def random_llama(seed: int = 0) -> LlamaForCausalLM:
-    """A ~20M-parameter Llama (8 layers, width 384, vocab 8192) with random weights."""
-    torch.manual_seed(seed)
-    config = LlamaConfig(
-        vocab_size=8192, hidden_size=384, intermediate_size=1024, num_hidden_layers=8, num_attention_heads=6,
-        num_key_value_heads=6, max_position_embeddings=2048, tie_word_embeddings=False,
-        bos_token_id=None, eos_token_id=None, pad_token_id=None,
-    )
-    return LlamaForCausalLM(config).eval()
+SMALL_LLAMA = LlamaConfig(  # the default model: a ~20M-parameter Llama with random weights
+    vocab_size=8192, hidden_size=384, intermediate_size=1024, num_hidden_layers=8, num_attention_heads=6,
+    num_key_value_heads=6, max_position_embeddings=2048, tie_word_embeddings=False,
+    bos_token_id=None, eos_token_id=None, pad_token_id=None,
+)
 
 
 def config_target_shape(paths: list[Path]) -> tuple[LlamaShape, int]:
@@ -89,9 +84,7 @@ def config_target_shape(paths: list[Path]) -> tuple[LlamaShape, int]:
 
 def random_llama_shaped(shape: LlamaShape, vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
     """A Llama of ``shape`` with random weights and no BOS/EOS/pad tokens."""
-    torch.manual_seed(seed)
-    config = shape.config(vocab_size, bos_id=None, eos_id=None)
-    return LlamaForCausalLM(config).eval()
+    return random_llama(shape.config(vocab_size, bos_id=None, eos_id=None), seed)
 
 
 REFERENCES = {  # --reference: model.generate()'s keyword arguments
@@ -131,7 +124,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
         model = random_llama_shaped(shape, vocab_size).to(args.device, resolve_dtype(args.dtype))
         lm = wrap_model(model, source=f"random {shape} from {' + '.join(map(str, args.random_shape))}")
     else:
-        lm = wrap_model(random_llama().to(args.device, resolve_dtype(args.dtype)), source="random ~20M Llama")
+        lm = wrap_model(random_llama(SMALL_LLAMA).to(args.device, resolve_dtype(args.dtype)), source="random ~20M Llama")
     lm.model.generation_config.eos_token_id = None
     lm.model.generation_config.pad_token_id = 0
     params = lm.num_parameters

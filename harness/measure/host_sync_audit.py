@@ -34,13 +34,14 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 
 from harness.verify.sampling import SamplingConfig
-from harness.backend.models import load_model
+from harness.backend.models import load_model, random_llama
 from harness.training.drafters import DrafterTrainRequest
 from harness.measure.host_sync import PHASES, audit_generation
 from harness.data.token_streams import save_tokens
 from harness.engine.runtime import EngineOptions, EngineRuntime
 from harness.options import parse_key_values
-from harness.engine.method_spec import BuildInputs, build_adapter, method_spec
+from harness.engine.method_spec import method_spec
+from harness.measure.method_runs import VariantSpec, add_variant_arguments, build_variant, parse_variants
 
 VARIANTS = {"ar": ("ar", {}), "sd": ("sd", {"gamma": 4}), "tree_sd": ("tree_sd", {}), "eagle": ("eagle", {}),
             "lyanna": ("lyanna", {}), "lyanna_overlap": ("lyanna", {"reuse": "states", "overlap": "on"})}
@@ -49,11 +50,10 @@ VARIANTS = {"ar": ("ar", {}), "sd": ("sd", {"gamma": 4}), "tree_sd": ("tree_sd",
 def random_models(root: Path, vocab: int = 512) -> tuple[str, str, str, str]:
     """A random 4-layer target, a random 2-layer draft LM and fresh (untrained) EAGLE and Lyanna drafters."""
     def llama(layers: int, hidden: int, seed: int) -> LlamaForCausalLM:
-        torch.manual_seed(seed)
-        return LlamaForCausalLM(LlamaConfig(
+        return random_llama(LlamaConfig(
             vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
             num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=1024, tie_word_embeddings=False,
-            bos_token_id=None, eos_token_id=None, pad_token_id=None)).eval()
+            bos_token_id=None, eos_token_id=None, pad_token_id=None), seed)
 
     llama(4, 128, 0).save_pretrained(root / "target")
     llama(2, 64, 1).save_pretrained(root / "draft")
@@ -63,6 +63,18 @@ def random_models(root: Path, vocab: int = 512) -> tuple[str, str, str, str]:
                                                      data=root / "tokens.pt", out=root / method, steps=0,
                                                      progress=False, options={"seq_len": "64"}))
     return str(root / "target"), str(root / "draft"), str(root / "eagle"), str(root / "lyanna")
+
+
+def default_variants(with_draft: bool, drafters: dict[str, str | None]) -> list[VariantSpec]:
+    """The built-in table's variants whose models are given (one line for each left out)."""
+    chosen = []
+    for variant, (method, options) in VARIANTS.items():
+        given = with_draft if method in ("sd", "tree_sd") else drafters.get(method, "") is not None
+        if not given:
+            print(f"{variant}: skipped (no {'draft LM' if method in ('sd', 'tree_sd') else 'drafter'} given)")
+            continue
+        chosen.append(VariantSpec(variant, method, options, drafters.get(method)))
+    return chosen
 
 
 def print_sites(sites: dict[str, dict[str, float]]) -> None:
@@ -84,6 +96,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--kv-cache", default="dynamic", choices=["dynamic", "static"])
     parser.add_argument("--max-new-tokens", type=int, default=48)
+    add_variant_arguments(parser)
     parser.add_argument("--out", type=Path, help="also write the table as CSV")
     parser.add_argument("--where", action="store_true", help="print the source lines that make each count")
     args = parser.parse_args(argv)
@@ -99,13 +112,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
         runtime = EngineRuntime(target, EngineOptions(kv_cache=args.kv_cache))
         prompt = torch.randint(0, target.vocab_size, (1, 24), generator=torch.Generator().manual_seed(1))
         rows = []
-        for variant, (method, options) in VARIANTS.items():
-            needs = {"sd": draft, "tree_sd": draft}.get(method, True) if method not in drafters else drafters[method]
-            if not needs:
-                print(f"{variant}: skipped (no {'draft LM' if method in ('sd', 'tree_sd') else 'drafter'} given)")
-                continue
-            drafter_dir = Path(drafters[method]) if method in drafters else None
-            adapter, _ = build_adapter(method, options, BuildInputs(target, draft, drafter_dir))
+        for spec in parse_variants(args.variant) or default_variants(draft is not None, drafters):
+            variant, adapter = spec.name, build_variant(spec, target, draft)
             for temperature in (0.0, 1.0):
                 audit = audit_generation(target, adapter, prompt.to(target.device), args.max_new_tokens,
                                          SamplingConfig(temperature), runtime,

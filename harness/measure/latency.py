@@ -3,39 +3,18 @@ measure_latency) and the 8B-shape projection (``python -m harness measure projec
 
 A timed forward runs as ``timing`` says: ``eager`` (forwards launched from Python on transformers' DynamicCache),
 ``static`` (the same on a preallocated KV cache) or ``cuda_graphs`` (replayed from a CUDA graph on that static
-cache). Every time is a median of ``harness.backend.device.median_seconds``.
+cache): ``harness.backend.timed``. Every time is a median of ``harness.backend.device.median_seconds``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
-from transformers import PretrainedConfig, PreTrainedModel
-from transformers.cache_utils import Cache
+from transformers import PreTrainedModel
 
-from harness.backend.device import median_seconds
 from harness.backend.forward import prefix_visible
-from harness.backend.kv_cache import cache_argument, crop_cache, new_cache
-from harness.backend.static_cache import new_static_cache
+from harness.backend.kv_cache import cache_argument, crop_cache
+from harness.backend.timed import timed_seconds, timing_cache
 from harness.trees.tree import depths_of, tree_attention_bias
-
-TIMINGS = ("eager", "static", "cuda_graphs")  # how a timed forward runs; see ``timing_cache``
-
-
-def check_timing(timing: str) -> None:
-    if timing not in TIMINGS:
-        raise ValueError(f"timing must be one of {', '.join(TIMINGS)}, not {timing!r}")
-
-
-def timing_cache(config: PretrainedConfig, capacity: int, dtype: torch.dtype, device: torch.device,
-                 timing: str) -> Cache:
-    """The KV cache a timed forward runs on: transformers' DynamicCache under ``eager`` (forwards launched from
-    Python, the cache grown by concatenation), a preallocated (static) one under ``static`` (the same
-    forwards, written in place) and ``cuda_graphs`` (replayed from a CUDA graph): the two steps apart, so
-    each one's effect shows on its own."""
-    check_timing(timing)
-    return new_cache(config) if timing == "eager" else new_static_cache(config, capacity, dtype, device)
 
 
 def wide_tree(nodes: int, fan_out: int = 4) -> tuple[int, ...]:
@@ -66,9 +45,3 @@ def target_latencies(model: PreTrainedModel, prefix: int, sizes: list[int], repe
 
         latencies[size] = timed_seconds(forward, device, repeats, timing)
     return latencies
-
-
-def timed_seconds(run: Callable[[], object], device: torch.device, repeats: int, timing: str = "eager") -> float:
-    """Median seconds of ``run`` under ``timing`` (its cache is ``timing_cache``'s business)."""
-    check_timing(timing)
-    return median_seconds(run, device, repeats, graphed=timing == "cuda_graphs")

@@ -1,8 +1,10 @@
-"""What a measurement that runs one method over a prompt set takes from its command line, and the loading."""
+"""What a measurement that runs one method over a prompt set loads from its command line (the arguments:
+``harness.engine.arguments``), and the variants of the checks that measure several methods."""
 
 from __future__ import annotations
 
 import argparse
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -12,25 +14,10 @@ from harness.backend.models import LoadedModel, load_model
 from harness.data.prompts import Prompt, encode_turn, load_prompts
 from harness.engine.adapter import DraftAdapter
 from harness.engine.method_spec import BuildInputs, build_adapter
+from harness.errors import DraftcountError
 from harness.options import parse_key_values
+from harness.engine.arguments import sampling_of
 from harness.verify.sampling import SamplingConfig
-
-
-def add_method_arguments(parser: argparse.ArgumentParser, default_method: str) -> None:
-    parser.add_argument("--method", default=default_method, help=f"the catalog method (default: {default_method})")
-    parser.add_argument("--opt", action="append", metavar="KEY=VALUE", help="method option, repeatable")
-    parser.add_argument("--target", required=True, help="target model directory or hub id")
-    parser.add_argument("--draft", help="draft LM directory (methods that need one)")
-    parser.add_argument("--drafter", help="trained drafter directory (methods that need one)")
-    parser.add_argument("--prompts", required=True, help="prompt set (.jsonl/.txt, or humaneval)")
-    parser.add_argument("--limit", type=int, default=0, help="first N prompts only (0: all)")
-    parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--max-new-tokens", type=int, default=128)
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--threads", type=int)
-    parser.add_argument("--no-progress", action="store_true")
 
 
 @dataclass
@@ -53,4 +40,43 @@ def load_method_run(args: argparse.Namespace) -> MethodRun:
     adapter, _ = build_adapter(args.method, parse_key_values(args.opt),
                                BuildInputs(target, draft, Path(args.drafter) if args.drafter else None))
     return MethodRun(target, adapter, load_prompts(args.prompts, None, args.limit or None),
-                     SamplingConfig(args.temperature))
+                     sampling_of(args))
+
+
+# The checks that measure several methods at once (overheads, host-sync): each method as a variant of the
+# workflow's plan (``--variant JSON``, from ``harness.workflow_jobs.check_variant_arguments``), or a default table.
+
+@dataclass(frozen=True)
+class VariantSpec:
+    """A named method with its options and, for a method that needs one, its trained drafter directory."""
+
+    name: str
+    method: str
+    options: dict
+    drafter: str | None = None
+
+
+def add_variant_arguments(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--variant", action="append", metavar="JSON",
+                        help='a variant to measure, repeatable: {"name": ..., "method": ..., "options": {...}, '
+                             '"drafter": DIR} (default: the built-in table, for the models given)')
+
+
+def parse_variants(texts: list[str] | None) -> list[VariantSpec]:
+    """``--variant`` arguments as specs; one line for a malformed one."""
+    specs = []
+    for text in texts or []:
+        try:
+            fields = json.loads(text)
+            specs.append(VariantSpec(str(fields["name"]), str(fields["method"]), dict(fields.get("options") or {}),
+                                     fields.get("drafter")))
+        except (ValueError, KeyError, TypeError) as error:
+            raise DraftcountError(f"--variant {text!r} is not a variant (JSON with name and method): {error}") from None
+    return specs
+
+
+def build_variant(spec: VariantSpec, target: LoadedModel, draft: LoadedModel | None) -> DraftAdapter:
+    adapter, _ = build_adapter(spec.method, spec.options,
+                               BuildInputs(target, draft, Path(spec.drafter) if spec.drafter else None))
+    return adapter
+

@@ -44,7 +44,7 @@ from harness.data.prompts import encode_turn, load_prompts
 from harness.runner import eos_ids
 from harness.engine.runtime import EngineOptions, EngineRuntime, warm_up, without_captures
 from harness.options import parse_key_values
-from harness.engine.method_spec import BuildInputs, build_adapter
+from harness.measure.method_runs import VariantSpec, add_variant_arguments, build_variant, parse_variants
 
 SETTINGS = {
     "eager": EngineOptions(kv_cache="dynamic", cuda_graphs="off"),
@@ -59,6 +59,18 @@ DEFAULT_SETTINGS = {"cpu": ["eager", "static_cache"], "cuda": ["eager", "static_
 METHODS = {"ar": ("ar", {}), "sd": ("sd", {}), "tree_sd": ("tree_sd", {}), "eagle": ("eagle", {}),
            "lyanna": ("lyanna", {}), "lyanna_states": ("lyanna", {"reuse": "states"}),
            "lyanna_overlap": ("lyanna", {"reuse": "states", "overlap": "on"})}
+
+
+def default_variants(names: str | None, draft: str | None, drafters: dict[str, str],
+                     parser: argparse.ArgumentParser) -> list[VariantSpec]:
+    """The built-in table's variants whose models are given (``names``: those of them)."""
+    available = {"ar", *(["sd", "tree_sd"] if draft else []), *(["eagle"] if "eagle" in drafters else []),
+                 *(["lyanna", "lyanna_states", "lyanna_overlap"] if "lyanna" in drafters else [])}
+    chosen = names.split(",") if names else [name for name in METHODS if name in available]
+    for name in chosen:
+        if name not in METHODS or name not in available:
+            parser.error(f"method {name!r} is unknown or its models were not given (available: {sorted(available)})")
+    return [VariantSpec(name, METHODS[name][0], METHODS[name][1], drafters.get(METHODS[name][0])) for name in chosen]
 
 
 @dataclass
@@ -113,7 +125,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
     parser.add_argument("--dtype", default="float32", choices=["float32", "bfloat16", "float16"])
     parser.add_argument("--settings", help="comma-separated (default: eager,static_cache and, on CUDA, "
                                            "graphs_verify,cuda_graphs)")
-    parser.add_argument("--methods", help="comma-separated (default: every method whose models are given)")
+    parser.add_argument("--methods", help="comma-separated names of the built-in table (default: every one whose "
+                                          "models are given); --variant measures the plan's variants instead")
+    add_variant_arguments(parser)
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     parser.add_argument("--no-progress", action="store_true", help="no progress bars")
     parser.add_argument("--out", type=Path, help="also write the table as CSV")
@@ -130,20 +144,12 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
             parser.error(f"setting {name} needs --device cuda")
     if "eager" not in settings:
         settings.insert(0, "eager")
-    available = {"ar", *(["sd", "tree_sd"] if args.draft else []), *(["eagle"] if "eagle" in drafters else []),
-                 *(["lyanna", "lyanna_states", "lyanna_overlap"] if "lyanna" in drafters else [])}
-    methods = args.methods.split(",") if args.methods else [m for m in METHODS if m in available]
-    for name in methods:
-        if name not in METHODS or name not in available:
-            parser.error(f"method {name!r} is unknown or its models were not given (available: {sorted(available)})")
+    specs = parse_variants(args.variant) or default_variants(args.methods, args.draft, drafters, parser)
+    methods = [spec.name for spec in specs]
 
     target = load_model(args.target, args.dtype, args.device)
     draft = load_model(args.draft, args.dtype, args.device) if args.draft else None
-    adapters = {}
-    for name in methods:
-        method, options = METHODS[name]
-        directory = Path(drafters[method]) if method in drafters else None
-        adapters[name], _ = build_adapter(method, options, BuildInputs(target, draft, directory))
+    adapters = {spec.name: build_variant(spec, target, draft) for spec in specs}
     runtimes = {name: EngineRuntime(target, SETTINGS[name]) for name in settings}
     prompts = [encode_turn(target.tokenizer, [], p.turns[0]) for p in load_prompts(args.prompts, limit=args.limit)]
     for runtime in runtimes.values():  # caches sized for the longest prompt before the warm-up: no regrowth later

@@ -25,9 +25,10 @@ import torch
 
 from harness.store.atomic import atomic_path
 from harness.backend.models import resolve_dtype
-from harness.measure.costs import Latencies
-from harness.measure.latency import TIMINGS, target_latencies
-from harness.measure.projection import SHAPES, drafter_step_latencies, project_speedups, random_llama, scaled_shape
+from harness.engine.method_spec import Latencies
+from harness.backend.timed import TIMINGS
+from harness.measure.latency import target_latencies
+from harness.measure.projection import SHAPES, drafter_step_latencies, project_speedups, scaled_shape, shaped_llama
 
 
 def measure(args: argparse.Namespace, timings: list[str]) -> tuple[dict[str, Latencies], dict[str, str]]:
@@ -37,8 +38,8 @@ def measure(args: argparse.Namespace, timings: list[str]) -> tuple[dict[str, Lat
     dtype, device = resolve_dtype(args.dtype), args.device
     sizes = [int(size) for size in args.sizes.split(",")]
     draft_sizes = [size for size in sizes if size <= 16] or [1]
-    target = random_llama(scaled_shape(SHAPES["llama-3.1-8b"], args.scale), dtype, device)
-    draft = random_llama(scaled_shape(SHAPES["llama-3.2-1b"], args.scale), dtype, device)
+    target = shaped_llama(scaled_shape(SHAPES["llama-3.1-8b"], args.scale), dtype, device)
+    draft = shaped_llama(scaled_shape(SHAPES["llama-3.2-1b"], args.scale), dtype, device)
     billions = [sum(p.numel() for p in model.parameters()) / 1e9 for model in (target, draft)]
     print(f"target {billions[0]:.2f}B and draft {billions[1]:.2f}B parameters, {args.dtype} on {device}, "
           f"timings {', '.join(timings)}", flush=True)

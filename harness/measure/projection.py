@@ -2,7 +2,7 @@
 
 The target is shaped like Llama-3.1-8B, the draft LM like Llama-3.2-1B, and every method with a drafter of its
 own measures one drafter step at the target's width with the code it runs (its cost model, ``METHOD.cost``,
-``harness.measure.costs``). Latencies are
+``harness.engine.method_spec``). Latencies are
 medians of repeated forwards after warm-up, timed with CUDA events on a GPU (``perf_counter``
 elsewhere). A summary table's measured acceptance (tau and tokens verified per step, from the small
 models) then gives, per variant,
@@ -23,9 +23,9 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
 from harness.catalog import method_names
-from harness.engine.method_spec import method_spec
+from harness.engine.method_spec import Latencies, method_spec
+from harness.backend.models import random_llama
 from harness.errors import DraftcountError
-from harness.measure.costs import Latencies
 
 SHAPES: dict[str, dict[str, int]] = {
     "llama-3.1-8b": {"hidden_size": 4096, "intermediate_size": 14336, "num_hidden_layers": 32,
@@ -42,17 +42,10 @@ def scaled_shape(shape: dict[str, int], divisor: int) -> dict[str, int]:
     return {key: max(1, value // divisor) for key, value in shape.items()}
 
 
-def random_llama(shape: dict[str, int], dtype: torch.dtype, device: str) -> LlamaForCausalLM:
-    """A randomly initialised Llama of ``shape``, built directly in ``dtype`` on ``device``."""
+def shaped_llama(shape: dict[str, int], dtype: torch.dtype, device: str) -> LlamaForCausalLM:
+    """A randomly initialised Llama of ``shape`` (the current random state), in ``dtype`` on ``device``."""
     config = LlamaConfig(**shape, max_position_embeddings=16384, tie_word_embeddings=False)
-    previous = torch.get_default_dtype()
-    torch.set_default_dtype(dtype)
-    try:
-        with torch.device(device):
-            model = LlamaForCausalLM(config)
-    finally:
-        torch.set_default_dtype(previous)
-    return model.eval()
+    return random_llama(config, None, dtype, device)
 
 
 def project_speedups(summary: pd.DataFrame, latencies: Latencies) -> pd.DataFrame:

@@ -19,7 +19,8 @@ from tqdm import tqdm
 
 from harness.engine.loop import generate
 from harness.errors import DraftcountError
-from harness.measure.method_runs import add_method_arguments, load_method_run
+from harness.engine.arguments import add_method_run_arguments
+from harness.measure.method_runs import load_method_run
 from harness.trees.pruning import prune_to_most_accepted
 from harness.trees.tree import depths_of
 from harness.trees.tree_file import save_tree_file
@@ -29,7 +30,7 @@ from harness.verify.sampling import make_generator
 def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_method_arguments(parser, "stand")
+    add_method_run_arguments(parser, "stand")
     parser.add_argument("--nodes", type=int, default=24, help="draft nodes kept")
     parser.add_argument("--out", required=True, type=Path)
     args = parser.parse_args(argv)

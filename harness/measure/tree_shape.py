@@ -1,4 +1,5 @@
-"""Latency-aware tree size for the beam-tree methods (`eagle`, `lyanna`): the depth and budget that maximise
+"""Latency-aware tree size for the beam-tree methods (those whose options extend
+``harness.trees.beam_shape.BeamOptions``: eagle, lyanna, prism, owl): the depth and budget that maximise
 estimated tokens per second on this machine.
 
 EAGLE-2's tree (``harness.trees.beam``) expands the same frontiers whatever the budget, then keeps the budget's
@@ -36,11 +37,11 @@ from harness.data.prompts import encode_turn, load_prompts
 from harness.engine.loop import generate
 from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.errors import DraftcountError
+from harness.trees.beam_shape import beam_methods
 from harness.options import parse_key_values
 from harness.store.atomic import atomic_path
 from harness.verify.sampling import SamplingConfig, make_generator
 
-BEAM_METHODS = ("eagle", "lyanna")
 
 
 def pool_depths(top_k: int, depth: int) -> np.ndarray:
@@ -126,6 +127,8 @@ def calibrate(method: str, options: dict, target_dir: str, drafter_dir: str | No
 
     def commit(ctx, tree, verdict, target_out):
         beam = adapter.beam
+        if beam is None:  # a step drafted otherwise (owl's HOWL: a retrieved chain) tells nothing of the tree
+            return original_commit(ctx, tree, verdict, target_out)
         path = [beam.pool_of_node[node] for node in verdict.path[1:]]
         calibration.step_ranks.append(path_ranks(beam.pool_scores.float().cpu().numpy(), depths, path,
                                                  shape.depth))
@@ -148,13 +151,13 @@ def calibrate(method: str, options: dict, target_dir: str, drafter_dir: str | No
 def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--method", required=True, choices=BEAM_METHODS)
+    parser.add_argument("--method", required=True, choices=beam_methods())
     parser.add_argument("--target", required=True)
     parser.add_argument("--drafter", required=True, help="the method's trained drafter")
     parser.add_argument("--prompts", required=True, help="calibration prompts (JSONL; not the benchmark's)")
     parser.add_argument("--latency", required=True, type=Path, help="target latency per size (rule measure_latency)")
     parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--option", action="append", metavar="KEY=VALUE", help="the method's other options")
+    parser.add_argument("--opt", action="append", metavar="KEY=VALUE", help="the method's other options")
     parser.add_argument("--max-depth", type=int, default=8)
     parser.add_argument("--max-budget", type=int, default=64)
     parser.add_argument("--temperature", type=float, default=0.0)
@@ -173,7 +176,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
     if max(int(size) for size in latency) < args.max_budget + 1:
         raise DraftcountError(f"{args.latency} measures sizes up to {max(map(int, latency))}; --max-budget "
                               f"{args.max_budget} needs {args.max_budget + 1}")
-    options = {**parse_key_values(args.option), "depth": args.max_depth, "budget": args.max_budget}
+    options = {**parse_key_values(args.opt), "depth": args.max_depth, "budget": args.max_budget}
     calibration, top_k = calibrate(args.method, options, args.target, args.drafter, args.prompts, args.temperature,
                                    args.max_new_tokens, args.limit, args.device, args.dtype, not args.no_progress)
     if not calibration.step_ranks:

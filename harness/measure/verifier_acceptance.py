@@ -25,7 +25,8 @@ from tqdm import tqdm
 from harness.analysis.summary import bootstrap_interval
 from harness.engine.loop import generate
 from harness.errors import DraftcountError
-from harness.measure.method_runs import add_method_arguments, load_method_run
+from harness.engine.arguments import add_method_run_arguments
+from harness.measure.method_runs import load_method_run
 from harness.store.atomic import atomic_path
 from harness.trees.tree import TokenTree
 from harness.verify import DEFAULT_VERIFIER, VERIFIERS
@@ -55,7 +56,7 @@ class SameTreeProbe:
 def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    add_method_arguments(parser, "eagle")
+    add_method_run_arguments(parser, "eagle")
     parser.add_argument("--trials", type=int, default=32, help="verifications per verifier and tree")
     parser.add_argument("--out", type=Path, help="also write the per-verifier rows as CSV")
     args = parser.parse_args(argv)

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import torch
 
 
 @dataclass(frozen=True)
@@ -44,9 +43,10 @@ class ContextIndex:
                 self.last_end[tuple(self.tokens[end - n + 1 : end + 1])] = end
         self.indexed = max(self.indexed, len(self.tokens) - 1)
 
-    def sync(self, sequence: torch.Tensor) -> None:
-        """Extend the index by the tokens of ``sequence`` (1, L) it has not seen: one small host read."""
-        self.extend(sequence[0, len(self.tokens) :].tolist())
+    def sync(self, tokens: list[int]) -> None:
+        """Extend the index by the tokens of ``tokens`` (the sequence so far, on the host: ``StepContext.tokens``)
+        it has not seen."""
+        self.extend(tokens[len(self.tokens):])
 
     def continuation(self, max_tokens: int, tail: list[int] | None = None) -> Match | None:
         """The tokens after the latest earlier occurrence of the longest matching suffix of the sequence (plus

@@ -64,9 +64,11 @@ class NgramDistributionStore:
 
 
 def top_k_rows(probs: torch.Tensor, k: int) -> tuple[list[list[int]], list[list[float]]]:
-    """Per row of ``probs`` (n, V): its ``k`` most likely tokens and their probabilities, read in one go."""
+    """Per row of ``probs`` (n, V): its ``k`` most likely tokens and their probabilities, read in one go (one host
+    read: token ids ride along as float64, exact below 2**53)."""
     values, indices = torch.topk(probs.float(), min(k, probs.shape[-1]), dim=-1)
-    return indices.tolist(), values.tolist()
+    both = torch.stack([indices.double(), values.double()]).tolist()
+    return [[int(token) for token in row] for row in both[0]], [[float(value) for value in row] for row in both[1]]
 
 
 class GumbelNoise:

@@ -1,6 +1,7 @@
-"""What training any drafter (EAGLE head, Lyanna backbone) shares: the request from the command line,
-a frozen target, feature batches from a dump or on the fly, soft cross-entropy, the attention mask of
-unrolled training-time-test steps, and saving a drafter directory atomically.
+"""What training any drafter family (eagle, lyanna, prism, owl, ...) shares: the request from the command line,
+a frozen target, feature batches from a dump or on the fly, the attention mask of unrolled training-time-test
+steps, the shared loop, and the drafter kit: a drafter directory's format (``write_drafter``/``read_drafter``),
+its checks against the target and the training envelope (``train_drafter``) that records held-out agreement.
 
 Under ``torchrun --nproc_per_node N`` the processes train one drafter data-parallel: each draws its micro-batches
 of every step's global batch (``batch_size * grad_accum * N`` rows), and only rank 0 goes on past training to
@@ -17,6 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import DynamicCache, LlamaConfig, PretrainedConfig
 
@@ -26,9 +28,12 @@ from harness.training.distributed import Shard
 from harness.training.features import FeatureSource, target_features
 from harness.data.token_streams import even_windows, load_tokens
 from harness.backend.models import LoadedModel, load_model
+from harness.store.atomic import atomic_path
+from harness.store.hub import drafter_snapshot, is_hub_id
 from harness.store.records import environment
 from harness.training.objectives import DEFAULT_OBJECTIVE, check_objective
 from harness.training.loop import TrainConfig, TrainResult, batches_from_step, train
+from harness.training.zoo import save_directory
 
 
 @dataclass(frozen=True)
@@ -192,10 +197,138 @@ def write_metrics(path: Path, metrics: dict) -> None:
     path.write_text(json.dumps(metrics, indent=2, default=str) + "\n")
 
 
-# Drafter checkpoints: the metadata file beside the weights, a one-layer config shaped like the target's
-# layers, and the initialisation every fresh drafter gets.
+# The drafter kit: a drafter directory (weights, metadata, a config), its checks against the target, and the
+# training envelope every family runs in. A family keeps its network, its loss and a few lines of save/load.
 
 META_FILE = "draftcount_drafter.json"
+WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # ours, and the .bin some released heads ship
+
+
+@dataclass(frozen=True)
+class DrafterFiles:
+    """What a drafter directory holds: its metadata (empty for a released head without ours), its weights
+    (a leading ``model.`` stripped from their names) and its config.json's fields (None without one)."""
+
+    directory: Path
+    meta: dict
+    state: dict[str, torch.Tensor]
+    config_fields: dict | None
+
+    def llama_config(self) -> LlamaConfig:
+        """config.json as a Llama configuration (a drafter's layers are Llama layers whatever its model type)."""
+        if self.config_fields is None:
+            raise DraftcountError(f"drafter directory {self.directory} holds no config.json")
+        return LlamaConfig(**{key: value for key, value in self.config_fields.items() if key != "model_type"})
+
+
+def drafter_directory(source: str | Path) -> Path:
+    """A local drafter directory, or a hub id's files fetched into the hub cache."""
+    path = Path(source).expanduser()
+    if path.is_dir():
+        return path
+    if is_hub_id(str(source)):
+        return drafter_snapshot(str(source))
+    raise DraftcountError(f"drafter directory {source} does not exist")
+
+
+def read_weights(directory: Path) -> dict[str, torch.Tensor]:
+    for name in WEIGHT_FILES:
+        path = directory / name
+        if path.is_file():
+            state = load_file(str(path)) if name.endswith(".safetensors") else torch.load(
+                path, map_location="cpu", weights_only=True)
+            return {key.removeprefix("model."): value for key, value in state.items()}
+    raise DraftcountError(f"drafter directory {directory} holds no weights ({' or '.join(WEIGHT_FILES)})")
+
+
+def write_drafter(out_dir: Path, method: str, state: dict[str, torch.Tensor], meta: dict,
+                  config: PretrainedConfig | None = None) -> None:
+    """``model.safetensors`` (``state`` on the CPU), ``draftcount_drafter.json`` (``method`` + ``meta``) and, given
+    one, ``config.json``; each file written atomically."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if config is not None:
+        config.save_pretrained(out_dir)
+    weights = {name: tensor.detach().cpu().contiguous() for name, tensor in state.items()}
+    with atomic_path(out_dir / WEIGHT_FILES[0]) as partial:
+        save_file(weights, str(partial))
+    with atomic_path(out_dir / META_FILE) as partial:
+        partial.write_text(json.dumps({"method": method, **meta}, indent=2, default=str) + "\n")
+
+
+def read_drafter(source: str | Path, method: str, meta_required: bool = True, with_config: bool = True) -> DrafterFiles:
+    """A drafter directory trained for ``method`` (``meta_required=False``: also a released one without our
+    metadata; ``with_config``: it must hold a config.json); one line when it holds none, lacks a file or was
+    trained for another method."""
+    directory = drafter_directory(source)
+    meta_path = directory / META_FILE
+    if meta_path.is_file():
+        meta = json.loads(meta_path.read_text())
+    elif meta_required:
+        raise DraftcountError(f"drafter directory {directory} holds no {method} drafter (no {META_FILE}; "
+                              f"python -m harness train --method {method} writes one)")
+    else:
+        meta = {}
+    if meta.get("method", method) != method:
+        raise DraftcountError(f"drafter {directory} was trained for method {meta['method']!r}, not {method!r}")
+    config = directory / "config.json"
+    if with_config and not config.is_file():
+        raise DraftcountError(f"drafter directory {directory} holds no config.json")
+    fields = json.loads(config.read_text()) if with_config else None
+    return DrafterFiles(directory, meta, read_weights(directory), fields)
+
+
+def check_target_fit(label: str, width: int, vocab: int, target: nn.Module) -> None:
+    """A drafter built for ``width`` and ``vocab`` fits ``target`` (one line naming both otherwise)."""
+    embedding = target.get_input_embeddings().weight
+    if (width, vocab) != (int(embedding.shape[1]), int(embedding.shape[0])):
+        raise DraftcountError(f"{label} was built for width {width} and vocabulary {vocab}; the target has "
+                              f"{int(embedding.shape[1])} and {int(embedding.shape[0])}")
+
+
+def check_weights(module: nn.Module, state: dict[str, torch.Tensor], label: str,
+                  optional: frozenset[str] = frozenset()) -> None:
+    """Every weight ``module`` needs is in ``state`` (but ``optional``), nothing else is, every shape fits."""
+    expected = {name: tuple(tensor.shape) for name, tensor in module.state_dict().items()}
+    missing = sorted(set(expected) - set(state) - optional)
+    unexpected = sorted(set(state) - set(expected))
+    if missing or unexpected:
+        parts = ([f"missing weights {', '.join(missing[:6])}"] if missing else []) + (
+            [f"unexpected weights {', '.join(unexpected[:6])}"] if unexpected else [])
+        raise DraftcountError(f"{label}: {'; '.join(parts)}")
+    wrong = [f"{name} {tuple(state[name].shape)} (expected {expected[name]})"
+             for name in sorted(state) if tuple(state[name].shape) != expected[name]]
+    if wrong:
+        raise DraftcountError(f"{label}: weights of the wrong shape: {', '.join(wrong[:4])}")
+
+
+@dataclass
+class Fitted:
+    """What a family's fit returns: the trained module, its training run and metrics of its own."""
+
+    module: nn.Module
+    result: TrainResult
+    metrics: dict = field(default_factory=dict)
+
+
+def train_drafter(request: DrafterTrainRequest, options: DrafterLoopOptions, target: LoadedModel,
+                  source: FeatureSource, fit: Callable[[], Fitted],
+                  agreement: Callable[[nn.Module, dict[str, torch.Tensor]], list[float]],
+                  save: Callable[[nn.Module, Path, dict], None]) -> dict:
+    """The envelope every drafter family trains in: ``fit()``, then the metrics (method, parameters, options, the
+    training run, the family's own), the held-out top-1 agreement per draft step on ``--heldout`` (``agreement``
+    over 16 windows with the target's features) and ``save(module, directory, provenance)`` into ``request.out``
+    atomically. Returns the metrics."""
+    fitted = fit()
+    module = fitted.module
+    metrics = {"method": request.method, "trainable_parameters": module.trainable_parameters(),
+               "options": asdict(options), "train": fitted.result.as_dict(), "target": request.target,
+               "data": str(request.data), **fitted.metrics}
+    if request.heldout is not None:
+        batch = heldout_batch(load_tokens(request.heldout), target, source.layers, options.seq_len)
+        metrics["heldout_top1_agreement_by_step"] = agreement(module, batch)
+    provenance = drafter_provenance(request, fitted.result)
+    save_directory(request.out, lambda path: save(module.cpu(), path, provenance))
+    return metrics
 
 
 def head_config(target_config, vocab_size: int) -> LlamaConfig:

@@ -20,12 +20,9 @@ def _degeneracy(name: str) -> Callable[[dict], float | None]:
 
 
 def heldout_agreement(metrics: dict) -> float | None:
-    """A drafter's held-out top-1 agreement with the target at its first draft step (or depth)."""
-    for key in ("heldout_top1_agreement_by_step", "heldout_top1_agreement_by_depth"):
-        values = metrics.get(key)
-        if values:
-            return float(values[0])
-    return None
+    """A drafter's held-out top-1 agreement with the target at its first draft step (``train_drafter`` records it)."""
+    values = metrics.get("heldout_top1_agreement_by_step")
+    return float(values[0]) if values else None
 
 
 @dataclass(frozen=True)

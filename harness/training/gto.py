@@ -35,7 +35,7 @@ from harness.backend.models import LoadedModel
 from harness.engine.adapter import DraftAdapter, StepContext
 from harness.engine.counters import GenerationCounters
 from harness.errors import DraftcountError
-from harness.trees.beam import BeamShape
+from harness.trees.beam_shape import BeamShape
 from harness.trees.tree import TokenTree, children_of
 from harness.training.drafters import DrafterLoopOptions
 from harness.training.objectives import uses_tree_loss

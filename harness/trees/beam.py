@@ -26,51 +26,13 @@ sampling lossless (EAGLE's convention).
 
 from __future__ import annotations
 
-import json
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 
-from harness.errors import DraftcountError
+from harness.trees.beam_shape import BeamShape
 from harness.trees.tree import DeferredTree
-
-
-@dataclass(frozen=True)
-class BeamShape:
-    top_k: int = 4
-    depth: int = 5
-    budget: int = 24
-
-    def __post_init__(self) -> None:
-        if self.top_k < 1 or self.depth < 1 or self.budget < 1:
-            raise DraftcountError(
-                f"beam tree needs top_k, depth and budget >= 1, got {self.top_k}, {self.depth}, {self.budget}"
-            )
-
-    @property
-    def pool_size(self) -> int:
-        return self.top_k + (self.depth - 1) * self.top_k * self.top_k
-
-    @property
-    def max_nodes(self) -> int:
-        return min(self.budget, self.pool_size)
-
-
-def shape_from_file(path: str, top_k: int) -> tuple[int, int]:
-    """The depth and budget a tree-shape file chose (``python -m harness measure tree-shape``: the shape of
-    highest estimated tokens/s on the machine it was measured on) for a beam of ``top_k``."""
-    try:
-        shape = json.loads(Path(path).read_text())
-        depth, budget, measured_k = int(shape["depth"]), int(shape["budget"]), int(shape["top_k"])
-    except FileNotFoundError:
-        raise DraftcountError(f"no tree-shape file {path} (python -m harness measure tree-shape writes one)") from None
-    except (ValueError, KeyError, TypeError) as error:
-        raise DraftcountError(f"{path} is not a tree-shape file: {error!r}") from None
-    if measured_k != top_k:
-        raise DraftcountError(f"{path} was measured with top_k={measured_k}, not {top_k}")
-    return depth, budget
 
 
 @dataclass(frozen=True)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.backend.device import index_on
 from harness.trees.tree import TokenTree
 
 
@@ -23,6 +24,18 @@ class HostTree:
     def of(cls, tree: TokenTree) -> HostTree:
         tree.resolve()  # a drafter's tree may still have its shape on the device
         return cls(tree.tokens.tolist(), list(tree.parents), list(tree.draft_probs))
+
+    @classmethod
+    def of_each(cls, trees: list[TokenTree]) -> list[HostTree]:
+        """``of`` every tree, their tokens read to the host in one go (one read however many trees)."""
+        for tree in trees:
+            tree.resolve()
+        tokens = torch.cat([tree.tokens.reshape(-1) for tree in trees]).tolist()
+        hosts, start = [], 0
+        for tree in trees:
+            hosts.append(cls(tokens[start:start + tree.size], list(tree.parents), list(tree.draft_probs)))
+            start += tree.size
+        return hosts
 
     def path_tokens(self, node: int) -> list[int]:
         """The tokens from below the root down to ``node``."""
@@ -61,4 +74,4 @@ class HostTree:
         return length
 
     def token_tree(self, device: torch.device | str) -> TokenTree:
-        return TokenTree(torch.tensor(self.tokens, device=device), tuple(self.parents), list(self.probs))
+        return TokenTree(index_on(self.tokens, device), tuple(self.parents), list(self.probs))

@@ -15,7 +15,7 @@ from functools import lru_cache
 import torch
 
 from harness.errors import DraftcountError
-from harness.backend.device import to_device
+from harness.backend.device import index_on, to_device
 
 
 @dataclass
@@ -219,3 +219,8 @@ class DeferredTree(TokenTree):
             visible = visible | visible.index_select(0, step_up)
         bias = torch.zeros((size, size), dtype=dtype, device=self.tokens.device)
         return bias.masked_fill_(~visible, torch.finfo(dtype).min)[None, None]
+
+
+def chain_tree(root: int, drafts: list[int], device: torch.device) -> TokenTree:
+    """A deterministic chain: the root, then ``drafts`` one below the other."""
+    return TokenTree(index_on([root, *drafts], device), tuple(range(-1, len(drafts))))

@@ -4,9 +4,13 @@ adapter: drafting and committing; head: the network (official EAGLE-1/2 checkpoi
 trainer; cost: its cost model for the 8B-shape projection.
 """
 
-from harness.engine.method_spec import MethodSpec
-from methods.eagle.adapter import EagleOptions, build
-from methods.eagle.cost import COST
-from methods.eagle.training import train_eagle
+from __future__ import annotations
 
-METHOD = MethodSpec(options=EagleOptions, build=build, train=train_eagle, cost=COST)
+from dataclasses import dataclass
+
+from harness.trees.beam_shape import BeamOptions
+
+
+@dataclass(frozen=True)
+class EagleOptions(BeamOptions):
+    """The beam tree's shape alone (top_k, depth, budget, shape_file); the head's fusion comes with the drafter."""

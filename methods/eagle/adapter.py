@@ -18,43 +18,28 @@ whose children included an accepted token.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable
-from dataclasses import dataclass
 
 import torch
 from transformers import DynamicCache
 
 from harness.engine.adapter import AdapterBase, StepContext
 from harness.trees.beam import (
-    BeamShape, BeamTree, Frontier, frontier_attention_bias, grow_beam_tree, shape_from_file,
+    BeamTree, Frontier, frontier_attention_bias, grow_beam_tree,
 )
 from harness.engine.counters import DrafterWork, count_useful_drafter_flops
 from harness.backend.forward import LMOutput, positions, run_drafter
 from harness.backend.kv_cache import crop_cache
 from harness.backend.models import LoadedModel, ModelCost
 from harness.backend.device import index_on
+from harness.trees.beam_shape import BeamShape
 from harness.trees.tree import TokenTree
+from methods.eagle import EagleOptions
 from harness.verify.verdict import Verdict
 from harness.engine.method_spec import BuildInputs
 from harness.training.features import feature_indices, feature_rows
 from methods.eagle.checkpoint import load_head
 from methods.eagle.head import EagleHead
 from methods.eagle.head3 import Eagle3Head
-
-
-@dataclass(frozen=True)
-class EagleOptions:
-    top_k: int = 4  # children per expanded node, and nodes expanded per depth
-    depth: int = 5
-    budget: int = 24  # draft nodes verified per step (root excluded)
-
-    shape_file: str = ""  # a measured tree shape (measure tree-shape): its depth and budget replace the above
-
-    def __post_init__(self) -> None:
-        if self.shape_file:  # the records then hold the depth and budget the run used
-            depth, budget = shape_from_file(self.shape_file, self.top_k)
-            object.__setattr__(self, "depth", depth)
-            object.__setattr__(self, "budget", budget)
-        BeamShape(self.top_k, self.depth, self.budget)
 
 
 class HeadRunner:
@@ -171,4 +156,4 @@ class EagleAdapter(AdapterBase):
 def build(options: EagleOptions, inputs: BuildInputs) -> EagleAdapter:
     target = inputs.target
     head = load_head(inputs.drafter_dir, target.model)
-    return EagleAdapter(head, target, BeamShape(options.top_k, options.depth, options.budget))
+    return EagleAdapter(head, target, options.shape())

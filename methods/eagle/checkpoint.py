@@ -17,45 +17,20 @@ line naming them.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
-from torch import nn
 from transformers import LlamaConfig, PreTrainedModel
 
-from harness.store.hub import drafter_snapshot, is_hub_id
 from harness.errors import DraftcountError
 from harness.store.atomic import atomic_path
-from harness.training.drafters import META_FILE
+from harness.training.drafters import DrafterFiles, check_weights, read_drafter, write_drafter
 from harness.training.features import FeatureSpec, default_fusion_layers
 from methods.eagle.head import EagleHead
 from methods.eagle.head3 import Eagle3Head
 
-WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")
 CONFIG_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")  # cnets.py reads them
-OPTIONAL_WEIGHTS = {"embed_tokens.weight", "d2t", "t2d"}  # the target's embedding / identity maps stand in
-
-
-def drafter_directory(source: str | Path) -> Path:
-    """A local head directory, or a hub id's files fetched into the hub cache."""
-    path = Path(source).expanduser()
-    if path.is_dir():
-        return path
-    if is_hub_id(str(source)):
-        return drafter_snapshot(str(source))
-    raise DraftcountError(f"drafter directory {source} does not exist")
-
-
-def read_weights(directory: Path) -> dict[str, torch.Tensor]:
-    for name in WEIGHT_FILES:
-        path = directory / name
-        if path.is_file():
-            state = load_file(str(path)) if name.endswith(".safetensors") else torch.load(
-                path, map_location="cpu", weights_only=True)
-            return {key.removeprefix("model."): value for key, value in state.items()}
-    raise DraftcountError(f"drafter directory {directory} holds no weights ({' or '.join(WEIGHT_FILES)})")
+OPTIONAL_WEIGHTS = frozenset({"embed_tokens.weight", "d2t", "t2d"})  # the target's embedding / identity maps stand in
 
 
 def checkpoint_layout(state: dict[str, torch.Tensor], directory: Path) -> str:
@@ -67,31 +42,13 @@ def checkpoint_layout(state: dict[str, torch.Tensor], directory: Path) -> str:
                           f"(EAGLE-1/2) weights; it has {', '.join(sorted(state)[:6])}{', ...' if len(state) > 6 else ''})")
 
 
-def read_config(directory: Path) -> LlamaConfig:
-    path = directory / "config.json"
-    if not path.is_file():
-        raise DraftcountError(f"drafter directory {directory} holds no config.json")
-    fields = json.loads(path.read_text())
-    missing = [name for name in CONFIG_FIELDS if name not in fields]
+def head_config(files: DrafterFiles) -> LlamaConfig:
+    """The head's config.json, with the fields the EAGLE authors' code reads."""
+    config = files.llama_config()  # Qwen2 heads say qwen2: the head is a Llama layer either way
+    missing = [name for name in CONFIG_FIELDS if name not in files.config_fields]
     if missing:
-        raise DraftcountError(f"drafter {directory}: config.json lacks {', '.join(missing)}")
-    fields.pop("model_type", None)  # Qwen2 heads say qwen2: the head is a Llama layer either way
-    return LlamaConfig(**fields)
-
-
-def check_weights(head: nn.Module, state: dict[str, torch.Tensor], label: str) -> None:
-    """Every weight the head needs is there, nothing else is, and every shape fits (one line otherwise)."""
-    expected = {name: tuple(tensor.shape) for name, tensor in head.state_dict().items()}
-    missing = sorted(set(expected) - set(state) - OPTIONAL_WEIGHTS)
-    unexpected = sorted(set(state) - set(expected))
-    if missing or unexpected:
-        parts = ([f"missing weights {', '.join(missing[:6])}"] if missing else []) + (
-            [f"unexpected weights {', '.join(unexpected[:6])}"] if unexpected else [])
-        raise DraftcountError(f"{label}: {'; '.join(parts)}")
-    wrong = [f"{name} {tuple(state[name].shape)} (expected {expected[name]})"
-             for name in sorted(state) if tuple(state[name].shape) != expected[name]]
-    if wrong:
-        raise DraftcountError(f"{label}: weights of the wrong shape: {', '.join(wrong[:4])}")
+        raise DraftcountError(f"drafter {files.directory}: config.json lacks {', '.join(missing)}")
+    return config
 
 
 def head_features(meta: dict, layout: str, target_layers: int) -> FeatureSpec:
@@ -122,19 +79,16 @@ def build_head(layout: str, config: LlamaConfig, state: dict[str, torch.Tensor],
 
 def load_head(source: str | Path, target: PreTrainedModel) -> EagleHead | Eagle3Head:
     """Load an EAGLE-1/2 or EAGLE-3 head (released or trained here) for ``target``, in eval mode."""
-    directory = drafter_directory(source)
-    meta = json.loads((directory / META_FILE).read_text()) if (directory / META_FILE).is_file() else {}
-    if meta.get("method", "eagle") != "eagle":
-        raise DraftcountError(f"drafter {directory} was trained for method {meta['method']!r}, not 'eagle'")
-    config = read_config(directory)
-    state = read_weights(directory)
+    files = read_drafter(source, "eagle", meta_required=False)
+    directory, state = files.directory, files.state
+    config = head_config(files)
     layout = checkpoint_layout(state, directory)
     label = f"{'EAGLE-3' if layout == 'eagle3' else 'EAGLE-1/2'} head {directory}"
     if layout == "eagle":
         state.pop("lm_head.weight", None)  # some exports carry the target's LM head; the target's own is used
-    features = head_features(meta, layout, int(target.config.num_hidden_layers))
+    features = head_features(files.meta, layout, int(target.config.num_hidden_layers))
     head = build_head(layout, config, state, features, target, label)
-    check_weights(head, state, label)
+    check_weights(head, state, label, OPTIONAL_WEIGHTS)
     embedding = target.get_input_embeddings().weight.detach().cpu()
     if "embed_tokens.weight" not in state:
         if tuple(embedding.shape) != tuple(head.embed_tokens.weight.shape):
@@ -147,18 +101,15 @@ def load_head(source: str | Path, target: PreTrainedModel) -> EagleHead | Eagle3
 def save_head(head: EagleHead | Eagle3Head, out_dir: Path, provenance: dict, official_bin: bool = False) -> None:
     """config.json + weights in the official layout of the head's kind (+ our metadata unless ``official_bin``,
     which writes exactly what the EAGLE authors release: ``pytorch_model.bin`` and the config)."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    state = {name: tensor.detach().cpu().contiguous() for name, tensor in head.state_dict().items()}
+    state = dict(head.state_dict())
     if isinstance(head, Eagle3Head):
         state.pop("embed_tokens.weight")  # the official EAGLE-3 heads take the target's
-    head.config.save_pretrained(out_dir)
-    if official_bin:
-        with atomic_path(out_dir / "pytorch_model.bin") as partial:
-            torch.save(state, partial)
+    if not official_bin:
+        meta = {"fusion": head.features.fusion, "feature_layers": list(head.features.layers),
+                "trainable_parameters": head.trainable_parameters(), **provenance}
+        write_drafter(out_dir, "eagle", state, meta, head.config)
         return
-    with atomic_path(out_dir / "model.safetensors") as partial:
-        save_file(state, str(partial))
-    meta = {"method": "eagle", "fusion": head.features.fusion, "feature_layers": list(head.features.layers),
-            "trainable_parameters": head.trainable_parameters(), **provenance}
-    with atomic_path(out_dir / META_FILE) as partial:
-        partial.write_text(json.dumps(meta, indent=2) + "\n")
+    out_dir.mkdir(parents=True, exist_ok=True)
+    head.config.save_pretrained(out_dir)
+    with atomic_path(out_dir / "pytorch_model.bin") as partial:
+        torch.save({name: tensor.detach().cpu().contiguous() for name, tensor in state.items()}, partial)

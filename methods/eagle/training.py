@@ -18,7 +18,7 @@ Group Tree Optimization (``harness.training.gto``) against a frozen copy of it, 
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -27,8 +27,8 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from harness.training.drafters import (
-    DrafterTrainRequest, drafter_provenance, feature_source, fit_drafter, frozen_target,
-    heldout_batch, shift_right, unrolled_forward, unrolled_step_mask,
+    DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, shift_right, train_drafter,
+    unrolled_forward, unrolled_step_mask,
 )
 from harness.backend.forward import causal_bias, positions
 from harness.backend.kv_cache import new_cache
@@ -37,9 +37,7 @@ from harness.errors import DraftcountError
 from harness.training.gto import GtoHooks, GtoTrainOptions, RowTarget, prefix_cache, with_gto
 from harness.training.objectives import token_loss
 from harness.training.features import FeatureSpec, feature_rows, layer_key
-from harness.data.token_streams import load_tokens
 from harness.options import parse_options
-from harness.training.zoo import save_directory
 from harness.training.features import choose_features
 from methods.eagle.adapter import EagleAdapter
 from methods.eagle.checkpoint import load_head, save_head
@@ -160,12 +158,7 @@ def train_eagle(request: DrafterTrainRequest) -> dict:
     source = feature_source(request, target, layers, options.seq_len)
     lm_head = target.model.get_output_embeddings()
     batch_loss = with_gto(lambda batch: eagle_loss(head, lm_head, batch, options), EAGLE_GTO, head, target, options)
-    result = fit_drafter(head, batch_loss, source, target, request, options)
-    metrics = {"method": "eagle", "trainable_parameters": head.trainable_parameters(), "options": asdict(options),
-               "train": result.as_dict(), "target": request.target, "data": str(request.data)}
-    if request.heldout is not None:
-        batch = heldout_batch(load_tokens(request.heldout), target, layers, options.seq_len)
-        metrics["heldout_top1_agreement_by_step"] = head_agreement(head, lm_head, batch, max(2, options.steps_unrolled))
-    provenance = drafter_provenance(request, result)
-    save_directory(request.out, lambda path: save_head(head.cpu(), path, provenance))
-    return metrics
+    return train_drafter(request, options, target, source,
+                         lambda: Fitted(head, fit_drafter(head, batch_loss, source, target, request, options)),
+                         lambda module, batch: head_agreement(module, lm_head, batch, max(2, options.steps_unrolled)),
+                         save_head)

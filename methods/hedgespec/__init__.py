@@ -11,15 +11,13 @@ numbered when repeated); every other key is one of the method's options. Example
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Literal
 
-from harness.backend.models import load_model
-from harness.catalog import entry, method_names
-from harness.engine.method_spec import BuildInputs, MethodSpec, build_adapter, method_spec
+from harness.catalog import entry, method_names, options_type
 from harness.errors import DraftcountError
-from harness.measure.costs import CostModel, Latencies
-from methods.hedgespec.adapter import Expert, HedgeSpecAdapter
+from harness.options import parse_options
+
+EXPERT_KEYS = ("drafter", "draft", "name")  # an expert's inputs and label; its other keys are the method's options
 
 UNSUPPORTED = {"hedgespec": "an expert cannot itself be a hedgespec",
                "lyanna": "lyanna's run-ahead states assume its own chain was verified"}
@@ -56,38 +54,6 @@ def parse_expert(spec: str) -> tuple[str, dict[str, str]]:
         raise DraftcountError(f"hedgespec expert {spec!r}: method {method!r} needs drafter=DIR")
     if item.needs_draft and "draft" not in settings:
         raise DraftcountError(f"hedgespec expert {spec!r}: method {method!r} needs draft=DIR")
+    parse_options(options_type(method), {key: value for key, value in settings.items() if key not in EXPERT_KEYS},
+                  f"hedgespec expert {spec!r}")  # its option names and values, checked before anything loads
     return method, settings
-
-
-def build(options: HedgeSpecOptions, inputs: BuildInputs) -> HedgeSpecAdapter:
-    experts, seen = [], {}
-    for spec in options.experts:
-        method, settings = parse_expert(spec)
-        drafter, draft = settings.pop("drafter", None), settings.pop("draft", None)
-        name = settings.pop("name", method)
-        seen[name] = seen.get(name, 0) + 1
-        if seen[name] > 1:
-            name = f"{name}{seen[name]}"
-        draft_model = (load_model(draft, str(inputs.target.dtype).removeprefix("torch."), str(inputs.target.device))
-                       if draft else None)
-        adapter, _ = build_adapter(method, settings, BuildInputs(inputs.target, draft_model,
-                                                                 Path(drafter) if drafter else None))
-        if adapter.separate_root_forward:
-            raise DraftcountError(f"hedgespec expert {spec!r} verifies unfused; experts must share one forward")
-        experts.append(Expert(name, adapter))
-    return HedgeSpecAdapter(experts, options.reset, options.seed)
-
-
-def drafting_seconds(options: dict, latencies: Latencies) -> float:
-    """Every expert drafts every step: the sum of their drafting costs (nan where one is not modelled)."""
-    experts = options.get("experts") or HedgeSpecOptions.experts
-    experts = experts.split(",") if isinstance(experts, str) else experts
-    total = 0.0
-    for spec in experts:
-        method, settings = parse_expert(spec)
-        cost = method_spec(method).cost
-        total += cost.drafting_seconds(settings, latencies) if cost is not None else float("nan")
-    return total
-
-
-METHOD = MethodSpec(options=HedgeSpecOptions, build=build, cost=CostModel(drafting_seconds))

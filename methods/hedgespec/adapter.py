@@ -6,7 +6,10 @@ share of the emitted tokens (accepted drafts, then the bonus) its own tree did n
 1 - matched / emitted. At T = 0 the matched count is exactly the tokens its tree would have had accepted (capped at
 what was emitted); at T > 0 it is the same count, a proxy for the expected acceptance length. Experts not picked
 commit this step as if their tree had been verified: the accepted text is grafted onto their tree and the target's
-outputs along it are handed over, so every expert's state (KV caches, features, stores) follows the text.
+outputs along it are handed over, so every expert's state (KV caches, features, stores) follows the text. Their own
+nodes keep their indices and the grafted ones come after them (as reader hands its head the tree it grafted), so an
+expert's ``commit`` must take path nodes past the tree it proposed; the rows of its nodes off the path are filler
+(the root's): the target never saw them.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.backend.device import index_on
 from harness.backend.forward import LMOutput
 from harness.engine.adapter import AdapterBase, DraftAdapter, StepContext
 from harness.engine.counters import GenerationCounters
@@ -40,7 +44,7 @@ def shadow_context(ctx: StepContext) -> StepContext:
 
 def rows_along(target_out: LMOutput, rows: list[int]) -> LMOutput:
     """The target's outputs at the given rows of its forward (one per node of another tree)."""
-    index = torch.tensor(rows, device=target_out.logits.device)
+    index = index_on(rows, target_out.logits.device)
     hidden = None if target_out.hidden_states is None else tuple(
         None if state is None else state[:, index] for state in target_out.hidden_states)
     return LMOutput(target_out.logits[:, index], hidden, 0.0)
@@ -79,8 +83,8 @@ class HedgeSpecAdapter(AdapterBase):
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
         emitted = [*verdict.accepted_tokens, verdict.bonus_token]
         losses = []
-        for index, (expert, own) in enumerate(zip(self.experts, self.trees)):
-            host = HostTree.of(own)
+        hosts = HostTree.of_each(self.trees)  # every expert's tree on the host, in one read
+        for index, (expert, own, host) in enumerate(zip(self.experts, self.trees, hosts)):
             losses.append(1.0 - host.matched_length(emitted) / len(emitted))
             if index == self.picked:
                 expert.adapter.commit(ctx, tree, verdict, target_out)

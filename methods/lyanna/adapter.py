@@ -24,13 +24,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
 import torch
 from transformers import DynamicCache
 
 from harness.engine.adapter import AdapterBase, StepContext
-from harness.trees.beam import BeamShape, BeamTree, Frontier, grow_beam_tree, shape_from_file
+from harness.trees.beam import BeamTree, Frontier, grow_beam_tree
 from harness.engine.counters import DrafterWork, count_useful_drafter_flops
 from harness.errors import DraftcountError
 from harness.backend.forward import LMOutput, positions, run_drafter
@@ -42,32 +41,8 @@ from harness.trees.tree import TokenTree
 from harness.verify.verdict import Verdict
 from harness.engine.method_spec import BuildInputs
 from harness.training.features import feature_indices, feature_rows
+from methods.lyanna import LyannaOptions
 from methods.lyanna.model import LyannaModel, load_drafter
-
-
-@dataclass(frozen=True)
-class LyannaOptions:
-    top_k: int = 4
-    depth: int = 5  # K: backbone states per round, one per tree depth
-    budget: int = 24
-    reuse: Literal["off", "logits", "states"] = "logits"
-    reuse_weight: float = 0.5
-    verify_fusion: Literal["on", "off"] = "on"  # off: the resampled root gets its own target forward first
-    overlap: Literal["on", "off"] = "off"  # on: run the backbone ahead while verification runs (reuse=states)
-    overlap_steps: int = 2
-
-    shape_file: str = ""  # a measured tree shape (measure tree-shape): its depth and budget replace the above
-
-    def __post_init__(self) -> None:
-        if self.shape_file:  # the records then hold the depth and budget the run used
-            depth, budget = shape_from_file(self.shape_file, self.top_k)
-            object.__setattr__(self, "depth", depth)
-            object.__setattr__(self, "budget", budget)
-        BeamShape(self.top_k, self.depth, self.budget)
-        if self.overlap == "on" and self.reuse != "states":
-            raise ValueError("overlap=on needs reuse=states: states run ahead are used only through state reuse")
-        if self.overlap_steps < 1:
-            raise ValueError(f"overlap_steps must be >= 1, got {self.overlap_steps}")
 
 
 @dataclass
@@ -95,10 +70,10 @@ class LyannaAdapter(AdapterBase):
         self.options = options
         self.target_hidden_layers = feature_indices(drafter.arch.features)
         self.separate_root_forward = options.verify_fusion == "off"
-        self.shape = BeamShape(options.top_k, options.depth, options.budget)
+        self.shape = options.shape()
         self.max_draft_nodes = self.shape.max_nodes
         self.cost = drafter.backbone_cost()
-        self.details = {"top_k": options.top_k, "depth": options.depth, "budget": options.budget,
+        self.details = {"top_k": self.shape.top_k, "depth": self.shape.depth, "budget": self.shape.budget,
                         "reuse": options.reuse, "verify_fusion": options.verify_fusion, "overlap": options.overlap,
                         "inject": drafter.arch.inject, "fusion": drafter.arch.fusion,
                         "kept_vocabulary": int(drafter.vocab_ids.shape[0]),
@@ -107,7 +82,7 @@ class LyannaAdapter(AdapterBase):
         self._reset()
 
     def _reset(self, ctx: StepContext | None = None) -> None:
-        lookahead = self.options.depth + self.options.overlap_steps + 2  # the chain and the states run ahead
+        lookahead = self.shape.depth + self.options.overlap_steps + 2  # the chain and the states run ahead
         self.cache = (ctx.drafter_cache(self, self.drafter.config, lookahead, self.dtype, self.device)
                       if ctx is not None else DynamicCache(config=self.drafter.config))
         self.graphs = (ctx.drafter_graphs(self, self.drafter.config, self.device, self.dtype)
@@ -188,7 +163,7 @@ class LyannaAdapter(AdapterBase):
 
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
         first = sequence.shape[-1] - 1  # depth-1 nodes sit after the root: their state predicts the root's feature
-        self.depth_positions = list(range(first, first + self.options.depth))
+        self.depth_positions = list(range(first, first + self.shape.depth))
         root_known = self.root_logits is not None
         states = self._depth_states(ctx, first + root_known, self.depth_positions[-1])
         with_states = [p for p in self.depth_positions if p in states]
@@ -241,7 +216,7 @@ class LyannaAdapter(AdapterBase):
         accepted = verdict.num_accepted
         root_fed = self.root_logits is not None
         next_first = self.depth_positions[0] + accepted + 1
-        next_last = next_first + self.options.depth - 1  # the next round's chain
+        next_last = next_first + self.shape.depth - 1  # the next round's chain
         reused_from = next_first + root_fed + (1 if self.options.reuse == "states" else 0)
         useful = [("state", p) for p in self.depth_positions[: accepted]]
         useful += [("inject", depth) for depth in range(1, accepted + 1)]

@@ -8,8 +8,8 @@ import torch
 from transformers import PreTrainedModel
 
 from harness.backend.kv_cache import crop_cache
-from harness.measure.costs import CostModel, Latencies, option
-from harness.measure.latency import timed_seconds, timing_cache
+from harness.engine.method_spec import CostModel, Latencies, option
+from harness.backend.timed import timed_seconds, timing_cache
 from methods.lyanna.model import LyannaArch, new_drafter
 
 COMPONENT = "lyanna_depth"

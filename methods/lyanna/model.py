@@ -21,22 +21,21 @@ never drafted, which keeps verification lossless.
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Literal
 
 import torch
-from safetensors.torch import load_file, save_file
 from torch import nn
 from transformers import DynamicCache, LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
-from harness.store.atomic import atomic_path
 from harness.errors import DraftcountError
 from harness.backend.kv_cache import cache_argument
 from harness.backend.models import ModelCost
-from harness.training.drafters import META_FILE, head_config, init_linear_layers
+from harness.training.drafters import (
+    check_target_fit, check_weights, head_config, init_linear_layers, read_drafter, write_drafter,
+)
 from harness.training.features import FeatureSpec
 
 
@@ -167,38 +166,20 @@ def new_drafter(target_model, arch: LyannaArch, vocab_ids: torch.Tensor | None, 
 
 
 def save_drafter(drafter: LyannaModel, out_dir: Path, provenance: dict) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    drafter.config.save_pretrained(out_dir)
-    state = {name: tensor.detach().cpu().contiguous() for name, tensor in drafter.state_dict().items()}
-    with atomic_path(out_dir / "model.safetensors") as partial:
-        save_file(state, str(partial))
     arch = {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(drafter.arch).items()}
-    meta = {"method": "lyanna", "arch": arch, "kept_vocabulary": int(drafter.vocab_ids.shape[0]),
+    meta = {"arch": arch, "kept_vocabulary": int(drafter.vocab_ids.shape[0]),
             "trainable_parameters": drafter.trainable_parameters(), **provenance}
-    with atomic_path(out_dir / META_FILE) as partial:
-        partial.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    write_drafter(out_dir, "lyanna", drafter.state_dict(), meta, drafter.config)
 
 
-def load_drafter(directory: Path, target_model) -> LyannaModel:
-    directory = Path(directory)
-    meta_path = directory / META_FILE
-    if not meta_path.is_file() or not (directory / "model.safetensors").is_file():
-        raise DraftcountError(f"drafter directory {directory} holds no Lyanna drafter ({META_FILE}, model.safetensors)")
-    meta = json.loads(meta_path.read_text())
-    if meta.get("method") != "lyanna":
-        raise DraftcountError(f"drafter {directory} was trained for method {meta.get('method')!r}, not 'lyanna'")
-    arch_fields = dict(meta["arch"])
-    arch_fields["feature_layers"] = tuple(arch_fields["feature_layers"])
-    arch = LyannaArch(**arch_fields)
-    state = load_file(str(directory / "model.safetensors"))
-    lm_head = target_model.get_output_embeddings().weight
-    config = LlamaConfig.from_pretrained(directory)
-    if config.hidden_size != lm_head.shape[1] or config.vocab_size != lm_head.shape[0]:
-        raise DraftcountError(
-            f"Lyanna drafter {directory} was built for width {config.hidden_size} and vocabulary {config.vocab_size}; "
-            f"the target has {lm_head.shape[1]} and {lm_head.shape[0]}")
-    drafter = LyannaModel(config, arch, lm_head, target_model.get_input_embeddings().weight, state["vocab_ids"])
-    missing, unexpected = drafter.load_state_dict(state, strict=False)
-    if missing or unexpected:
-        raise DraftcountError(f"Lyanna drafter {directory}: missing {missing[:5]}, unexpected {unexpected[:5]}")
+def load_drafter(source: str | Path, target_model) -> LyannaModel:
+    """A Lyanna drafter trained here for ``target_model``, in eval mode (the target's LM head and embedding)."""
+    files = read_drafter(source, "lyanna")
+    arch = LyannaArch(**{**files.meta["arch"], "feature_layers": tuple(files.meta["arch"]["feature_layers"])})
+    config, label = files.llama_config(), f"Lyanna drafter {files.directory}"
+    check_target_fit(label, config.hidden_size, config.vocab_size, target_model)
+    drafter = LyannaModel(config, arch, target_model.get_output_embeddings().weight,
+                          target_model.get_input_embeddings().weight, files.state["vocab_ids"])
+    check_weights(drafter, files.state, label)
+    drafter.load_state_dict(files.state)
     return drafter.eval()

@@ -16,7 +16,7 @@ frozen copy of it, with the hooks ``LYANNA_GTO``.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -25,19 +25,18 @@ import torch.nn.functional as F
 from transformers import DynamicCache
 
 from harness.training.drafters import (
-    DrafterTrainRequest, drafter_provenance, feature_source, fit_drafter, frozen_target,
-    heldout_batch, shift_right, unrolled_forward, unrolled_step_mask,
+    DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, shift_right, train_drafter,
+    unrolled_forward, unrolled_step_mask,
 )
 from harness.backend.forward import causal_bias, positions
 from harness.backend.kv_cache import new_cache
 from harness.backend.models import LoadedModel
-from harness.trees.beam import BeamShape
+from harness.trees.beam_shape import BeamShape
 from harness.training.gto import GtoHooks, GtoTrainOptions, RowTarget, prefix_cache, with_gto
 from harness.training.objectives import token_loss
 from harness.training.features import FeatureSource, feature_rows, layer_key
 from harness.data.token_streams import load_tokens
 from harness.options import parse_options
-from harness.training.zoo import save_directory
 from harness.training.features import choose_features
 from methods.lyanna.adapter import LyannaAdapter, LyannaOptions
 from methods.lyanna.model import LyannaArch, LyannaModel, load_drafter, new_drafter, save_drafter
@@ -204,18 +203,11 @@ def train_lyanna(request: DrafterTrainRequest) -> dict:
     lm_head = target.model.get_output_embeddings()
     batch_loss = with_gto(lambda batch: lyanna_loss(drafter, lm_head, batch, options), LYANNA_GTO, drafter, target,
                           options)
-    result = fit_drafter(drafter, batch_loss, source, target, request, options)
-    metrics = {"method": "lyanna", "trainable_parameters": drafter.trainable_parameters(),
-               "eagle_head_parameters": eagle_head_parameters(target.config.hidden_size, target.config.intermediate_size),
-               "backbone_intermediate_size": drafter.config.intermediate_size, "kept_vocabulary": kept,
-               "options": asdict(options), "train": result.as_dict(), "target": request.target,
-               "data": str(request.data)}
-    if request.heldout is not None:
-        heldout = load_tokens(request.heldout)
-        if vocab_ids is not None:
-            metrics["heldout_vocabulary_coverage"] = float(torch.isin(heldout, vocab_ids).float().mean())
-        batch = heldout_batch(heldout, target, list(dict.fromkeys([*layers, "last"])), options.seq_len)
-        metrics["heldout_top1_agreement_by_depth"] = depth_agreement(drafter, lm_head, batch, options.unroll_steps)
-    provenance = drafter_provenance(request, result)
-    save_directory(request.out, lambda path: save_drafter(drafter.cpu(), path, provenance))
-    return metrics
+    own = {"eagle_head_parameters": eagle_head_parameters(target.config.hidden_size, target.config.intermediate_size),
+           "backbone_intermediate_size": drafter.config.intermediate_size, "kept_vocabulary": kept}
+    if request.heldout is not None and vocab_ids is not None:
+        own["heldout_vocabulary_coverage"] = float(torch.isin(load_tokens(request.heldout), vocab_ids).float().mean())
+    return train_drafter(request, options, target, source,
+                         lambda: Fitted(drafter, fit_drafter(drafter, batch_loss, source, target, request, options), own),
+                         lambda module, batch: depth_agreement(module, lm_head, batch, options.unroll_steps),
+                         save_drafter)

@@ -19,8 +19,6 @@ first step is useful when a depth-1 node was accepted, a frontier node's step wh
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
@@ -29,37 +27,14 @@ from harness.backend.models import LoadedModel
 from harness.engine.adapter import AdapterBase, StepContext
 from harness.engine.counters import DrafterWork
 from harness.engine.method_spec import BuildInputs
-from harness.errors import DraftcountError
 from harness.retrieval.context_index import ContextIndex, Match
-from harness.trees.beam import BeamShape, BeamTree, Frontier, grow_beam_tree
-from harness.trees.tree import TokenTree
+from harness.trees.beam import BeamTree, Frontier, grow_beam_tree
+from harness.trees.tree import TokenTree, chain_tree
 from harness.verify.verdict import Verdict
+from methods.owl import OwlOptions
 from methods.owl.model import LstmState, OwlLstm, load_lstm
-from methods.pld import chain_tree
 
 FIRST_STEP = ("first", 0)  # the DrafterWork unit of the LSTM's first step (the root's children)
-
-
-@dataclass(frozen=True)
-class OwlOptions:
-    top_k: int = 4  # children per expanded node, and nodes expanded per depth
-    depth: int = 5
-    budget: int = 24  # draft nodes verified per step (root excluded)
-    hybrid: Literal["off", "suffix"] = "off"  # suffix: HOWL, a retrieved chain when its match scores >= threshold
-    threshold: int = 3  # the suffix-match length (tokens) from which the retrieved chain is drafted
-    min_n: int = 1  # shortest suffix matched in the context
-    max_n: int = 8  # longest suffix matched (tried first); the score cannot exceed it
-    max_draft: int = 16  # most tokens of a retrieved chain
-
-    def __post_init__(self) -> None:
-        BeamShape(self.top_k, self.depth, self.budget)
-        if not 1 <= self.min_n <= self.max_n:
-            raise DraftcountError(f"method 'owl' needs 1 <= min_n <= max_n, got min_n={self.min_n} max_n={self.max_n}")
-        if not self.min_n <= self.threshold <= self.max_n:
-            raise DraftcountError(f"method 'owl' needs min_n <= threshold <= max_n, got threshold={self.threshold} "
-                                  f"(min_n={self.min_n}, max_n={self.max_n})")
-        if self.max_draft < 1:
-            raise DraftcountError(f"option 'max_draft' of method 'owl' must be >= 1, got {self.max_draft}")
 
 
 def chosen_chain(match: Match | None, threshold: int) -> list[int] | None:
@@ -79,10 +54,10 @@ class OwlAdapter(AdapterBase):
         self.lm_head = target.model.get_output_embeddings()
         self.cost = drafter.cost(self.lm_head.weight.numel())
         self.options = options
-        self.shape = BeamShape(options.top_k, options.depth, options.budget)
+        self.shape = options.shape()
         self.index = ContextIndex(options.min_n, options.max_n) if options.hybrid == "suffix" else None
         self.max_draft_nodes = max(self.shape.max_nodes, options.max_draft if self.index else 0)
-        self.details = {"top_k": options.top_k, "depth": options.depth, "budget": options.budget,
+        self.details = {"top_k": self.shape.top_k, "depth": self.shape.depth, "budget": self.shape.budget,
                         "hybrid": options.hybrid, "drafter": "sum-lstm", "drafter_trained_depth":
                         drafter.arch.n_predict, "drafter_parameters": drafter.trainable_parameters(),
                         **({"threshold": options.threshold, "min_n": options.min_n, "max_n": options.max_n,
@@ -114,7 +89,7 @@ class OwlAdapter(AdapterBase):
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
         self.beam = None
         if self.index is not None:
-            self.index.sync(sequence)
+            self.index.sync(ctx.tokens)
             chain = chosen_chain(self.index.continuation(self.options.max_draft), self.options.threshold)
             ctx.counters.add_trace("howl_chain", float(chain is not None))
             if chain is not None:
@@ -141,8 +116,9 @@ class OwlAdapter(AdapterBase):
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
         if self.beam is not None:
-            slots = self.beam.parent_slots
-            self.work.settle(ctx.counters, [slots[node] or FIRST_STEP for node in verdict.path[1:]])
+            slots = self.beam.parent_slots  # nodes past them were grafted on by a composing method (hedgespec)
+            useful = [slots[node] or FIRST_STEP for node in verdict.path[1:] if node < len(slots)]
+            self.work.settle(ctx.counters, useful)
         if self.index is not None:
             kind = "tree" if self.beam is not None else "chain"
             ctx.counters.add_extra(f"howl_{kind}_accepted", verdict.num_accepted)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from harness.measure.costs import CostModel, Latencies, option
-from harness.measure.latency import timed_seconds
+from harness.engine.method_spec import CostModel, Latencies, option
+from harness.backend.timed import timed_seconds
 from methods.owl.model import LstmState, arch_for, new_lstm
 
 COMPONENT = "owl_step"

@@ -20,22 +20,18 @@ alone, whatever the context length.
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import torch
 import torch.nn.functional as F
-from safetensors.torch import load_file, save_file
 from torch import nn
 
 from harness.backend.models import ModelCost
 from harness.errors import DraftcountError
-from harness.store.atomic import atomic_path
-from harness.training.drafters import META_FILE
+from harness.training.drafters import check_target_fit, check_weights, read_drafter, write_drafter
 
-WEIGHTS_FILE = "model.safetensors"
 
 
 @dataclass(frozen=True)
@@ -126,29 +122,16 @@ def arch_for(target_model: nn.Module, n_predict: int) -> OwlArch:
 
 
 def save_lstm(drafter: OwlLstm, out_dir: Path, provenance: dict) -> None:
-    out_dir.mkdir(parents=True, exist_ok=True)
-    state = {name: tensor.detach().cpu().contiguous() for name, tensor in drafter.state_dict().items()}
-    with atomic_path(out_dir / WEIGHTS_FILE) as partial:
-        save_file(state, str(partial))
-    meta = {"method": "owl", "arch": asdict(drafter.arch), "trainable_parameters": drafter.trainable_parameters(),
-            **provenance}
-    with atomic_path(out_dir / META_FILE) as partial:
-        partial.write_text(json.dumps(meta, indent=2, default=str) + "\n")
+    meta = {"arch": asdict(drafter.arch), "trainable_parameters": drafter.trainable_parameters(), **provenance}
+    write_drafter(out_dir, "owl", drafter.state_dict(), meta)
 
 
-def load_lstm(directory: Path, target_model: nn.Module) -> OwlLstm:
-    directory = Path(directory)
-    meta_path = directory / META_FILE
-    if not meta_path.is_file() or not (directory / WEIGHTS_FILE).is_file():
-        raise DraftcountError(f"drafter directory {directory} holds no OWL drafter ({META_FILE}, {WEIGHTS_FILE})")
-    meta = json.loads(meta_path.read_text())
-    if meta.get("method") != "owl":
-        raise DraftcountError(f"drafter {directory} was trained for method {meta.get('method')!r}, not 'owl'")
-    arch = OwlArch(**meta["arch"])
-    wanted = arch_for(target_model, arch.n_predict)
-    if (arch.hidden_size, arch.vocab_size) != (wanted.hidden_size, wanted.vocab_size):
-        raise DraftcountError(f"OWL drafter {directory} was built for width {arch.hidden_size} and vocabulary "
-                              f"{arch.vocab_size}; the target has {wanted.hidden_size} and {wanted.vocab_size}")
+def load_lstm(source: str | Path, target_model: nn.Module) -> OwlLstm:
+    """An OWL drafter trained here for ``target_model``, in eval mode."""
+    files = read_drafter(source, "owl", with_config=False)
+    arch, label = OwlArch(**files.meta["arch"]), f"OWL drafter {files.directory}"
+    check_target_fit(label, arch.hidden_size, arch.vocab_size, target_model)
     drafter = OwlLstm(arch)
-    drafter.load_state_dict(load_file(str(directory / WEIGHTS_FILE)))
+    check_weights(drafter, files.state, label)
+    drafter.load_state_dict(files.state)
     return drafter.eval()

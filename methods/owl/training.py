@@ -11,19 +11,16 @@ shared loop (``fit_drafter``); 0 steps writes a fresh drafter.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 
 import torch
 
-from harness.data.token_streams import load_tokens
 from harness.errors import DraftcountError
 from harness.options import parse_options
 from harness.training.drafters import (
-    DrafterLoopOptions, DrafterTrainRequest, drafter_provenance, feature_source, fit_drafter, frozen_target,
-    heldout_batch,
+    DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, train_drafter,
 )
 from harness.training.objectives import token_loss
-from harness.training.zoo import save_directory
 from methods.owl.model import LstmState, OwlLstm, arch_for, new_lstm, save_lstm
 
 LAYERS: list[int | str] = ["last"]
@@ -84,12 +81,7 @@ def train_owl(request: DrafterTrainRequest) -> dict:
     source = feature_source(request, target, LAYERS, options.seq_len)
     drafter = new_lstm(arch_for(target.model, options.unroll_steps), options.seed).to(target.device)
     lm_head = target.model.get_output_embeddings()
-    result = fit_drafter(drafter, lambda batch: owl_loss(drafter, lm_head, batch, options), source, target, request,
-                         options)
-    metrics = {"method": "owl", "trainable_parameters": drafter.trainable_parameters(), "options": asdict(options),
-               "train": result.as_dict(), "target": request.target, "data": str(request.data)}
-    if request.heldout is not None:
-        batch = heldout_batch(load_tokens(request.heldout), target, LAYERS, options.seq_len)
-        metrics["heldout_top1_agreement_by_step"] = step_agreement(drafter, lm_head, batch, options.unroll_steps)
-    save_directory(request.out, lambda path: save_lstm(drafter.cpu(), path, drafter_provenance(request, result)))
-    return metrics
+    batch_loss = lambda batch: owl_loss(drafter, lm_head, batch, options)  # noqa: E731
+    return train_drafter(request, options, target, source,
+                         lambda: Fitted(drafter, fit_drafter(drafter, batch_loss, source, target, request, options)),
+                         lambda module, batch: step_agreement(module, lm_head, batch, options.unroll_steps), save_lstm)

@@ -26,20 +26,10 @@ from harness.trees.tree import TokenTree
 from harness.verify import verify_tree
 from harness.verify.sampling import logits_to_probs
 from harness.verify.verdict import Verdict
+from methods.polybasic import PolybasicOptions
 from methods.polybasic.stage import Stage
 
 DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
-
-
-@dataclass(frozen=True)
-class PolybasicOptions:
-    block: int = 8  # K: tokens of the mid model sent to the target each step
-    gamma_inner: int = 4  # tokens the small model drafts per inner round, verified by the mid model
-
-    def __post_init__(self) -> None:
-        for name in ("block", "gamma_inner"):
-            if getattr(self, name) < 1:
-                raise DraftcountError(f"option '{name}' of method 'polybasic' must be >= 1, got {getattr(self, name)}")
 
 
 @dataclass

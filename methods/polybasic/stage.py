@@ -4,7 +4,7 @@ A stage feeds tokens at the positions after what its cache holds, crops its cach
 are rejected (by the mid model in the inner loop or by the target), and books every fed position's FLOPs
 (``DrafterWork``, one unit per sequence position) until it is known whether that position's KV entry survives
 into the accepted sequence: useful if it does, wasted if it is cropped. It also counts its own forwards and
-seconds, so the cost rule (``harness.analysis.polybasic``) can read each stage's latency from the run itself.
+seconds, so the cost rule (``methods.polybasic.view``) can read each stage's latency from the run itself.
 """
 
 from __future__ import annotations

@@ -6,9 +6,13 @@ step-aware head; training: the two-phase trainer (one module with EAGLE's loss, 
 over unrolled steps). A step costs what an EAGLE head step costs, so the projection reuses EAGLE's cost model.
 """
 
-from harness.engine.method_spec import MethodSpec
-from methods.eagle.cost import COST
-from methods.prism.adapter import PrismOptions, build
-from methods.prism.training import train_prism
+from __future__ import annotations
 
-METHOD = MethodSpec(options=PrismOptions, build=build, train=train_prism, cost=COST)
+from dataclasses import dataclass
+
+from harness.trees.beam_shape import BeamOptions
+
+
+@dataclass(frozen=True)
+class PrismOptions(BeamOptions):
+    """The beam tree's shape alone (top_k, depth, budget, shape_file); f_map comes with the drafter."""

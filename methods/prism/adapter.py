@@ -13,13 +13,10 @@ import torch
 
 from harness.backend.models import LoadedModel
 from harness.engine.method_spec import BuildInputs
-from harness.trees.beam import BeamShape
-from methods.eagle.adapter import EagleAdapter, EagleOptions
-from methods.prism.checkpoint import load_prism
-from methods.prism.head import PrismHead
-
-PrismOptions = EagleOptions  # the tree shape (top_k, depth, budget, shape_file); f_map comes with the drafter
-
+from harness.trees.beam_shape import BeamShape
+from methods.eagle.adapter import EagleAdapter
+from methods.prism import PrismOptions
+from methods.prism.head import PrismHead, load_prism
 
 class PrismAdapter(EagleAdapter):
     """The `prism` adapter (see the module docstring)."""
@@ -38,4 +35,4 @@ class PrismAdapter(EagleAdapter):
 def build(options: PrismOptions, inputs: BuildInputs) -> PrismAdapter:
     target = inputs.target
     head = load_prism(inputs.drafter_dir, target.model)
-    return PrismAdapter(head, target, BeamShape(options.top_k, options.depth, options.budget))
+    return PrismAdapter(head, target, options.shape())

@@ -13,6 +13,7 @@ shared KV cache). Parameter names: ``blocks.{m}.fc.*`` and ``blocks.{m}.layer.*`
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import torch
 from torch import nn
@@ -21,7 +22,9 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from harness.backend.models import ModelCost
 from harness.errors import DraftcountError
-from harness.training.drafters import head_config, init_linear_layers
+from harness.training.drafters import (
+    check_target_fit, check_weights, head_config, init_linear_layers, read_drafter, write_drafter,
+)
 from harness.training.features import FeatureSpec
 from methods.eagle.head import fused_layer_forward, head_decoder_layer
 
@@ -131,3 +134,26 @@ def replicate_module(head: PrismHead, step_modules: tuple[int, ...]) -> PrismHea
         for block in grown.blocks:
             block.load_state_dict(head.blocks[0].state_dict())
     return grown
+
+
+# The drafter directory: config.json (every module's one-layer Llama shape), model.safetensors (blocks.{m}.fc.*,
+# blocks.{m}.layer.*; the token embedding is the target's and is not stored) and our metadata (step_modules).
+
+def save_prism(head: PrismHead, out_dir: Path, provenance: dict) -> None:
+    state = {name: tensor for name, tensor in head.state_dict().items() if name != "embed_tokens.weight"}
+    meta = {"fusion": "none", "feature_layers": ["last"], "step_modules": list(head.step_modules),
+            "modules": head.module_count, "trainable_parameters": head.trainable_parameters(),
+            "step_parameters": head.step_parameters(), **provenance}
+    write_drafter(out_dir, "prism", state, meta, head.config)
+
+
+def load_prism(source: str | Path, target: PreTrainedModel) -> PrismHead:
+    """A PRISM drafter trained here for ``target``, in eval mode."""
+    files = read_drafter(source, "prism")
+    config, label = files.llama_config(), f"PRISM drafter {files.directory}"
+    check_target_fit(label, config.hidden_size, config.vocab_size, target)
+    head = PrismHead(config, tuple(files.meta.get("step_modules", ())))
+    check_weights(head, files.state, label, frozenset({"embed_tokens.weight"}))
+    head.load_state_dict({**files.state, "embed_tokens.weight": target.get_input_embeddings().weight.detach().cpu()})
+    return head.eval()
+

@@ -13,25 +13,24 @@ a copy of one).
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, fields, replace
+from dataclasses import dataclass, fields, replace
 from pathlib import Path
 
 import torch
 
-from harness.data.token_streams import load_tokens
 from harness.errors import DraftcountError
 from harness.options import parse_options
 from harness.training import distributed
 from harness.training.drafters import (
-    DrafterLoopOptions, DrafterTrainRequest, drafter_provenance, feature_source, fit_drafter,
-    frozen_target, heldout_batch, shift_right, unrolled_forward, unrolled_step_mask,
+    DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, shift_right,
+    train_drafter, unrolled_forward, unrolled_step_mask,
 )
 from harness.training.loop import TrainResult
 from harness.training.objectives import token_loss, uses_tree_loss
-from harness.training.zoo import save_directory
 from methods.eagle.training import EagleTrainOptions, eagle_loss
-from methods.prism.checkpoint import save_prism
-from methods.prism.head import MAIN_STEP_MODULES, PrismHead, check_step_modules, new_prism_head, replicate_module
+from methods.prism.head import (
+    MAIN_STEP_MODULES, PrismHead, check_step_modules, new_prism_head, replicate_module, save_prism,
+)
 
 
 @dataclass(frozen=True)
@@ -126,28 +125,24 @@ def train_prism(request: DrafterTrainRequest) -> dict:
     target = frozen_target(request)
     source = feature_source(request, target, ["last"], options.seq_len)
     lm_head = target.model.get_output_embeddings()
-    first, second = phase_requests(request, options.phase1_fraction)
-    single = new_prism_head(target.model, (1,), options.seed).to(target.device)
-    loss_options = phase1_options(options)
-    result1 = fit_drafter(single, lambda batch: eagle_loss(single, lm_head, batch, loss_options), source, target,
-                          first, options)
-    head = replicate_module(single, options.step_modules)
-    second = replace(second, time_budget_s=remaining_budget(request, result1))
-    options2 = replace(options, seed=options.seed + 1)
-    result2 = fit_drafter(head, lambda batch: switching_loss(head, lm_head, batch, options), source, target, second,
-                          options2)
-    both = combined_result(result1, result2)
-    metrics = {"method": "prism", "trainable_parameters": head.trainable_parameters(),
-               "step_parameters": head.step_parameters(), "options": asdict(options),
-               "train": both.as_dict(), "phase1": result1.as_dict(), "phase2": result2.as_dict(),
-               "target": request.target, "data": str(request.data)}
-    if request.heldout is not None:
-        batch = heldout_batch(load_tokens(request.heldout), target, ["last"], options.seq_len)
-        metrics["heldout_top1_agreement_by_step"] = step_agreement(head, lm_head, batch, options.unroll_steps)
-    provenance = {**drafter_provenance(request, both),
-                  "phase1_steps": result1.steps, "phase2_steps": result2.steps}
-    save_directory(request.out, lambda path: save_prism(head.cpu(), path, provenance))
-    return metrics
+
+    def fit() -> Fitted:
+        first, second = phase_requests(request, options.phase1_fraction)
+        single = new_prism_head(target.model, (1,), options.seed).to(target.device)
+        loss_options = phase1_options(options)
+        result1 = fit_drafter(single, lambda batch: eagle_loss(single, lm_head, batch, loss_options), source, target,
+                              first, options)
+        head = replicate_module(single, options.step_modules)
+        second = replace(second, time_budget_s=remaining_budget(request, result1))
+        result2 = fit_drafter(head, lambda batch: switching_loss(head, lm_head, batch, options), source, target,
+                              second, replace(options, seed=options.seed + 1))
+        return Fitted(head, combined_result(result1, result2), {"step_parameters": head.step_parameters(),
+                                                                 "phase1": result1.as_dict(),
+                                                                 "phase2": result2.as_dict()})
+
+    return train_drafter(request, options, target, source, fit,
+                         lambda module, batch: step_agreement(module, lm_head, batch, options.unroll_steps),
+                         save_prism)
 
 
 def combined_result(first: TrainResult, second: TrainResult) -> TrainResult:

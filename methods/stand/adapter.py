@@ -14,36 +14,18 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Sequence
-from dataclasses import dataclass
-from typing import Literal
 
 import torch
 
+from harness.backend.device import index_on
 from harness.backend.forward import LMOutput
 from harness.engine.adapter import AdapterBase, StepContext
-from harness.errors import DraftcountError
+from methods.stand import StandOptions
 from harness.retrieval.ngram_store import GumbelNoise, NgramDistributionStore, gumbel_top_k, top_k_rows
 from harness.trees.graft import HostTree
 from harness.trees.tree import TokenTree, children_of
 from harness.verify.sampling import logits_to_probs
 from harness.verify.verdict import Verdict
-
-
-@dataclass(frozen=True)
-class StandOptions:
-    max_n: int = 3  # longest n-gram context stored and looked up (backs off to 1)
-    store_top_k: int = 10  # entries kept per stored distribution
-    branching: tuple[int, ...] = (3, 2, 1, 1, 1, 1)  # the static tree without a tree_file: children per depth
-    tree_file: str = ""  # a data-driven static tree (`python -m harness stand-tree`); overrides branching
-    fill: Literal["path", "tree"] = "path"  # which verified nodes' target distributions enter the store
-    keep_store: Literal["prompt", "generation", "run"] = "prompt"
-
-    def __post_init__(self) -> None:
-        if self.max_n < 1 or self.store_top_k < 1:
-            raise DraftcountError(f"method 'stand' needs max_n >= 1 and store_top_k >= 1, got {self.max_n} "
-                                  f"and {self.store_top_k}")
-        if not self.branching or any(width < 1 for width in self.branching):
-            raise DraftcountError(f"option 'branching' of method 'stand' needs widths >= 1, got {self.branching}")
 
 
 def reduced_distribution(tokens: Sequence[int], probs: Sequence[float], removed: set[int], vocab: int,
@@ -89,7 +71,7 @@ class StandAdapter(AdapterBase):
         ctx.counters.add_extra("store_entries_at_start", len(self.store))
 
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
-        self.tokens.extend(sequence[0, len(self.tokens) :].tolist())
+        self.tokens.extend(ctx.tokens[len(self.tokens):])
         tree, shape_nodes = HostTree([self.tokens[-1]], [-1], [None]), [0]
         greedy = ctx.sampling.is_greedy
         queue = deque([0])
@@ -119,7 +101,7 @@ class StandAdapter(AdapterBase):
             if node < len(self.shape_nodes):
                 self.accepted_per_shape_node[self.shape_nodes[node]] += 1
         rows = list(verdict.path) if self.options.fill == "path" else list(range(tree.size))
-        logits = target_out.logits[0, torch.tensor(rows, device=target_out.logits.device)]
+        logits = target_out.logits[0, index_on(rows, target_out.logits.device)]
         distribution = logits_to_probs(logits, ctx.sampling) if not ctx.sampling.is_greedy else logits.softmax(-1)
         tokens, probs = top_k_rows(distribution, self.options.store_top_k)
         for node, row_tokens, row_probs in zip(rows, tokens, probs):

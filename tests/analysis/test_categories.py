@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.categories import category_sections, category_table, plot_categories, task_names
+from harness.analysis.view import Inputs
 
 
 def turns_frame(categories: dict[str, float], turns_per_prompt: int = 2) -> pd.DataFrame:
@@ -50,7 +51,6 @@ def test_single_category_sets_have_no_rows_and_the_views_render():
     table = category_table(turns_frame({"writing": 2.0, "translation": 1.5}))
     text = category_sections(table, ["eagle"])
     assert "| variant | mt_bench | translation | overall |" in text and "| eagle | 2.00x (1.00) | 1.50x (2.00) |" in text
-    figure = plot_categories(table, ["eagle"], {"eagle": "#ff7f0e"})
+    summary = pd.DataFrame({"variant": ["eagle"], "method": ["eagle"]})
+    figure = plot_categories(Inputs(summary, main=["eagle"], read={"categories": table}))
     assert len(figure.axes[0].patches) == 3  # one bar per category, overall included
-    empty = plot_categories(table.iloc[0:0], ["eagle"], {})
-    assert empty.axes[0].texts

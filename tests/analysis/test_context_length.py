@@ -4,6 +4,7 @@ import numpy as np
 import pandas as pd
 
 from harness.analysis.context_length import category_bucket, context_length_table, plot_context_length
+from harness.analysis.view import Inputs
 
 
 def turns_frame(buckets: dict[str, tuple[float, int]]) -> pd.DataFrame:
@@ -41,7 +42,7 @@ def test_each_bucket_is_measured_on_its_own_turns():
 
 def test_figure_draws_one_line_per_variant():
     table = context_length_table(turns_frame({"ctx512": (1.5, 30), "ctx128": (3.0, 40)}))
-    figure = plot_context_length(table, ["owl"], {"owl": "#6b3fa0"})
+    summary = pd.DataFrame({"variant": ["owl", "eagle"], "method": ["owl", "eagle"]})
+    figure = plot_context_length(Inputs(summary, main=["owl"], read={"context_length": table}))
     lines = figure.axes[0].get_lines()
     assert len(lines) == 2 and list(lines[0].get_xdata()) == [128, 512] and list(lines[0].get_ydata()) == [4.0, 3.0]
-    assert plot_context_length(table.iloc[0:0], ["owl"], {}).axes[0].texts

@@ -8,15 +8,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from harness.analysis.summary import compute_breakdown, depth_acceptance, records_frame, summarize, write_summary
+from harness.analysis.summary import compute_breakdown, depth_acceptance, records_frame, summarize
 from harness.errors import DraftcountError
-from harness.analysis.captions import FIGURES
-from harness.analysis.figures import budget_families, variant_colors, write_figures
+from harness.analysis.figures import variant_colors, write_figures
 from harness.store.records import SCHEMA_VERSION
 from harness.analysis.report import write_report
 from harness.analysis.specbench import export_records
-from harness.analysis.context_length import write_context_length
-from harness.analysis.categories import write_categories
+from harness.analysis.views import budget_families, figure_names, write_tables
 
 ENVIRONMENT = {
     "hardware": {"cpu": "Test CPU", "cpu_count": 2, "torch_threads": 1, "gpus": [], "platform": "Linux"},
@@ -133,14 +131,13 @@ def write_sampled_and_traversal_runs(folder):
 
 def test_sample_index_table_and_traversal_comparison(tmp_path):
     paths = write_runs(tmp_path) + write_sampled_and_traversal_runs(tmp_path)
-    write_summary(paths, tmp_path / "summary.csv", tmp_path / "depth.csv", tmp_path / "samples.csv")
-    samples = pd.read_csv(tmp_path / "samples.csv")
+    write_tables(paths, tmp_path / "tables")
+    samples = pd.read_csv(tmp_path / "tables" / "samples.csv")
     assert list(samples.variant.unique()) == ["stand"] and list(samples["sample"]) == [0, 1, 2]
     assert samples.tau.is_monotonic_increasing and samples.turns.tolist() == [2, 2, 2]
     # sample 0: steps [1, 0, 1] -> accept lengths [2, 1, 2] per prompt (its 6th new token, the last bonus, in none)
     assert samples.tau.iloc[0] == pytest.approx(5 / 3, rel=1e-5)  # the CSV keeps 6 digits
-    text = write_report(tmp_path / "summary.csv", paths, tmp_path / "figures", tmp_path / "report.md",
-                        samples_csv=tmp_path / "samples.csv")
+    text = write_report(tmp_path / "tables", paths, tmp_path / "figures", tmp_path / "report.md")
     assert "### Several samples per prompt" in text and "### Traversal verification" in text
     row = next(line for line in text.splitlines() if line.startswith("| eagle | eagle_tv |"))
     # tau at T=1: eagle [4, 2] and [4, 2, 3] accept lengths over 5 steps; eagle_tv [5, 2] and [5, 2, 3]
@@ -149,26 +146,27 @@ def test_sample_index_table_and_traversal_comparison(tmp_path):
 
 def test_figures_render_every_panel(tmp_path):
     paths = write_runs(tmp_path) + write_sampled_and_traversal_runs(tmp_path)
-    write_summary(paths, tmp_path / "summary.csv", tmp_path / "depth.csv", tmp_path / "samples.csv")
-    write_categories(paths, tmp_path / "categories.csv")
-    write_context_length(paths, tmp_path / "context.csv")  # no long-context set here: the figure says so
-    written = write_figures(tmp_path / "summary.csv", tmp_path / "depth.csv", tmp_path / "figures",
-                            main=["ar", "sd", "eagle"], samples_csv=tmp_path / "samples.csv",
-                            categories_csv=tmp_path / "categories.csv", context_csv=tmp_path / "context.csv")
-    assert sorted(path.name for path in written) == sorted(f"{n}.{s}" for n in FIGURES for s in ("pdf", "png"))
+    write_tables(paths, tmp_path / "tables")
+    main = ["ar", "sd", "eagle"]
+    with_data = write_figures(tmp_path / "tables", tmp_path / "drawn", main=main)  # every figure with data
+    # a single-category set, no long-context set, no lyanna ablation: those three are not drawn
+    assert {path.stem for path in with_data} == set(figure_names()) - {"categories", "context_length", "ablation"}
+    # named, a figure is drawn even without data (the workflow names its figures at plan time), and says so
+    written = write_figures(tmp_path / "tables", tmp_path / "figures", main=main, names=figure_names())
+    assert sorted(path.name for path in written) == sorted(f"{n}.{s}" for n in figure_names() for s in ("pdf", "png"))
     for path in written:
         if path.suffix == ".png":
             image = matplotlib.image.imread(path)
             assert image.shape[0] > 200 and image.shape[1] > 300
             assert image[..., :3].std() > 0.05  # something was drawn
-    summary = pd.read_csv(tmp_path / "summary.csv")
+    summary = pd.read_csv(tmp_path / "tables" / "summary.csv")
     assert list(budget_families(summary).values()) == [["eagle", "eagle_b8"]]
     colors = variant_colors(summary)
     assert colors["eagle"] != colors["eagle_b8"] and len(set(colors.values())) == len(colors)
     with pytest.raises(DraftcountError, match="unknown figure"):
-        write_figures(tmp_path / "summary.csv", tmp_path / "depth.csv", tmp_path / "figures", names=["nope"])
+        write_figures(tmp_path / "tables", tmp_path / "figures", names=["nope"])
     with pytest.raises(DraftcountError, match="no rows"):
-        write_figures(tmp_path / "summary.csv", tmp_path / "depth.csv", tmp_path / "figures", main=["medusa"])
+        write_figures(tmp_path / "tables", tmp_path / "figures", main=["medusa"])
 
 
 def report_cells(text: str, variant: str, dataset: str, temperature: str) -> dict[str, str]:
@@ -184,13 +182,12 @@ def report_cells(text: str, variant: str, dataset: str, temperature: str) -> dic
 
 def test_report_numbers_match_the_tables_and_the_records(tmp_path):
     paths = write_runs(tmp_path)
-    table = write_summary(paths, tmp_path / "tables" / "summary.csv", tmp_path / "tables" / "depth.csv")
-    write_figures(tmp_path / "tables" / "summary.csv", tmp_path / "tables" / "depth.csv", tmp_path / "figures",
-                  main=["ar", "sd", "eagle"])
+    table = write_tables(paths, tmp_path / "tables")
+    write_figures(tmp_path / "tables", tmp_path / "figures", main=["ar", "sd", "eagle"])
     metrics = tmp_path / "drafter-eagle.json"
     metrics.write_text(json.dumps({"trainable_parameters": 1000, "heldout_top1_agreement_by_depth": [0.5, 0.25],
                                    "train": {"steps": 7, "seconds": 3.0, "stopped_by": "steps"}}))
-    text = write_report(tmp_path / "tables" / "summary.csv", paths, tmp_path / "figures", tmp_path / "report.md",
+    text = write_report(tmp_path / "tables", paths, tmp_path / "figures", tmp_path / "report.md",
                         main=["ar", "sd", "eagle"], metrics_paths=[metrics])
     assert (tmp_path / "report.md").read_text() == text
     csv = pd.read_csv(tmp_path / "tables" / "summary.csv").set_index(["variant", "temperature"])
@@ -212,8 +209,8 @@ def test_report_numbers_match_the_tables_and_the_records(tmp_path):
     assert "### Ablations and budget sweeps" in text and "| eagle_b8 | code | 0 |" in text
     assert "Test CPU" in text and "`abc123`" in text and "code 2" in text
     assert "top-1 agreement by depth 0.50, 0.25" in text
-    for name in set(FIGURES) - {"samples", "categories", "context_length"}:  # drawn from the per-sample/category tables, not given
-        assert f"![{name}](figures/{name}.png)" in text
+    shown = set(re.findall(r"!\[(\w+)\]\(figures/\1\.png\)", text))  # the figures with data, no others
+    assert shown == set(figure_names()) - {"samples", "categories", "context_length", "ablation"}
     assert len(table) == 8
     # where the time goes: every phase per emitted token, the shares and the bound, read from the table
     assert "### Where the time goes" in text and "### Cost structure" in text
@@ -233,8 +230,8 @@ def test_the_control_section_says_whether_the_aa_control_holds(tmp_path):
     path = tmp_path / "raw" / "ar_control" / "code-t0.jsonl"
     path.parent.mkdir(parents=True)
     path.write_text("".join(json.dumps(record) + "\n" for record in records))
-    write_summary([path], tmp_path / "summary.csv")
-    text = write_report(tmp_path / "summary.csv", [path], tmp_path / "figures", tmp_path / "report.md")
+    write_tables([path], tmp_path / "tables")
+    text = write_report(tmp_path / "tables", [path], tmp_path / "figures", tmp_path / "report.md")
     control = text.split("### Control: `ar` against `ar`")[1]
     line = next(line for line in control.splitlines() if line.startswith("| code | 0 |"))
     assert line.endswith("| yes |") and "| 3 |" in line
@@ -266,9 +263,9 @@ def test_reporting_commands_name_a_missing_input(tmp_path, capsys):
     from harness.cli import main
 
     missing = tmp_path / "nope.csv"
-    assert main(["figures", "--summary", str(missing), "--depth", str(missing), "--out-dir", str(tmp_path)]) == 2
+    assert main(["figures", "--tables", str(missing), "--out-dir", str(tmp_path)]) == 2
     assert "no table" in capsys.readouterr().err
-    assert main(["report", str(tmp_path / "raw.jsonl"), "--summary", str(missing), "--figures", str(tmp_path),
+    assert main(["report", str(tmp_path / "raw.jsonl"), "--tables", str(missing), "--figures", str(tmp_path),
                  "--out", str(tmp_path / "report.md")]) == 2
     assert "no file" in capsys.readouterr().err
     assert main(["export-specbench", str(tmp_path / "raw.jsonl"), "--out-dir", str(tmp_path)]) == 2

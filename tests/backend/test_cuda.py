@@ -19,6 +19,7 @@ import pytest
 import torch
 
 from harness import SamplingConfig
+from harness.catalog import entry, method_names
 from harness.engine.adapter import NoDrafts
 from harness.analysis.divergence import first_divergence
 from harness.training.drafters import DrafterTrainRequest
@@ -30,7 +31,7 @@ from harness.backend.models import load_model
 from harness.backend.device import Stopwatch, timer_name
 from harness.engine.method_spec import BuildInputs, build_adapter, method_spec
 from harness.measure.latency import target_latencies
-from harness.measure.projection import SHAPES, random_llama, scaled_shape
+from harness.measure.projection import SHAPES, scaled_shape, shaped_llama
 from methods.eagle.cost import step_latency as eagle_step_latency
 from methods.lyanna.cost import step_latency as lyanna_depth_latency
 from tests.helpers import make_llama, markov_batches, train_briefly
@@ -40,13 +41,12 @@ pytestmark = [pytest.mark.cuda,
 
 GREEDY = SamplingConfig()
 NEW_TOKENS = 24
-# variant -> (method, options, what it drafts with: the draft LM or a trained drafter directory)
-VARIANTS = {"ar": ("ar", {}, None), "sd": ("sd", {"gamma": 4}, "draft"),
-            "tree_sd": ("tree_sd", {"branching": "4,2,2,1"}, "draft"),
-            "eagle": ("eagle", {"top_k": 4, "depth": 5, "budget": 24}, "eagle"),
-            "lyanna": ("lyanna", {"top_k": 4, "depth": 5, "budget": 24, "reuse": "logits"}, "lyanna"),
-            "lyanna_overlap": ("lyanna", {"reuse": "states", "overlap": "on"}, "lyanna"),
-            "lyanna_unfused": ("lyanna", {"reuse": "states", "overlap": "on", "verify_fusion": "off"}, "lyanna")}
+# variant -> (method, options): every catalog method with its default options, and lyanna's run-ahead and unfused
+# verification (the paths with a side stream and a separate root forward)
+VARIANTS = {**{name: (name, {}) for name in method_names()},
+            "lyanna_overlap": ("lyanna", {"reuse": "states", "overlap": "on"}),
+            "lyanna_unfused": ("lyanna", {"reuse": "states", "overlap": "on", "verify_fusion": "off"})}
+GRAPHED_DRAFTERS = {"sd", "tree_sd", "eagle", "lyanna", "lyanna_overlap", "lyanna_unfused", "prism"}  # a KV-cached net
 ENGINES = {"eager": EngineOptions(kv_cache="dynamic", cuda_graphs="off"),
            "static": EngineOptions(kv_cache="static", cuda_graphs="off"),
            "graphs_verify": EngineOptions(kv_cache="static", cuda_graphs="verify"),
@@ -55,14 +55,14 @@ ENGINES = {"eager": EngineOptions(kv_cache="dynamic", cuda_graphs="off"),
 
 @pytest.fixture(scope="module")
 def cuda_zoo(tmp_path_factory):
-    """A briefly trained Markov-language target (3 layers), a draft LM (1 layer) and briefly trained EAGLE and
-    Lyanna drafters, trained on the CPU and saved; the target and draft loaded on the GPU in float32."""
+    """A briefly trained Markov-language target (3 layers), a draft LM (1 layer) and a briefly trained drafter of
+    every catalog method that needs one, trained on the CPU and saved; the target and draft loaded on the GPU in float32."""
     root = tmp_path_factory.mktemp("cuda")
     train_briefly(make_llama(vocab=48, hidden=48, layers=3, heads=4, seed=2), steps=150).save_pretrained(root / "target")
     train_briefly(make_llama(vocab=48, hidden=24, layers=1, heads=2, seed=3), steps=150).save_pretrained(root / "draft")
     batches = markov_batches(48, 64, 48, seed=5)
     save_tokens(root / "tokens.pt", torch.cat([next(batches).flatten() for _ in range(4)]))
-    for method in ("eagle", "lyanna"):
+    for method in (name for name in method_names() if entry(name).needs_drafter):
         method_spec(method).train(DrafterTrainRequest(
             method=method, target=str(root / "target"), data=root / "tokens.pt", out=root / method, steps=80,
             progress=False, options={"seq_len": "48", "batch_size": "8", "lr": "3e-3"}))
@@ -74,9 +74,9 @@ def cuda_zoo(tmp_path_factory):
 
 
 def _adapter(zoo: dict, variant: str):
-    method, options, drafts_with = VARIANTS[variant]
-    inputs = BuildInputs(zoo["target"], zoo["draft"] if drafts_with == "draft" else None,
-                         zoo["root"] / drafts_with if drafts_with in ("eagle", "lyanna") else None)
+    method, options = VARIANTS[variant]
+    inputs = BuildInputs(zoo["target"], zoo["draft"] if entry(method).needs_draft else None,
+                         zoo["root"] / method if entry(method).needs_drafter else None)
     return build_adapter(method, options, inputs)[0]
 
 
@@ -110,7 +110,7 @@ def test_greedy_lossless_on_cuda(cuda_zoo, variant, engine):
     if engine.startswith("graphs"):
         assert captured > 0 and replays_before["target"] < runtime.graphs.calls - runtime.graphs.eager_calls
         drafter_runner = runtime.graphs_of(adapter)
-        if engine == "graphs" and variant != "ar":
+        if engine == "graphs" and variant in GRAPHED_DRAFTERS:
             assert drafter_runner is not None and drafter_runner.captures > 0, "the drafter's steps were not graphed"
         if engine == "graphs_verify":
             assert drafter_runner is None
@@ -191,7 +191,7 @@ def test_projection_latencies_replay_from_cuda_graphs():
     """The 8B-shape latency table's CUDA-graph timing (here at 1/16 of the shapes): the target's tree forwards,
     an EAGLE expansion and a Lyanna depth are captured on a static KV cache (a host sync or an allocation
     that moves would fail the capture) and their replays are timed."""
-    model = random_llama(scaled_shape(SHAPES["llama-3.1-8b"], 16), torch.bfloat16, "cuda")
+    model = shaped_llama(scaled_shape(SHAPES["llama-3.1-8b"], 16), torch.bfloat16, "cuda")
     latencies = target_latencies(model, prefix=64, sizes=[1, 16], repeats=3, timing="cuda_graphs")
     assert set(latencies) == {1, 16} and all(0 < seconds < 1 for seconds in latencies.values())
     assert 0 < eagle_step_latency(model, top_k=4, prefix=64, repeats=3, timing="cuda_graphs") < 1

@@ -6,8 +6,6 @@ import ast
 import importlib
 from pathlib import Path
 
-import pytest
-
 CUDA_SUITE = Path(__file__).with_name("test_cuda.py")
 
 

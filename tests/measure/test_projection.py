@@ -10,9 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
-from harness.measure.costs import Latencies
-from harness.measure.latency import target_latencies, timing_cache, wide_tree
-from harness.measure.projection import SHAPES, drafting_seconds, project_speedups, random_llama, scaled_shape
+from harness.engine.method_spec import Latencies
+from harness.backend.timed import timing_cache
+from harness.measure.latency import target_latencies, wide_tree
+from harness.measure.projection import SHAPES, drafting_seconds, project_speedups, scaled_shape, shaped_llama
 from methods.eagle.cost import step_latency as eagle_step_latency
 from methods.lyanna.cost import step_latency as lyanna_depth_latency
 from harness.backend.static_cache import static_layers
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_latencies_at_scaled_shapes():
     shape = scaled_shape(SHAPES["llama-3.1-8b"], 64)
     assert shape["hidden_size"] == 64 and shape["num_hidden_layers"] == 1 and shape["vocab_size"] == 2004
-    model = random_llama(shape, torch.float32, "cpu")
+    model = shaped_llama(shape, torch.float32, "cpu")
     latencies = target_latencies(model, prefix=32, sizes=[1, 8, 16], repeats=2)
     assert set(latencies) == {1, 8, 16} and all(seconds > 0 for seconds in latencies.values())
     assert eagle_step_latency(model, top_k=4, prefix=32, repeats=2) > 0

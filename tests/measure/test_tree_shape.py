@@ -7,8 +7,11 @@ import pytest
 
 from harness.errors import DraftcountError
 from harness.measure.tree_shape import Calibration, accepted_table, choose_shape, path_ranks, pool_depths
-from methods.eagle.adapter import EagleOptions
-from methods.lyanna.adapter import LyannaOptions
+from harness.trees.beam_shape import BeamShape
+from methods.eagle import EagleOptions
+from methods.lyanna import LyannaOptions
+from methods.owl import OwlOptions
+from methods.prism import PrismOptions
 
 
 def test_pool_depths_follow_the_beam_pool_order():
@@ -43,9 +46,11 @@ def test_methods_read_the_measured_shape(tmp_path):
     shape = tmp_path / "shape.json"
     shape.write_text(json.dumps({"depth": 3, "budget": 9, "top_k": 4}))
     eagle = EagleOptions(top_k=4, shape_file=str(shape))
-    assert (eagle.depth, eagle.budget) == (3, 9)  # the records hold what ran
-    assert LyannaOptions(shape_file=str(shape)).budget == 9
+    assert (eagle.depth, eagle.budget) == (5, 24)  # the options never rewrite themselves ...
+    assert eagle.shape() == BeamShape(4, 3, 9)  # ... the shape is resolved once, when the adapter is built
+    for options in (LyannaOptions, PrismOptions, OwlOptions):  # every beam drafter reads it the same way
+        assert options(shape_file=str(shape)).shape().budget == 9
     with pytest.raises(DraftcountError, match="top_k=4, not 2"):
-        EagleOptions(top_k=2, shape_file=str(shape))
+        EagleOptions(top_k=2, shape_file=str(shape)).shape()
     with pytest.raises(DraftcountError, match="no tree-shape file"):
-        EagleOptions(shape_file=str(tmp_path / "missing.json"))
+        EagleOptions(shape_file=str(tmp_path / "missing.json")).shape()

@@ -1,6 +1,7 @@
-"""Adding a method takes one method file and one catalog line: docs/extending.md's toy method, added to a copy
-of the project, shows up in `python -m harness methods`, in `snakemake -n bench_<name>` and in the conformance
-suite, with nothing else edited."""
+"""Adding a method takes its own file (or folder) and one catalog entry: docs/extending.md's two toys, added to a
+copy of the project -- `repeat` (model-free, one file) and `peek` (a trained drafter: its folder's two files) --
+show up in `python -m harness methods`, in the workflow's plan (`peek` trained with its defaults, as no `drafters:`
+entry names it) and in the conformance suite, with nothing else edited."""
 
 from __future__ import annotations
 
@@ -32,14 +33,18 @@ def project_with_toy(tmp_path_factory) -> Path:
             (copy / name).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(ROOT / name, copy / name)
     page = (copy / "docs" / "extending.md").read_text()
-    module = _example(page, "`methods/repeat.py`:")
-    line = _example(page, "and in `methods/__init__.py`:").strip()
-    (copy / "methods" / "repeat.py").write_text(module)
+    (copy / "methods" / "repeat.py").write_text(_example(page, "`methods/repeat.py`:"))
+    (copy / "methods" / "peek").mkdir()
+    (copy / "methods" / "peek" / "__init__.py").write_text(_example(page, "`methods/peek/__init__.py`:"))
+    (copy / "methods" / "peek" / "method.py").write_text(_example(page, "`methods/peek/method.py`:"))
+    lines = [_example(page, "and in `methods/__init__.py`:").strip(),
+             _example(page, "and its catalog entry in `methods/__init__.py`:").strip()]
     catalog = (copy / "methods" / "__init__.py").read_text()
-    (copy / "methods" / "__init__.py").write_text(catalog.replace("\n)\n", f"\n    {line}\n)\n", 1))
+    entries = "".join(f"\n    {line}" for line in lines)
+    (copy / "methods" / "__init__.py").write_text(catalog.replace("\n)\n", f"{entries}\n)\n", 1))
     changed = [name for name in files if name.startswith(("harness/", "workflow/", "tests/", "Snakefile"))
                and (copy / name).read_bytes() != (ROOT / name).read_bytes()]
-    assert not changed and line.startswith('Entry("repeat"')
+    assert not changed and lines[0].startswith('Entry("repeat"') and lines[1].startswith('Entry("peek"')
     return copy
 
 
@@ -53,6 +58,8 @@ def test_the_new_method_is_listed(project_with_toy):
     result = _run(project_with_toy, "-m", "harness", "methods")
     assert result.returncode == 0, result.stderr
     assert re.search(r"^repeat +toy: a chain of copies .*\[options: depth=3\]", result.stdout, re.M), result.stdout
+    assert re.search(r"^peek +toy: one linear head .*needs --drafter.*\[options: top_k=3\]", result.stdout, re.M), \
+        result.stdout
 
 
 def test_the_workflow_has_its_bench_target(project_with_toy, tmp_path):
@@ -63,9 +70,23 @@ def test_the_workflow_has_its_bench_target(project_with_toy, tmp_path):
     assert "--method repeat --variant repeat" in result.stdout.replace("'", "")
 
 
+def test_the_trained_drafter_is_planned_with_its_defaults(project_with_toy, tmp_path):
+    result = _run(project_with_toy, "-m", "snakemake", "-n", "-p", "bench_peek", "--config",
+                  f"work_dir={tmp_path / 'work'}", f"results_dir={tmp_path / 'results'}")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert re.search(r"^bench +4$", result.stdout, re.M) and re.search(r"^train_drafter +1$", result.stdout, re.M)
+    shown = result.stdout.replace("'", "")
+    assert "harness train --method peek" in shown and "--steps 1000" in shown  # the trainer's defaults
+    assert f"--drafter {tmp_path / 'work' / 'drafters' / 'peek'}" in shown
+
+
 @pytest.mark.slow
 def test_the_conformance_suite_runs_it(project_with_toy):
-    result = _run(project_with_toy, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                  "tests/methods/test_conformance.py", "-k", "repeat")
+    result = _run(project_with_toy, "-m", "pytest", "-v", "-p", "no:cacheprovider",
+                  "tests/methods/test_conformance.py", "-k", "repeat or peek")
     assert result.returncode == 0, result.stdout[-3000:]
-    assert re.search(r"\b2 passed\b", result.stdout), result.stdout[-2000:]
+    for toy in ("repeat", "peek"):  # greedy, sampling, host reads; and each as a hedgespec expert, in either position
+        for test in ("greedy_output_equals_ar", "sampled_distribution_equals_the_target",
+                     "at_most_one_host_read_per_step"):
+            assert re.search(rf"test_{test}\[{toy}\] PASSED", result.stdout), (toy, test, result.stdout[-2000:])
+        assert len(re.findall(rf"\[hedgespec:[a-z_,]*{toy}[a-z_,]*\] PASSED", result.stdout)) == 4, result.stdout[-2000:]

@@ -10,7 +10,7 @@ import torch
 from harness import SamplingConfig, wrap_model
 from harness.engine.adapter import NoDrafts
 from harness.cli import main
-from harness.trees.beam import BeamShape
+from harness.trees.beam_shape import BeamShape
 from harness.training.drafters import unrolled_step_bias
 from harness.engine.loop import generate
 from harness.errors import DraftcountError

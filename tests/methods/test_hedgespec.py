@@ -11,13 +11,20 @@ import pytest
 import torch
 
 from harness import SamplingConfig, generate, wrap_model
-from harness.analysis.summary import hedge_table, records_frame
+from harness.analysis.summary import records_frame
+from harness.backend.forward import LMOutput
 from harness.data.token_streams import save_tokens
+from harness.engine.adapter import AdapterBase, StepContext
+from harness.engine.counters import GenerationCounters
 from harness.engine.method_spec import BuildInputs, build_adapter, method_spec, parse_method_options
 from harness.errors import DraftcountError
 from harness.store.records import SCHEMA_VERSION
 from harness.training.drafters import DrafterTrainRequest
+from harness.trees.tree import TokenTree
+from harness.verify.verdict import Verdict
+from methods.hedgespec.adapter import Expert, HedgeSpecAdapter
 from methods.hedgespec.learner import NormalHedge, normalhedge_scale, normalhedge_weights
+from methods.hedgespec.view import hedge_table
 from tests.helpers import make_llama, markov_batches, train_briefly
 
 GREEDY = SamplingConfig()
@@ -48,6 +55,40 @@ def test_bad_expert_specs_are_one_line_errors():
                              ("pld,stand:max_n", "not key=value")]:
         with pytest.raises(DraftcountError, match=message):
             parse_method_options("hedgespec", {"experts": experts})
+
+
+class FixedTree(AdapterBase):
+    """An expert that drafts one fixed tree below the root and keeps what its ``commit`` is handed."""
+
+    def __init__(self, tokens: list[int], parents: tuple[int, ...]) -> None:
+        self.tokens, self.parents, self.committed = tokens, parents, None
+
+    def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
+        return TokenTree(torch.tensor([int(sequence[0, -1]), *self.tokens]), self.parents)
+
+    def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
+        self.committed = tree, verdict, target_out
+
+
+def test_an_expert_not_picked_commits_its_own_tree_with_the_accepted_text_grafted_after_its_nodes():
+    """The hand-off every expert's ``commit`` must take: its own nodes keep their indices, the accepted tokens its
+    tree did not hold come after them, and the target's outputs along the path are the picked tree's."""
+    picked = FixedTree([5, 6, 7], (-1, 0, 1, 2))  # root -> 5 -> 6 -> 7
+    other = FixedTree([5, 9, 8], (-1, 0, 1, 0))  # root -> 5 -> 9, root -> 8
+    adapter = HedgeSpecAdapter([Expert("picked", picked), Expert("other", other)], "generation", 0)
+    ctx = StepContext(GREEDY, None, GenerationCounters(), 12)
+    tree = adapter.propose(ctx, torch.tensor([[1, 2]]))
+    adapter.picked = 0  # the learner's pick, whatever its draw
+    verdict = Verdict((0, 1, 2), (5, 6), 3, 3)
+    target_out = LMOutput(torch.arange(4.0)[None, :, None].expand(1, 4, 12), None)  # row i holds i
+    adapter.commit(ctx, tree, verdict, target_out)
+    assert picked.committed == (tree, verdict, target_out)
+    handed, shadow, rows = other.committed
+    assert handed.tokens.tolist() == [2, 5, 9, 8, 6] and handed.parents == (-1, 0, 1, 0, 1)  # 6 grafted below 5
+    assert shadow.path == (0, 1, 4) and shadow.new_tokens == (5, 6, 3)
+    assert [rows.logits[0, node, 0].item() for node in shadow.path] == [0.0, 1.0, 2.0]  # the picked path's rows
+    extra = ctx.counters.extra  # the emitted 5 6 3: the picked tree held 5 6, the other 5
+    assert extra["hedge_loss:picked"] == pytest.approx(1 / 3) and extra["hedge_loss:other"] == pytest.approx(2 / 3)
 
 
 @pytest.fixture(scope="module")

@@ -108,8 +108,8 @@ def test_fresh_drafter_lossless_and_training_helps(lyanna_setup):
             assert result.output_ids == want
             taus[name] += result.counters.tokens_per_forward
     assert taus["token_info"] > 1.5 * taus["fresh"]
-    agreement = metrics["token_info"]["heldout_top1_agreement_by_depth"]
-    assert len(agreement) == 3 and min(agreement) > 2 * max(metrics["fresh"]["heldout_top1_agreement_by_depth"])
+    agreement = metrics["token_info"]["heldout_top1_agreement_by_step"]
+    assert len(agreement) == 3 and min(agreement) > 2 * max(metrics["fresh"]["heldout_top1_agreement_by_step"])
 
 
 @pytest.mark.parametrize("reuse,fusion,overlap", [("logits", "on", "off"), ("states", "off", "on")])
@@ -155,7 +155,7 @@ def test_vocabulary_compression_and_matching(lyanna_setup):
 
 def test_bad_inputs(lyanna_setup, tmp_path):
     target, root, _ = lyanna_setup
-    with pytest.raises(DraftcountError, match="holds no Lyanna drafter"):
+    with pytest.raises(DraftcountError, match="holds no lyanna drafter"):
         build_adapter("lyanna", {}, BuildInputs(target, None, tmp_path))
     with pytest.raises(DraftcountError, match="must be one of"):
         build_adapter("lyanna", {"reuse": "sometimes"}, BuildInputs(target, None, root / "fresh"))

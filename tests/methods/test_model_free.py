@@ -38,7 +38,7 @@ def test_pld_drafts_the_continuation_of_a_repeated_pattern(markov_target):
     result = generate(markov_target, adapter, prompt, 1, GREEDY)  # prefill only: no step yet
     sequence = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 1, 2, 3]])
     adapter.begin(None, prompt, None)
-    tree = adapter.propose(type("Ctx", (), {"counters": result.counters})(), sequence)
+    tree = adapter.propose(type("Ctx", (), {"counters": result.counters, "tokens": sequence[0].tolist()})(), sequence)
     assert tree.tokens.tolist() == [3, 4, 5, 6, 7] and tree.parents == (-1, 0, 1, 2, 3)
 
 
@@ -77,9 +77,10 @@ def test_stand_samples_distinct_siblings_at_temperature_one(markov_target):
     widest = 0
     for seed, prompt in enumerate(_prompts(6)):
         generate(markov_target, adapter, prompt, 32, SamplingConfig(1.0), generator=make_generator(seed, "cpu"))
+    prompt = _prompts(1)[0]
     tree = adapter.propose(
         type("Ctx", (), {"sampling": SamplingConfig(1.0), "generator": make_generator(9, "cpu"),
-                         "target_vocab_size": 48})(), _prompts(1)[0])
+                         "target_vocab_size": 48, "tokens": prompt[0].tolist()})(), prompt)
     root_children = [node for node, parent in enumerate(tree.parents) if parent == 0]
     widest = len(root_children)
     assert widest >= 2 and len({int(tree.tokens[node]) for node in root_children}) == widest

@@ -100,12 +100,14 @@ def test_howl_drafts_the_retrieved_chain_past_the_threshold_and_the_tree_otherwi
     hidden = torch.randn(1, 12, target.config.hidden_size)
     repeated = torch.tensor([[1, 2, 3, 4, 9, 9, 9, 9, 9, 9, 1, 2, 3]])  # suffix 1 2 3 recurs (3 tokens)
     ctx = _context(target.vocab_size)
+    ctx.tokens[:] = repeated[0].tolist()  # the engine's host copy of the sequence
     adapter.begin(ctx, repeated[:, :-1], LMOutput(torch.zeros(1, 12, 48), (hidden,)))
     tree = adapter.propose(ctx, repeated)
     assert tree.tokens.tolist() == [3, 4, 9, 9, 9, 9] and list(tree.parents) == [-1, 0, 1, 2, 3, 4]
     assert ctx.counters.extra == {"howl_chain_steps": 1} and ctx.counters.drafter.forwards == 0
     fresh = torch.tensor([[1, 2, 3, 4, 9, 9, 9, 9, 9, 9, 5, 2, 3]])  # only "2 3" recurs: below the threshold
     ctx = _context(target.vocab_size)
+    ctx.tokens[:] = fresh[0].tolist()
     adapter.begin(ctx, fresh[:, :-1], LMOutput(torch.zeros(1, 12, 48), (hidden,)))
     tree = adapter.propose(ctx, fresh)
     tree.resolve()
@@ -141,5 +143,5 @@ def test_bad_options_are_one_line_errors(options, message):
 
 def test_a_drafter_of_another_method_is_refused(owl_setup, tmp_path):
     target, root, _ = owl_setup
-    with pytest.raises(DraftcountError, match="holds no OWL drafter"):
+    with pytest.raises(DraftcountError, match="holds no owl drafter"):
         build_adapter("owl", {}, BuildInputs(target, None, tmp_path))

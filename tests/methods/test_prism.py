@@ -16,13 +16,14 @@ from harness.options import parse_options
 from harness.training.drafters import DrafterTrainRequest
 from harness.training.features import FeatureSpec
 from harness.training.loop import TrainResult
-from harness.trees.beam import BeamShape
+from harness.trees.beam_shape import BeamShape
 from methods.eagle.adapter import EagleAdapter
 from methods.eagle.checkpoint import save_head
 from methods.eagle.head import new_head
 from methods.prism.adapter import PrismAdapter
-from methods.prism.checkpoint import load_prism, save_prism
-from methods.prism.head import PrismHead, check_step_modules, module_of_step, new_prism_head, replicate_module
+from methods.prism.head import (
+    PrismHead, check_step_modules, load_prism, module_of_step, new_prism_head, replicate_module, save_prism,
+)
 from methods.prism.training import PrismTrainOptions, phase_requests, remaining_budget
 from tests.helpers import ENGINE_SWITCHES, engine_runtime, make_llama, markov_batches, save_markov_target, train_test_drafter
 
@@ -249,7 +250,7 @@ def test_bad_drafter_directories(prism_setup, tmp_path):
     with pytest.raises(DraftcountError, match="does not exist"):
         load_prism(tmp_path / "missing", target.model)
     other = make_llama(vocab=48, hidden=32, layers=1, heads=4, seed=0)
-    with pytest.raises(DraftcountError, match="wide"):
+    with pytest.raises(DraftcountError, match="built for width"):
         load_prism(root / "trained", other)
     with pytest.raises(DraftcountError, match="unknown"):
         method_spec("prism").train(DrafterTrainRequest("prism", str(root / "target"), root / "tokens.pt",

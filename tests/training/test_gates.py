@@ -36,8 +36,8 @@ def test_allowed_weak_models_carry_their_failures(capsys):
 
 def test_drafter_agreement_at_the_first_step_or_depth():
     assert heldout_agreement({"heldout_top1_agreement_by_step": [0.65, 0.66]}) == 0.65
-    assert heldout_agreement({"heldout_top1_agreement_by_depth": [0.41, 0.36]}) == 0.41
-    weak = {"heldout_top1_agreement_by_depth": [0.10, 0.07]}
+    assert heldout_agreement({"heldout_top1_agreement_by_step": [0.41, 0.36]}) == 0.41
+    weak = {"heldout_top1_agreement_by_step": [0.10, 0.07]}
     assert gate_failures("drafter lyanna_feature", weak, {"min_heldout_agreement": 0.2}) == [
         "drafter lyanna_feature: held-out top-1 agreement (first step) 0.1 is below the minimum 0.2 "
         "(gates: min_heldout_agreement)"]

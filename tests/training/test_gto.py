@@ -24,7 +24,7 @@ from methods.eagle.checkpoint import load_head
 from methods.eagle.training import EAGLE_GTO, EagleTrainOptions, train_eagle
 from methods.lyanna.model import load_drafter
 from methods.lyanna.training import LYANNA_GTO, train_lyanna
-from harness.trees.beam import BeamShape
+from harness.trees.beam_shape import BeamShape
 from tests.helpers import make_llama, markov_batches, train_briefly
 
 PARENTS = (-1, 0, 0, 1, 1, 3)  # root; 1, 2 below it; 3, 4 below 1; 5 below 3

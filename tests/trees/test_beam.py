@@ -4,7 +4,8 @@ expansion pattern, the deferred shape (device-built mask and positions), and the
 import pytest
 import torch
 
-from harness.trees.beam import BeamShape, Frontier, frontier_attention_bias, grow_beam_tree
+from harness.trees.beam import Frontier, frontier_attention_bias, grow_beam_tree
+from harness.trees.beam_shape import BeamShape
 from harness.errors import DraftcountError
 from harness.trees.tree import TokenTree, tree_attention_bias
 

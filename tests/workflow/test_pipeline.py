@@ -89,6 +89,7 @@ def test_smoke_pipeline_end_to_end_killed_and_resumed(tmp_path):
     assert "### Per category" in report and "**stdlib_domains, T = 0**" in report
     assert report.index("## Regime") < report.index("## Environment and runs")  # the regime card comes first
     assert "![ablation]" not in report and "![budget]" not in report  # no data in the main comparison: not embedded
+    assert not (results / "figures" / "ablation.pdf").exists() and not (results / "figures" / "budget.pdf").exists()
     eagle = summary[summary.dataset == "stdlib_code"].set_index("variant").loc["eagle"]
     assert report_cell(report, "eagle", "stdlib_code", "0", "tau") == f"{eagle.tau:.2f}"
     assert report_cell(report, "eagle", "stdlib_code", "0", "speedup") == f"{eagle.speedup_paired_mean:.2f}"

@@ -14,10 +14,11 @@ SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 ZOO_RULES = {"corpus", "tokenizer", "tokenize", "train_target", "train_draft", "dump_features", "code_prompts"}
 MODEL_FREE_RULES = {"calibration_prompts", "stand_tree", "reader_datastore"}
 TREE_RULES = {"measure_acceptance", "measure_latency", "measure_draft_step", "sequoia_tree"}
-REPORT_RULES = {"summary", "figures", "report", "export_specbench"}
+REPORT_RULES = {"summary", "figure", "report", "export_specbench"}
 SMOKE_VARIANTS = ["ar", "ar_control", "sd", "tree_sd", "tree_sd_specinfer", "tree_sd_sequoia_b16", "eagle", "eagle_b12",
-                  "lyanna", "lyanna_feature", "lyanna_unfused", "pld", "stand", "reader"]
-SMOKE_MAIN = ["ar", "ar_control", "sd", "tree_sd", "eagle", "lyanna", "pld", "stand", "reader"]  # target all
+                  "lyanna", "lyanna_feature", "lyanna_unfused", "pld", "stand", "reader", "prism", "owl"]
+SMOKE_MAIN = ["ar", "ar_control", "sd", "tree_sd", "eagle", "lyanna", "pld", "stand", "reader", "prism",
+              "owl"]  # target all
 
 
 def snakemake(*args, timeout=900, **kwargs):
@@ -64,7 +65,8 @@ def test_dry_run_lists_every_rule(tmp_path):
     assert studies["bench"] == 52 + 8 + 2 + 6 + 8 + 14 + 2 + 6 + 8 + 14
     assert studies["long_prompts"] == 1 and studies["tokenize_domain"] == 2 and studies["domain_prompts"] == 1
     assert studies["train_drafter"] == 13 and studies["sequoia_tree"] == 6  # per T: the chosen budget, 16 and 32
-    assert studies["studies_summary"] == studies["studies_figures"] == studies["studies_report"] == 1
+    assert studies["studies_summary"] == studies["studies_report"] == 1
+    assert counts["figure"] == 6 and studies["studies_figure"] == 11  # each figure with data, one job each
     assert "report" not in studies  # the main report is `all`'s
     gto = job_counts(snakemake("-n", "study_gto", *overrides(tmp_path)).stdout)
     assert gto["bench"] == 8 and gto["train_drafter"] == 5  # eagle, lyanna and the three fine-tuned from them
@@ -93,7 +95,7 @@ def test_one_target_runs_only_what_it_needs(tmp_path):
     assert sweep["bench"] == 4 + 4 + 4 and sweep["train_drafter"] == 5
     figure = job_counts(snakemake("-n", str(tmp_path / "results" / "figures" / "speedup.pdf"),
                                   *overrides(tmp_path)).stdout)
-    assert figure["figures"] == 1 and figure["bench"] == 13 * 4 and "report" not in figure
+    assert figure["figure"] == 1 and figure["bench"] == 13 * 4 and "report" not in figure
     families = {name: job_counts(snakemake("-n", f"bench_{name}", *overrides(tmp_path)).stdout)
                 for name in ("prism", "owl", "polybasic")}
     assert families["prism"]["bench"] == 4 and families["prism"]["train_drafter"] == 1  # prism_m1: ablate_prism
@@ -190,7 +192,7 @@ def test_gpu_jobs_never_share_the_gpu(tmp_path):
         if rule in model_rules:
             assert "gpu=1" in job, job
             seen.add(rule)
-        elif rule in ("corpus", "tokenizer", "summary", "figures", "report"):
+        elif rule in ("corpus", "tokenizer", "summary", "figure", "report"):
             assert "gpu=1" not in job, job
     assert {"bench", "train_target", "train_drafter"} <= seen
 
@@ -200,7 +202,20 @@ def test_a_misspelt_method_option_stops_the_plan(tmp_path):
     overlay.write_text(json.dumps({"bench": {"methods": {"eagle": {"top_kk": 3}}}}))
     result = snakemake("-n", "--configfile", "workflow/config/default.yaml", str(overlay), *overrides(tmp_path))
     assert result.returncode != 0
-    assert "bench.methods.eagle: method 'eagle' has no option 'top_kk'" in result.stdout + result.stderr
+    assert "bench.methods.eagle: unknown option 'top_kk' for method 'eagle'" in result.stdout + result.stderr
+
+
+@pytest.mark.parametrize("options, says", [
+    ({"eagle": {"top_k": 4, "budget": -3}}, "bench.methods.eagle: beam tree needs top_k, depth and budget >= 1"),
+    ({"sd": {"gamma": 0}}, "bench.methods.sd: option 'gamma' of method 'sd' must be >= 1"),
+    ({"pld": {"budget": "auto"}}, "bench.methods.pld: budget: auto measures a beam drafter's tree shape"),
+])
+def test_a_bad_option_value_stops_the_plan(tmp_path, options, says):
+    """Options are parsed at plan time, values included (the catalog's torch-free options classes)."""
+    overlay = tmp_path / "bad.yaml"
+    overlay.write_text(json.dumps({"bench": {"methods": options}}))
+    result = snakemake("-n", "--configfile", "workflow/config/default.yaml", str(overlay), *overrides(tmp_path))
+    assert result.returncode != 0 and says in result.stdout + result.stderr, result.stderr[-2000:]
 
 
 @pytest.mark.parametrize("profile", ["default", "smoke", "slurm", "gpu"])
@@ -244,3 +259,12 @@ def test_unknown_config_key_fails_validation(tmp_path, bad, key):
     result = snakemake("-n", "--configfile", "workflow/config/default.yaml", str(config), *overrides(tmp_path))
     assert result.returncode != 0
     assert key in result.stdout + result.stderr
+
+
+def test_budget_auto_measures_a_tree_shape_for_every_beam_drafter_in_the_smoke_profile(tmp_path):
+    result = snakemake("-n", "--profile", "workflow/profiles/smoke", "bench_prism", "bench_owl", *overrides(tmp_path))
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert job_counts(result.stdout)["tree_shape"] == 2
+    for method in ("prism", "owl"):
+        assert f"tree/shape-{method}-{method}-t0.json" in result.stdout and f"--method {method}" in result.stdout
+

@@ -16,16 +16,8 @@ def variant_drafter(variant):
     return plan.variant_drafter(config, variant)
 
 
-def is_ablation(variant):
-    return plan.is_ablation(config, variant)
-
-
 def variants_of(method, ablation=False):
     return plan.method_variants(config, method, ablation)
-
-
-def variant_options(variant, temperature):
-    return plan.variant_options(config, variant, temperature, WORK)
 
 
 def bench_outputs(variants=None, engine_pass=None):

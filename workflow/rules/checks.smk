@@ -52,27 +52,34 @@ def model_arguments():
     return ["--device", compute_device(), "--dtype", config["bench"].get("dtype", "float32")]
 
 
-def measured_models():
-    """--target, --draft and --drafter METHOD=DIR of the models the main variants use."""
-    arguments = ["--target", target_model()]
-    methods = {variant_method(variant) for variant in plan.main_variants(config)}
-    if any(plan.needs_draft_lm(method) for method in methods):
-        arguments += ["--draft", draft_model()]
-    for method in sorted(method for method in methods if plan.needs_drafter(method)):
-        if method in config["drafters"]:
-            arguments += ["--drafter", f"{method}={drafter_dir(method)}"]
-    return arguments
-
-
-def measured_inputs():
-    """The model files and directories ``measured_models`` names."""
-    arguments = measured_models()
-    return [value.split("=", 1)[-1] for value in arguments[1::2]]
-
-
 def check_dataset():
     """The prompt set the overhead measurement runs on (checks.dataset; default the last bench dataset)."""
     return CHECKS.get("dataset", config["bench"]["datasets"][-1])
+
+
+def measured_variants():
+    """The variants the overhead and host-sync checks measure: the main comparison's (every catalog method's main
+    variant; `ar` once, the A/A control aside), at T=0."""
+    return [variant for variant in plan.main_variants(config) if variant_method(variant) != "ar" or variant == "ar"]
+
+
+def measured_models():
+    """--target, --draft and one --variant per measured variant (method, options, drafter)."""
+    arguments = ["--target", target_model()]
+    if any(plan.needs_draft_lm(variant_method(variant)) for variant in measured_variants()):
+        arguments += ["--draft", draft_model()]
+    return arguments + jobs.check_variant_arguments(config, measured_variants(), "0", WORK)
+
+
+def measured_inputs():
+    """What the measured variants read: the models, drafters and the files the workflow builds for their options
+    (trees, shapes, datastores), as their bench jobs on the check dataset at T=0 would."""
+    jobs_ = [SimpleNamespace(variant=variant, dataset=check_dataset(), temperature="0") for variant in measured_variants()]
+    return sorted({value for job in jobs_ for value in flat_inputs(bench_inputs(job))})
+
+
+def flat_inputs(inputs):
+    return [item for value in inputs.values() for item in (value if isinstance(value, list) else [value])]
 
 
 def greedy_records():

@@ -9,7 +9,9 @@ from pathlib import Path
 from harness import workflow_jobs as jobs
 from harness import workflow_plan as plan
 from harness.catalog import method_names as catalog_methods
+from harness.trees.beam_shape import beam_methods
 
+config.update(plan.with_implied_drafters(config))  # a trained-drafter method without a `drafters` entry: defaults
 WORK = Path(config["work_dir"])
 RESULTS = Path(config["results_dir"])
 
@@ -81,11 +83,6 @@ def results(path):
     return str(RESULTS / path)
 
 
-def as_json(value):
-    """A config section as a shell-quoted JSON argument."""
-    return "'" + json.dumps(value).replace("'", "'\\''") + "'"
-
-
 def variant_names():
     """The variants to run: bench.methods plus a default variant of every catalog method it leaves out, or
     only those listed in bench.only."""
@@ -97,53 +94,9 @@ def engine_passes():
     return list(config["bench"].get("passes", {}))
 
 
-def temperatures():
-    return plan.temperature_names(config)
-
-
 def dataset_prompts(dataset):
     return plan.dataset_prompts(config, dataset, WORK)
 
 
-def dataset_limit(dataset):
-    return plan.dataset_limit(config, dataset)
-
-
-def method_option_names():
-    """{method: its option names}. Reading them imports the methods' modules (torch: seconds), so they are computed
-    once per state of the code and kept in .snakemake/draftcount/options-<hash of harness/ and methods/>.json."""
-    import dataclasses
-    import hashlib
-
-    root = Path(workflow.basedir)
-    digest = hashlib.sha256()
-    for path in sorted([*root.glob("harness/**/*.py"), *root.glob("methods/**/*.py")]):
-        digest.update(str(path.relative_to(root)).encode() + path.read_bytes())
-    cache = root / ".snakemake" / "draftcount" / f"options-{digest.hexdigest()[:16]}.json"
-    if cache.is_file():
-        return json.loads(cache.read_text())
-    from harness.engine.method_spec import method_spec
-    from harness.store.atomic import atomic_path
-
-    names = {method: sorted(field.name for field in dataclasses.fields(method_spec(method).options))
-             for method in catalog_methods()}
-    cache.parent.mkdir(parents=True, exist_ok=True)
-    with atomic_path(cache) as partial:
-        partial.write_text(json.dumps(names))
-    return names
-
-
-def check_method_options():
-    """Every variant's options are options its method takes: a misspelt one stops the plan (`snakemake -n`), not
-    a job hours into a cluster run. Values are checked when a job parses them (some name files built later)."""
-    known = method_option_names()
-    for variant in plan.variant_names(config):
-        method = plan.variant_method(config, variant)
-        given = set(plan.variant_options(config, variant, plan.temperature_names(config)[0], WORK))
-        unknown = sorted(given - set(known[method]))
-        if unknown:
-            raise ValueError(f"bench.methods.{variant}: method {method!r} has no option {unknown[0]!r} "
-                             f"(its options: {', '.join(known[method]) or 'none'})")
-
-
-check_method_options()
+# Every variant's options parse as its method's (names and values, torch-free): a bad one stops the plan.
+plan.check_variant_options(config, WORK)

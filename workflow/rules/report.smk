@@ -1,12 +1,14 @@
-# Aggregation, figures, report and the Spec-Bench export, all from the raw records of every bench job.
+# Aggregation, figures, report and the Spec-Bench export, all from the raw records of every bench job. The tables,
+# figures and report sections are the views of harness/analysis/views.py (and of methods/<name>/view.py): which of
+# them apply to a report is decided here from its variants and prompt sets, so a figure with no data is neither a
+# target nor drawn nor embedded; every figure that applies is its own target (rule figure: results/figures/<name>.pdf).
 
-FIGURE_NAMES = ["speedup", "phases", "tau", "waste", "budget", "depth", "ablation", "efficiency", "samples",
-                "categories", "context_length"]
-
+from harness.analysis import view as report_view, views as report_views
 
 # Two reports: the main comparison's (target `all`: results/tables, figures, report.md) over the variants in no
 # study, and the studies' (target `studies`: results/studies/...) over every variant, the main ones included.
 MAIN_RECORDS = bench_outputs(plan.main_variants(config))  # the main comparison's raw records
+SCOPE_DIRS = {"main": "", "studies": "studies/"}  # each report's folder under results/
 
 
 def scope_variants(scope):
@@ -31,58 +33,76 @@ def scope_compare(scope):
                     if variant in chosen and against in chosen)
 
 
+def report_scope(scope):
+    """The scope's variants and prompt sets, as the views decide on them (harness.analysis.view.Scope)."""
+    main = set(scope_main(scope).split(","))
+    variants = tuple(report_view.Planned(variant, variant_method(variant), variant in main,
+                                         tuple(plan.variant_datasets(config, variant)),
+                                         plan.variant_settings(config, variant))
+                     for variant in scope_variants(scope))
+    datasets = dict.fromkeys(dataset for variant in variants for dataset in variant.datasets)
+    return report_view.Scope(variants, {dataset: plan.planned_categories(config, dataset, dataset_selection(dataset))
+                                        for dataset in datasets})
+
+
+FIGURE_NAMES = {scope: report_views.figure_names(report_scope(scope)) for scope in SCOPE_DIRS}
+
+
+def scope_tables(scope):
+    """The tables `summarize --tables-dir` writes for a scope: the summary and every view's."""
+    names = [report_view.SUMMARY, *report_views.table_names()]
+    return [results(f"{SCOPE_DIRS[scope]}tables/{name}.csv") for name in names]
+
+
+def scope_figures(scope):
+    return expand(results(f"{SCOPE_DIRS[scope]}figures/{{name}}.png"), name=FIGURE_NAMES[scope])
+
+
 rule summary:
     input:
         MAIN_RECORDS,
     output:
-        summary=results("tables/summary.csv"),
-        depth=results("tables/depth_acceptance.csv"),
-        samples=results("tables/samples.csv"),
-        hedge=results("tables/hedgespec.csv"),
-        categories=results("tables/categories.csv"),
-        context=results("tables/context_length.csv"),
+        scope_tables("main"),
+    params:
+        tables=results("tables"),
     resources:
         mem_mb=2000,
         runtime=5,
     shell:
-        "python -m harness summarize {input} --out {output.summary} --depth-out {output.depth}"
-        " --samples-out {output.samples} --hedge-out {output.hedge} --categories-out {output.categories}"
-        " --context-out {output.context}"
+        "python -m harness summarize {input} --tables-dir {params.tables}"
 
 
-rule figures:
+rule figure:
+    # one figure of the main report: the views that apply to it (FIGURE_NAMES), each drawn alone
     input:
-        summary=results("tables/summary.csv"),
-        depth=results("tables/depth_acceptance.csv"),
-        samples=results("tables/samples.csv"),
-        categories=results("tables/categories.csv"),
-        context=results("tables/context_length.csv"),
+        scope_tables("main"),
     output:
-        expand(results("figures/{name}.{suffix}"), name=FIGURE_NAMES, suffix=["pdf", "png"]),
+        pdf=results("figures/{name}.pdf"),
+        png=results("figures/{name}.png"),
+    wildcard_constraints:
+        name="|".join(FIGURE_NAMES["main"]),
     params:
+        tables=results("tables"),
         out_dir=results("figures"),
         main=scope_main("main"),
     resources:
         mem_mb=2000,
         runtime=10,
     shell:
-        "python -m harness figures --summary {input.summary} --depth {input.depth} --out-dir {params.out_dir}"
-        " --samples {input.samples} --categories {input.categories} --context {input.context} --main {params.main}"
+        "python -m harness figures --tables {params.tables} --out-dir {params.out_dir} --main {params.main}"
+        " --only {wildcards.name}"
 
 
 rule report:
     input:
         records=MAIN_RECORDS,
-        summary=results("tables/summary.csv"),
-        samples=results("tables/samples.csv"),
-        hedge=results("tables/hedgespec.csv"),
-        categories=results("tables/categories.csv"),
-        context=results("tables/context_length.csv"),
-        figures=expand(results("figures/{name}.png"), name=FIGURE_NAMES),
+        tables=scope_tables("main"),
+        figures=scope_figures("main"),
         metrics=training_metrics("main"),
     output:
         results("report.md"),
     params:
+        tables=results("tables"),
         figures=results("figures"),
         main=scope_main("main"),
         compare=scope_compare("main"),
@@ -90,9 +110,8 @@ rule report:
         mem_mb=2000,
         runtime=5,
     shell:
-        "python -m harness report {input.records} --summary {input.summary} --figures {params.figures}"
-        " --metrics {input.metrics} --samples {input.samples} --hedge {input.hedge} --categories {input.categories} --main {params.main}"
-        " --context {input.context} --compare '{params.compare}' --out {output}"
+        "python -m harness report {input.records} --tables {params.tables} --figures {params.figures}"
+        " --metrics {input.metrics} --main {params.main} --compare '{params.compare}' --out {output}"
 
 
 rule export_specbench:
@@ -110,32 +129,25 @@ rule export_specbench:
 
 
 # The studies' tables, figures and report: the same rules over every variant, under results/studies/.
-STUDY_TABLES = {name: results(f"studies/tables/{name}.csv")
-                for name in ("summary", "depth_acceptance", "samples", "hedgespec", "categories", "context_length")}
-
-
 use rule summary as studies_summary with:
     input:
         bench_outputs(),
     output:
-        summary=STUDY_TABLES["summary"],
-        depth=STUDY_TABLES["depth_acceptance"],
-        samples=STUDY_TABLES["samples"],
-        hedge=STUDY_TABLES["hedgespec"],
-        categories=STUDY_TABLES["categories"],
-        context=STUDY_TABLES["context_length"],
-
-
-use rule figures as studies_figures with:
-    input:
-        summary=STUDY_TABLES["summary"],
-        depth=STUDY_TABLES["depth_acceptance"],
-        samples=STUDY_TABLES["samples"],
-        categories=STUDY_TABLES["categories"],
-        context=STUDY_TABLES["context_length"],
-    output:
-        expand(results("studies/figures/{name}.{suffix}"), name=FIGURE_NAMES, suffix=["pdf", "png"]),
+        scope_tables("studies"),
     params:
+        tables=results("studies/tables"),
+
+
+use rule figure as studies_figure with:
+    input:
+        scope_tables("studies"),
+    output:
+        pdf=results("studies/figures/{name}.pdf"),
+        png=results("studies/figures/{name}.png"),
+    wildcard_constraints:
+        name="|".join(FIGURE_NAMES["studies"]),
+    params:
+        tables=results("studies/tables"),
         out_dir=results("studies/figures"),
         main=scope_main("studies"),
 
@@ -143,16 +155,13 @@ use rule figures as studies_figures with:
 use rule report as studies_report with:
     input:
         records=bench_outputs(),
-        summary=STUDY_TABLES["summary"],
-        samples=STUDY_TABLES["samples"],
-        hedge=STUDY_TABLES["hedgespec"],
-        categories=STUDY_TABLES["categories"],
-        context=STUDY_TABLES["context_length"],
-        figures=expand(results("studies/figures/{name}.png"), name=FIGURE_NAMES),
+        tables=scope_tables("studies"),
+        figures=scope_figures("studies"),
         metrics=training_metrics("studies"),
     output:
         results("studies/report.md"),
     params:
+        tables=results("studies/tables"),
         figures=results("studies/figures"),
         main=scope_main("studies"),
         compare=scope_compare("studies"),

@@ -78,8 +78,9 @@ rule sequoia_tree:
         "../scripts/sequoia_tree.py"
 
 
-# budget: auto for eagle and lyanna: the depth and budget of highest estimated tokens/s, from a calibration run of
-# the method at its largest shape (accepted nodes by depth and rank) and the latencies above.
+# budget: auto for every beam drafter (eagle, lyanna, prism, owl: options extending BeamOptions): the depth and budget
+# of highest estimated tokens/s, from a calibration run of the method at its largest shape (accepted nodes by depth
+# and rank) and the latencies above.
 rule tree_shape:
     input:
         target=target_model(),
@@ -89,7 +90,7 @@ rule tree_shape:
     output:
         work("tree/shape-{method}-{drafter}-t{temperature}.json"),
     wildcard_constraints:
-        method="eagle|lyanna",
+        method="|".join(beam_methods()),
         temperature=r"[0-9.]+",
     params:
         arguments=lambda wildcards, input: shlex.join(jobs.tree_shape_arguments(

@@ -1,4 +1,6 @@
-"""Polybasic's cost rule: does inserting the mid model between the target and the draft LM pay?
+"""Polybasic's view, its cost rule: does inserting the mid model between the target and the draft LM pay? (The
+report's section *Polybasic: does the mid model pay?* and ``tables/polybasic_cost_rule.csv``; read by
+``harness.analysis.views`` without importing the method: torch-free, as every view.)
 
 The paper's model (Wang et al. 2025, Lemma 3.1) is T = sum_i F_i T_i: generation time is the sum over the chain's
 models of forwards F_i times seconds per forward T_i. Per emitted token:
@@ -28,6 +30,7 @@ import pandas as pd
 
 from harness.analysis.summary import summarize
 from harness.analysis.tables import cell, markdown_table
+from harness.analysis.view import Inputs, Scope, View
 
 EXTRA = "polybasic_"  # the prefix of polybasic's counters (``methods.polybasic``)
 
@@ -73,6 +76,10 @@ def polybasic_seconds_per_token(t_target: float, t_mid: float, t_small: float, b
     return (t_target + rounds * (t_mid + gamma_inner * t_small)) / outer_length
 
 
+COST_RULE_COLUMNS = ["dataset", "temperature", *ChainMeasurements.__dataclass_fields__,
+                     *CostVerdict.__dataclass_fields__, "measured_sd_speedup", "measured_polybasic_speedup"]
+
+
 def cost_rule(m: ChainMeasurements) -> CostVerdict:
     """The predicted time per token of sd and polybasic, their speedups over `ar`, and whether the mid pays."""
     sd = sd_seconds_per_token(m.t_target_sd, m.t_small_sd, m.gamma, m.l_sd)
@@ -110,8 +117,10 @@ def cost_rule_table(frame: pd.DataFrame, summary: pd.DataFrame | None = None, sd
                     polybasic_variant: str = "polybasic") -> pd.DataFrame:
     """Per dataset and temperature where both variants ran: the measured inputs, the rule's predictions and
     verdict, and the measured speedups. ``frame``: ``harness.analysis.summary.records_frame``; ``summary``: its
-    ``summarize`` (computed when not given)."""
-    summary = summarize(frame) if summary is None else summary
+    ``summarize`` (computed for the two variants when not given)."""
+    if summary is None:
+        chosen = frame.variant.isin([sd_variant, polybasic_variant]) | (frame.role == "baseline")
+        summary = summarize(frame[chosen])
     rows = []
     by_variant = summary.set_index(["variant", "dataset", "temperature"])
     poly_turns = frame[(frame.role == "method") & (frame.variant == polybasic_variant)]
@@ -134,7 +143,7 @@ def cost_rule_table(frame: pd.DataFrame, summary: pd.DataFrame | None = None, sd
         rows.append({"dataset": dataset, "temperature": temperature, **asdict(measured), **asdict(verdict),
                      "measured_sd_speedup": sd_row.get("speedup_paired_mean", np.nan),
                      "measured_polybasic_speedup": poly_row.get("speedup_paired_mean", np.nan)})
-    return pd.DataFrame(rows)
+    return pd.DataFrame(rows, columns=COST_RULE_COLUMNS)
 
 
 COST_RULE_INTRO = ("The paper's cost model T = sum_i F_i T_i from this run's measured seconds per forward and accept "
@@ -166,3 +175,17 @@ def cost_rule_markdown(table: pd.DataFrame) -> str:
             cell(row.measured_polybasic_speedup, "{:.2f}x") + (" (pays)" if measured_pays else ""),
         ])
     return markdown_table(header, rows)
+
+
+def _section(data: Inputs) -> str:
+    return cost_rule_markdown(data.table("polybasic_cost_rule"))
+
+
+def _runs_both(scope: Scope) -> bool:
+    return scope.runs("polybasic") and scope.runs("sd")
+
+
+VIEWS = (
+    View("polybasic_cost_rule", applies=_runs_both, table=cost_rule_table, after="head_to_head",
+         title="Polybasic: does the mid model pay?", intro=COST_RULE_INTRO, section=_section),
+)

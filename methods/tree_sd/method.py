@@ -1,13 +1,4 @@
-"""`tree_sd`: token-tree speculative decoding with a draft LM (SpecInfer and Sequoia trees).
-
-policy=specinfer: a fixed expansion pattern, ``branching[d]`` children for every
-node at depth d; children sampled with replacement by default (SpecInfer's
-multi-step speculative sampling), top-k when greedy.
-policy=sequoia: a static shape chosen by dynamic programming from this
-draft/target pair's measured per-rank acceptance and a latency-chosen node
-budget (written by the workflow's tree search to ``tree_file``); children
-sampled without replacement by default.
-"""
+"""`tree_sd`: its adapter and ``METHOD`` (the options are the package's: ``methods.tree_sd``)."""
 
 from __future__ import annotations
 
@@ -15,30 +6,15 @@ import itertools
 import json
 import math
 import operator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal
 
-from harness.errors import DraftcountError
 from harness.backend.models import check_same_tokenizer
 from harness.trees.sequoia import branching_shape
-from harness.engine.method_spec import BuildInputs, MethodSpec
-from harness.measure.costs import CostModel, Latencies, option
+from methods.tree_sd import TreeSpeculativeDecodingOptions
+from harness.engine.method_spec import BuildInputs, CostModel, Latencies, MethodSpec, option
 from harness.trees.tree import depths_of
 from harness.trees.tree_file import load_tree_file
 from harness.engine.draft_lm import DraftLMAdapter
-
-
-@dataclass(frozen=True)
-class TreeSpeculativeDecodingOptions:
-    policy: Literal["specinfer", "sequoia"] = "specinfer"
-    branching: tuple[int, ...] = (4, 2, 2, 1)
-    tree_file: str = ""
-    replacement: Literal["auto", "with", "without"] = "auto"
-
-    def __post_init__(self) -> None:
-        if self.policy == "sequoia" and not self.tree_file:
-            raise DraftcountError("method 'tree_sd' with policy=sequoia needs option tree_file (from the tree search)")
 
 
 def _build(options: TreeSpeculativeDecodingOptions, inputs: BuildInputs) -> DraftLMAdapter:

@@ -14,11 +14,6 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.errors import DraftcountError
-from harness.backend.models import check_same_tokenizer
-from harness.trees.sequoia import branching_shape
-from harness.engine.method_spec import BuildInputs, MethodSpec
-from harness.measure.costs import CostModel, Latencies, option
-from harness.engine.draft_lm import DraftLMAdapter
 
 
 @dataclass(frozen=True)
@@ -28,17 +23,3 @@ class SpeculativeDecodingOptions:
     def __post_init__(self) -> None:
         if self.gamma < 1:
             raise DraftcountError(f"option 'gamma' of method 'sd' must be >= 1, got {self.gamma}")
-
-
-def _build(options: SpeculativeDecodingOptions, inputs: BuildInputs) -> DraftLMAdapter:
-    assert inputs.draft is not None
-    check_same_tokenizer(inputs.target, inputs.draft)
-    return DraftLMAdapter(inputs.draft, branching_shape([1] * options.gamma), replacement=True)
-
-
-def drafting_seconds(options: dict, latencies: Latencies) -> float:
-    """gamma draft-LM forwards of one token."""
-    return int(option(options, "gamma", 4)) * latencies.draft_at(1)
-
-
-METHOD = MethodSpec(options=SpeculativeDecodingOptions, build=_build, cost=CostModel(drafting_seconds))

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from harness.analysis.polybasic import (
+from methods.polybasic.view import (
     ChainMeasurements, cost_rule, cost_rule_table, cost_rule_markdown, polybasic_seconds_per_token, sd_seconds_per_token,
 )
 from harness.analysis.summary import records_frame

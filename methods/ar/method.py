@@ -1,17 +1,11 @@
-"""`ar`: the autoregressive baseline on the same engine (a root-only tree every step)."""
+"""`ar`: its adapter and ``METHOD`` (the options are the package's: ``methods.ar``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 
 from harness.engine.adapter import NoDrafts
-from harness.engine.method_spec import BuildInputs, MethodSpec
-from harness.measure.costs import NO_DRAFTING
-
-
-@dataclass(frozen=True)
-class AutoregressiveOptions:
-    """The baseline has no options."""
+from methods.ar import AutoregressiveOptions
+from harness.engine.method_spec import BuildInputs, MethodSpec, NO_DRAFTING
 
 
 class ArAdapter(NoDrafts):

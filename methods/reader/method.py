@@ -1,50 +1,22 @@
-"""`reader`: retrieval-assisted drafting (READER, Divilkovskiy et al. 2025, arXiv 2508.09072).
-
-The tree of a neural drafter (an EAGLE head given as ``head``: EAGLE-2 dynamic trees, as the paper reuses a
-trained speculator; none: the root alone) is extended with retrieved continuations: the tokens that followed the
-latest earlier occurrence of the sequence's last n tokens in the context (the short-term, in-context half) and
-the ``width`` most frequent continuations of its longest suffix found in a corpus ``datastore`` (the long-term
-half: a suffix array over the zoo's training text by default, `python -m harness build-datastore`). Each
-retrieved chain is grafted from the root: it follows the tree's nodes while their tokens agree and hangs its
-remaining tokens below, as deep as ``depth`` (tree deepening). Retrieved tokens are deterministic drafts
-(q = 1 on the token), so verification stays lossless at any temperature; they cost no drafter FLOPs.
-"""
+"""`reader`: its adapter and ``METHOD`` (the options are the package's: ``methods.reader``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from harness.backend.forward import LMOutput
 from harness.engine.adapter import AdapterBase, DraftAdapter, StepContext
-from harness.engine.method_spec import BuildInputs, MethodSpec, build_adapter, method_spec
-from harness.errors import DraftcountError
-from harness.measure.costs import CostModel, Latencies, option
+from methods.reader import ReaderOptions
+from harness.engine.method_spec import (
+    BuildInputs, CostModel, Latencies, MethodSpec, build_adapter, method_spec, option,
+)
 from harness.retrieval.context_index import ContextIndex
 from harness.retrieval.datastore import Datastore, load_datastore
 from harness.trees.graft import HostTree
 from harness.trees.tree import TokenTree, root_only
 from harness.verify.verdict import Verdict
-
-
-@dataclass(frozen=True)
-class ReaderOptions:
-    min_n: int = 1  # shortest suffix matched (context and datastore)
-    max_n: int = 4  # longest suffix matched in the context (the datastore's key length caps its own)
-    depth: int = 8  # tokens per retrieved chain
-    width: int = 2  # datastore continuations grafted per step
-    datastore: str = ""  # a datastore file; empty: in-context retrieval only
-    head: str = ""  # an EAGLE drafter directory whose trees are extended; empty: retrieval alone
-    head_top_k: int = 4
-    head_depth: int = 5
-    head_budget: int = 24
-
-    def __post_init__(self) -> None:
-        if not 1 <= self.min_n <= self.max_n or self.depth < 1 or self.width < 0:
-            raise DraftcountError(f"method 'reader' needs 1 <= min_n <= max_n, depth >= 1 and width >= 0, got "
-                                  f"min_n={self.min_n} max_n={self.max_n} depth={self.depth} width={self.width}")
 
 
 class ReaderAdapter(AdapterBase):
@@ -80,9 +52,10 @@ class ReaderAdapter(AdapterBase):
         return chains
 
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
-        self.index.sync(sequence)
+        self.index.sync(ctx.tokens)
         self.neural_tree = self.neural.propose(ctx, sequence) if self.neural else root_only(sequence[0, -1])
-        tree = HostTree.of(self.neural_tree)
+        # retrieval alone starts from the root on the host; a head's tree is read back to graft onto it
+        tree = HostTree.of(self.neural_tree) if self.neural else HostTree([ctx.tokens[-1]], [-1], [None])
         for chain in self.retrieved_chains():
             tree.graft(chain)
         ctx.counters.add_extra("retrieved_nodes", len(tree.tokens) - self.neural_tree.size)

@@ -1,0 +1,81 @@
+"""A beam-grown tree's shape (``BeamShape``) and the options every beam drafter extends (``BeamOptions``).
+
+Torch-free, so that a method's options module can import it and the workflow can parse every variant's options at
+plan time. ``BeamOptions.shape()`` is where a measured shape file (``python -m harness measure tree-shape``) turns
+into the depth and budget a run uses: once, when the adapter is built; the options themselves never change.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from harness.catalog import method_names, options_type
+from harness.errors import DraftcountError
+
+
+@dataclass(frozen=True)
+class BeamShape:
+    top_k: int = 4
+    depth: int = 5
+    budget: int = 24
+
+    def __post_init__(self) -> None:
+        if self.top_k < 1 or self.depth < 1 or self.budget < 1:
+            raise DraftcountError(
+                f"beam tree needs top_k, depth and budget >= 1, got {self.top_k}, {self.depth}, {self.budget}"
+            )
+
+    @property
+    def pool_size(self) -> int:
+        return self.top_k + (self.depth - 1) * self.top_k * self.top_k
+
+    @property
+    def max_nodes(self) -> int:
+        return min(self.budget, self.pool_size)
+
+
+def shape_from_file(path: str, top_k: int) -> tuple[int, int]:
+    """The depth and budget a tree-shape file chose (``python -m harness measure tree-shape``: the shape of
+    highest estimated tokens/s on the machine it was measured on) for a beam of ``top_k``."""
+    try:
+        shape = json.loads(Path(path).read_text())
+        depth, budget, measured_k = int(shape["depth"]), int(shape["budget"]), int(shape["top_k"])
+    except FileNotFoundError:
+        raise DraftcountError(f"no tree-shape file {path} (python -m harness measure tree-shape writes one)") from None
+    except (ValueError, KeyError, TypeError) as error:
+        raise DraftcountError(f"{path} is not a tree-shape file: {error!r}") from None
+    if measured_k != top_k:
+        raise DraftcountError(f"{path} was measured with top_k={measured_k}, not {top_k}")
+    return depth, budget
+
+
+@dataclass(frozen=True)
+class BeamOptions:
+    """The tree options of every beam drafter (eagle, lyanna, prism, owl): a method's options extend this class,
+    and the workflow's ``budget: auto`` (a measured ``shape_file`` in place of depth and budget) serves them all."""
+
+    top_k: int = 4  # children per expanded node, and nodes expanded per depth
+    depth: int = 5
+    budget: int = 24  # draft nodes verified per step (root excluded)
+    shape_file: str = ""  # a measured tree shape (measure tree-shape): its depth and budget replace the above
+
+    def __post_init__(self) -> None:
+        BeamShape(self.top_k, self.depth if not self.shape_file else 1, self.budget if not self.shape_file else 1)
+
+    def shape(self) -> BeamShape:
+        """The tree shape a run uses: the shape file's depth and budget when one is given, else the options'."""
+        if self.shape_file:
+            return BeamShape(self.top_k, *shape_from_file(self.shape_file, self.top_k))
+        return BeamShape(self.top_k, self.depth, self.budget)
+
+
+SHAPE_FIELDS = ("depth", "budget")  # what a shape file replaces (the workflow drops them for `budget: auto`)
+
+
+def beam_methods() -> list[str]:
+    """The catalog's beam drafters: the methods whose options extend ``BeamOptions`` (what `budget: auto`, rule
+    tree_shape and ``measure tree-shape`` serve)."""
+    return [name for name in method_names() if issubclass(options_type(name), BeamOptions)]
+
