@@ -1,6 +1,6 @@
 """hedgespec's view: which expert the learner picked, when in a turn, and what it cost (the report's *Drafter
-selection* section and ``tables/hedgespec.csv``). Read by ``harness.analysis.views`` without importing the method:
-torch-free, as every view."""
+selection* section and ``tables/hedgespec.csv``). Read by ``harness.analysis.views`` without importing the
+method's code: torch-free, as every view."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """lyanna's view: its ablation, each switch (token-info injection, draft reuse, verification fusion, ...) against
-the default, in the figure ``ablation``. Read by ``harness.analysis.views`` without importing the method:
+the default, in the figure ``ablation``. Read by ``harness.analysis.views`` without importing the method's code:
 torch-free, as every view (matplotlib only when drawn)."""
 
 from __future__ import annotations

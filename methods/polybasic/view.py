@@ -1,6 +1,6 @@
 """Polybasic's view, its cost rule: does inserting the mid model between the target and the draft LM pay? (The
 report's section *Polybasic: does the mid model pay?* and ``tables/polybasic_cost_rule.csv``; read by
-``harness.analysis.views`` without importing the method: torch-free, as every view.)
+``harness.analysis.views`` without importing the method's code: torch-free, as every view.)
 
 The paper's model (Wang et al. 2025, Lemma 3.1) is T = sum_i F_i T_i: generation time is the sum over the chain's
 models of forwards F_i times seconds per forward T_i. Per emitted token:
