@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-from harness.trees.beam_shape import SHAPE_FIELDS
 from harness.catalog import entry
+from harness.trees.beam_shape import SHAPE_FIELDS
 from harness.workflow_plan import (WORKFLOW_ONLY_KEYS, dataset_limit, dataset_prompts, drafter_path, shape_variant,
                                    variant_drafter, variant_method, variant_options, variant_settings,
                                    variant_temperatures)
@@ -134,4 +134,3 @@ def check_variant_arguments(config: dict, variants: list[str], temperature: str,
             spec["drafter"] = drafter_path(config, variant_drafter(config, variant), Path(work_dir))
         arguments += ["--variant", json.dumps(spec, sort_keys=True)]
     return arguments
-

@@ -41,7 +41,9 @@ from harness.data.token_streams import save_tokens
 from harness.engine.runtime import EngineOptions, EngineRuntime
 from harness.options import parse_key_values
 from harness.engine.method_spec import method_spec
-from harness.measure.method_runs import VariantSpec, add_variant_arguments, build_variant, parse_variants
+from harness.measure.method_runs import (
+    VariantSpec, add_variant_arguments, build_variant, parse_variants, table_variants,
+)
 
 VARIANTS = {"ar": ("ar", {}), "sd": ("sd", {"gamma": 4}), "tree_sd": ("tree_sd", {}), "eagle": ("eagle", {}),
             "lyanna": ("lyanna", {}), "lyanna_overlap": ("lyanna", {"reuse": "states", "overlap": "on"})}
@@ -67,14 +69,10 @@ def random_models(root: Path, vocab: int = 512) -> tuple[str, str, str, str]:
 
 def default_variants(with_draft: bool, drafters: dict[str, str | None]) -> list[VariantSpec]:
     """The built-in table's variants whose models are given (one line for each left out)."""
-    chosen = []
-    for variant, (method, options) in VARIANTS.items():
-        given = with_draft if method in ("sd", "tree_sd") else drafters.get(method, "") is not None
-        if not given:
-            print(f"{variant}: skipped (no {'draft LM' if method in ('sd', 'tree_sd') else 'drafter'} given)")
-            continue
-        chosen.append(VariantSpec(variant, method, options, drafters.get(method)))
-    return chosen
+    given, lacking = table_variants(VARIANTS, with_draft, drafters)
+    for variant, what in lacking.items():
+        print(f"{variant}: skipped (no {what} given)")
+    return given
 
 
 def print_sites(sites: dict[str, dict[str, float]]) -> None:

@@ -14,6 +14,7 @@ from harness.backend.models import LoadedModel, load_model
 from harness.data.prompts import Prompt, encode_turn, load_prompts
 from harness.engine.adapter import DraftAdapter
 from harness.engine.method_spec import BuildInputs, build_adapter
+from harness.catalog import entry
 from harness.errors import DraftcountError
 from harness.options import parse_key_values
 from harness.engine.arguments import sampling_of
@@ -75,8 +76,24 @@ def parse_variants(texts: list[str] | None) -> list[VariantSpec]:
     return specs
 
 
+def table_variants(table: dict[str, tuple[str, dict]], with_draft: bool,
+                   drafters: dict[str, str | None]) -> tuple[list[VariantSpec], dict[str, str]]:
+    """A measurement's built-in table (name -> (method, options)) as variants: those whose models are given (a
+    draft LM, ``drafters[method]`` for a trained drafter, as the catalog says the method needs), and for each of
+    the others what it lacks."""
+    given, lacking = [], {}
+    for name, (method, options) in table.items():
+        item = entry(method)
+        if item.needs_draft and not with_draft:
+            lacking[name] = "draft LM"
+        elif item.needs_drafter and drafters.get(method) is None:
+            lacking[name] = "drafter"
+        else:
+            given.append(VariantSpec(name, method, options, drafters.get(method)))
+    return given, lacking
+
+
 def build_variant(spec: VariantSpec, target: LoadedModel, draft: LoadedModel | None) -> DraftAdapter:
     adapter, _ = build_adapter(spec.method, spec.options,
                                BuildInputs(target, draft, Path(spec.drafter) if spec.drafter else None))
     return adapter
-

@@ -44,7 +44,9 @@ from harness.data.prompts import encode_turn, load_prompts
 from harness.runner import eos_ids
 from harness.engine.runtime import EngineOptions, EngineRuntime, warm_up, without_captures
 from harness.options import parse_key_values
-from harness.measure.method_runs import VariantSpec, add_variant_arguments, build_variant, parse_variants
+from harness.measure.method_runs import (
+    VariantSpec, add_variant_arguments, build_variant, parse_variants, table_variants,
+)
 
 SETTINGS = {
     "eager": EngineOptions(kv_cache="dynamic", cuda_graphs="off"),
@@ -64,13 +66,12 @@ METHODS = {"ar": ("ar", {}), "sd": ("sd", {}), "tree_sd": ("tree_sd", {}), "eagl
 def default_variants(names: str | None, draft: str | None, drafters: dict[str, str],
                      parser: argparse.ArgumentParser) -> list[VariantSpec]:
     """The built-in table's variants whose models are given (``names``: those of them)."""
-    available = {"ar", *(["sd", "tree_sd"] if draft else []), *(["eagle"] if "eagle" in drafters else []),
-                 *(["lyanna", "lyanna_states", "lyanna_overlap"] if "lyanna" in drafters else [])}
-    chosen = names.split(",") if names else [name for name in METHODS if name in available]
+    available = {spec.name: spec for spec in table_variants(METHODS, draft is not None, drafters)[0]}
+    chosen = names.split(",") if names else list(available)
     for name in chosen:
-        if name not in METHODS or name not in available:
+        if name not in available:
             parser.error(f"method {name!r} is unknown or its models were not given (available: {sorted(available)})")
-    return [VariantSpec(name, METHODS[name][0], METHODS[name][1], drafters.get(METHODS[name][0])) for name in chosen]
+    return [available[name] for name in chosen]
 
 
 @dataclass

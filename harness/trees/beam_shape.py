@@ -62,7 +62,10 @@ class BeamOptions:
     shape_file: str = ""  # a measured tree shape (measure tree-shape): its depth and budget replace the above
 
     def __post_init__(self) -> None:
-        BeamShape(self.top_k, self.depth if not self.shape_file else 1, self.budget if not self.shape_file else 1)
+        if self.shape_file:  # depth and budget come from the file, read when the adapter is built
+            BeamShape(self.top_k, 1, 1)
+        else:
+            self.shape()
 
     def shape(self) -> BeamShape:
         """The tree shape a run uses: the shape file's depth and budget when one is given, else the options'."""
@@ -78,4 +81,3 @@ def beam_methods() -> list[str]:
     """The catalog's beam drafters: the methods whose options extend ``BeamOptions`` (what `budget: auto`, rule
     tree_shape and ``measure tree-shape`` serve)."""
     return [name for name in method_names() if issubclass(options_type(name), BeamOptions)]
-

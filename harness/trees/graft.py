@@ -22,14 +22,13 @@ class HostTree:
 
     @classmethod
     def of(cls, tree: TokenTree) -> HostTree:
-        tree.resolve()  # a drafter's tree may still have its shape on the device
-        return cls(tree.tokens.tolist(), list(tree.parents), list(tree.draft_probs))
+        return cls.of_each([tree])[0]
 
     @classmethod
     def of_each(cls, trees: list[TokenTree]) -> list[HostTree]:
-        """``of`` every tree, their tokens read to the host in one go (one read however many trees)."""
+        """Every tree on the host, their tokens read in one go (one read however many trees)."""
         for tree in trees:
-            tree.resolve()
+            tree.resolve()  # a drafter's tree may still have its shape on the device
         tokens = torch.cat([tree.tokens.reshape(-1) for tree in trees]).tolist()
         hosts, start = [], 0
         for tree in trees:

@@ -42,7 +42,7 @@ def checkpoint_layout(state: dict[str, torch.Tensor], directory: Path) -> str:
                           f"(EAGLE-1/2) weights; it has {', '.join(sorted(state)[:6])}{', ...' if len(state) > 6 else ''})")
 
 
-def head_config(files: DrafterFiles) -> LlamaConfig:
+def released_config(files: DrafterFiles) -> LlamaConfig:
     """The head's config.json, with the fields the EAGLE authors' code reads."""
     config = files.llama_config()  # Qwen2 heads say qwen2: the head is a Llama layer either way
     missing = [name for name in CONFIG_FIELDS if name not in files.config_fields]
@@ -81,7 +81,7 @@ def load_head(source: str | Path, target: PreTrainedModel) -> EagleHead | Eagle3
     """Load an EAGLE-1/2 or EAGLE-3 head (released or trained here) for ``target``, in eval mode."""
     files = read_drafter(source, "eagle", meta_required=False)
     directory, state = files.directory, files.state
-    config = head_config(files)
+    config = released_config(files)
     layout = checkpoint_layout(state, directory)
     label = f"{'EAGLE-3' if layout == 'eagle3' else 'EAGLE-1/2'} head {directory}"
     if layout == "eagle":
