@@ -35,6 +35,7 @@ from harness.backend.models import LoadedModel, load_model
 from harness.options import options_as_dict
 from harness.data.prompts import Prompt, encode_turn, load_prompts, longest_sequence
 from harness.data.templates import PromptFormat
+from harness.store.drafter_meta import drafter_data
 from harness.store.records import SCHEMA_VERSION, atomic_jsonl, environment, write_record
 from harness.verify.sampling import SamplingConfig, make_generator
 from harness.engine.runtime import EngineOptions, EngineRuntime, warm_up, without_captures
@@ -133,6 +134,7 @@ def _record(config: RunConfig, target: LoadedModel, draft: LoadedModel | None, c
             "target": config.target,
             "draft": config.draft,
             "drafter": config.drafter,
+            "drafter_data": drafter_data(config.drafter),
             "target_parameters": target.num_parameters,
             "draft_parameters": draft.num_parameters if draft is not None else None,
         },

@@ -122,6 +122,15 @@ def train_arguments(config: dict, drafter: str, target: str, data: str, heldout:
     ]
 
 
+REGENERATE_FLAGS = ("sequences", "prompt_len", "new_tokens", "greedy_share", "batch_size", "seed")
+
+
+def regenerate_arguments(settings: dict) -> list[str]:
+    """`python -m harness regenerate` flags from the config's `regenerate` section (its defaults where unset)."""
+    return [argument for key in REGENERATE_FLAGS if key in settings
+            for argument in (f"--{key.replace('_', '-')}", str(settings[key]))]
+
+
 def check_variant_arguments(config: dict, variants: list[str], temperature: str, work_dir: Path) -> list[str]:
     """``--variant JSON`` arguments of the checks that measure several methods (`measure overheads`, `measure
     host-sync`): each variant's method, its options at ``temperature`` (the files the workflow builds in place of

@@ -18,6 +18,7 @@ BUILT_PROMPT_SETS = ("stdlib_code", "stdlib_domains", "stdlib_long")  # prompt f
 BUILTIN_DATASETS = ("humaneval", *BUILT_PROMPT_SETS)
 WORKFLOW_ONLY_KEYS = ("method", "drafter", "ablation", "study", "verifier", "samples", "temperatures", "datasets")
 DATASTORE_FILE = "datastore/train.pt"  # `datastore: auto`: the retrieval datastore over the zoo's training split
+LATENCY_FILE = "tree/latency.json"  # `latency_file: auto`: the target's latency per verified tokens (dspark's planner)
 
 
 HUB_DIR = "hub"  # hub ids' files, linked into work_dir/hub/<owner>--<name> by rule fetch_hub
@@ -177,7 +178,8 @@ def variant_options(config: dict, variant: str, temperature: str, work_dir: Path
     `tree_file: auto` is the Sequoia tree searched for the temperature with the variant's `tree_budget` (auto:
     the latency-chosen budget) for tree_sd, the data-driven static tree of `tree_nodes` nodes for stand;
     `datastore: auto` the retrieval datastore over the training split; `head: auto` the trained drafter named by
-    the variant's `drafter` (default eagle)."""
+    the variant's `drafter` (default eagle); `latency_file: auto` the target's measured latency per verified
+    tokens (rule measure_latency)."""
     settings = variant_settings(config, variant)
     options = {key: value for key, value in settings.items() if key not in WORKFLOW_ONLY_KEYS}
     budget = options.pop("tree_budget", "auto")
@@ -193,6 +195,8 @@ def variant_options(config: dict, variant: str, temperature: str, work_dir: Path
         options["shape_file"] = str(shape_file(config, variant, temperature, work_dir))
     if options.get("datastore") == "auto":
         options["datastore"] = str(Path(work_dir) / DATASTORE_FILE)
+    if options.get("latency_file") == "auto":
+        options["latency_file"] = str(Path(work_dir) / LATENCY_FILE)
     if options.get("head") == "auto":
         options["head"] = drafter_path(config, settings.get("drafter", "eagle"), work_dir)
     if "experts" in options:  # hedgespec: an expert's drafter=NAME is a configured drafter (auto: the variant's)
@@ -259,7 +263,7 @@ def built_inputs(config: dict, variant: str, temperature: str, work_dir: Path) -
     """The files a variant's options name that the workflow builds (its tree, datastore, head): bench inputs."""
     options = variant_options(config, variant, temperature, work_dir)
     auto = {key for key, value in variant_settings(config, variant).items() if value == "auto"}
-    built: dict[str, Any] = {key: str(options[key]) for key in ("datastore", "head") if key in auto}
+    built: dict[str, Any] = {key: str(options[key]) for key in ("datastore", "head", "latency_file") if key in auto}
     drafters = [pair.partition("=")[2] for spec in options.get("experts", []) for pair in spec.split(":")[1:]
                 if pair.startswith("drafter=")]
     if drafters:

@@ -21,6 +21,10 @@ CATALOG = (  # name, module (METHOD), summary, needs, colour in the figures, opt
           "drafter", "#ff7f0e", "methods.eagle:EagleOptions"),
     Entry("lyanna", "methods.lyanna.method", "Lyanna: hidden-state drafter, token-info injection",
           "drafter", "#d62728", "methods.lyanna:LyannaOptions"),
+    Entry("dflash", "methods.dflash.method", "DFlash: a block drafted in one non-causal forward over injected target "
+          "states", "drafter", "#000000", "methods.dflash:DFlashOptions"),
+    Entry("dspark", "methods.dspark.method", "DSpark: DFlash's block + a Markov head, verify length planned from "
+          "predicted survival", "drafter", "#469990", "methods.dspark:DSparkOptions"),
     Entry("pld", "methods.pld.method", "prompt lookup: n-gram match in the context, drafted as a chain",
           None, "#8c564b", "methods.pld:PromptLookupOptions"),
     Entry("stand", "methods.stand.method", "STAND: drafts sampled from a store of the target's n-gram distributions",

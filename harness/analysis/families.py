@@ -47,10 +47,64 @@ def family_table(summary: pd.DataFrame, variants: list[str]) -> str:
     lines = [[row.variant, row.dataset, f"{row.temperature:g}", f"{row.tau:.3f}", speedup_cell(row),
               cell(row.get("drafter_flop_waste", float("nan")), "{:.2f}"),
               cell(row.get("drafter_parameters", float("nan")) / 1e6, "{:.3f}"),
-              cell(row.get("drafter_flops_per_step", float("nan")) / 1e6, "{:.2f}")]
+              cell(row.get("drafter_flops_per_step", float("nan")) / 1e6, "{:.2f}"),
+              cell(row.get("drafter_forwards_per_step", float("nan")), "{:.2f}"),
+              cell(row.get("drafter_forwards_per_token", float("nan")), "{:.2f}")]
              for _, row in rows.sort_values(["temperature", "dataset", "order"]).iterrows()]
     return markdown_table(["variant", "dataset", "T", "tau", "speedup [95% CI]", "drafter-FLOP waste",
-                           "drafter params (M)", "drafter MFLOPs/step"], lines)
+                           "drafter params (M)", "drafter MFLOPs/step", "drafter fwd/step", "drafter fwd/token"],
+                          lines)
+
+
+def data_source_rows(summary: pd.DataFrame, main: list[str]) -> pd.DataFrame:
+    """Each variant whose drafter learnt from the target's own continuations (``drafter_data`` regenerated) joined
+    with its method's main variant (suffix ``_base``) on dataset and temperature, when that one learnt from the
+    corpus."""
+    if "drafter_data" not in summary:
+        return pd.DataFrame()
+    regenerated = summary[summary.drafter_data == "regenerated"]
+    corpus = summary[summary.variant.isin(main) & (summary.drafter_data == "corpus")]
+    joined = regenerated.merge(corpus, on=["method", "dataset", "temperature"], suffixes=("", "_base"))
+    return joined.assign(tau_change=joined.tau / joined.tau_base - 1) if not joined.empty else joined
+
+
+def data_source_table(summary: pd.DataFrame, main: list[str]) -> str:
+    """Corpus against regenerated training data, per method, dataset and temperature; empty without such pairs."""
+    joined = data_source_rows(summary, main)
+    if joined.empty:
+        return ""
+    lines = [[row.method, row.variant_base, row.variant, row.dataset, f"{row.temperature:g}", f"{row.tau_base:.3f}",
+              f"{row.tau:.3f}", f"{100 * row.tau_change:+.1f}%", speedup_cell(base_view(row)),
+              speedup_cell(row)]
+             for _, row in joined.sort_values(["temperature", "method", "dataset"]).iterrows()]
+    return markdown_table(["method", "corpus", "regenerated", "dataset", "T", "tau (corpus)", "tau (regenerated)",
+                           "tau change", "speedup (corpus) [95% CI]", "speedup (regenerated) [95% CI]"], lines)
+
+
+def base_view(row: pd.Series) -> pd.Series:
+    """A joined row's ``_base`` columns under their own names (for ``speedup_cell``)."""
+    return pd.Series({key[: -len("_base")]: value for key, value in row.items() if key.endswith("_base")})
+
+
+def plot_forwards(data) -> "object":
+    """Tau against drafter forwards per decoding step for every variant with a drafter, one marker per temperature:
+    a block drafter reaches its tau in one forward, a head in one per depth, a draft LM in one per token."""
+    from harness.analysis.figures import plt, temperature_label, variant_colors
+
+    summary = data.summary[data.summary.drafter_parameters > 0]
+    colors = variant_colors(data.summary)
+    markers = {temperature: marker for temperature, marker in zip(sorted(summary.temperature.unique()), "os^v")}
+    figure, axis = plt.subplots(figsize=(4.6, 3.0))
+    for variant, rows in summary.groupby("variant", sort=False):
+        for temperature, points in rows.groupby("temperature"):
+            axis.scatter(points.drafter_forwards_per_step, points.tau, color=colors.get(variant),
+                         marker=markers[temperature], s=16, label=variant if temperature == min(markers) else None)
+    axis.set_xlabel("drafter forwards per decoding step")
+    axis.set_ylabel("tau (tokens per step)")
+    for temperature, marker in markers.items():
+        axis.scatter([], [], color="0.4", marker=marker, s=16, label=temperature_label(temperature))
+    axis.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=7)
+    return figure
 
 
 def comparison_rows(summary: pd.DataFrame, comparisons: Mapping[str, str]) -> pd.DataFrame:

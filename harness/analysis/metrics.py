@@ -83,6 +83,12 @@ METRICS: tuple[Metric, ...] = (
     Metric("drafter_flops_per_step", "sum(drafter FLOPs) / sum(verification steps)",
            "drafter FLOPs spent per decoding step (every drafter forward of the step: a head's depths, a draft LM's "
            "tokens, every stage of a chain)", "drafter MFLOPs/step", "{:.2f}", 1e6),
+    Metric("drafter_forwards_per_step", "sum(drafter forwards) / sum(verification steps)",
+           "drafter forwards per decoding step (a draft LM's tokens, a head's depths, one for a block drafter)"),
+    Metric("drafter_forwards_per_token", "sum(drafter forwards) / sum(new_tokens)",
+           "drafter forwards per emitted token"),
+    Metric("drafter_data", "the drafter's training data (its metadata's `data`): `regenerated` (the target's own "
+           "continuations), `corpus`, or empty without a trained drafter", "what the drafter learnt from"),
     Metric("drafter_parameters", "the drafter's parameters (its trained drafter's trainable parameters, else its "
            "draft LM's)", "what the drafter holds: with FLOPs per step, the two sides of a fair comparison (PRISM "
            "holds M modules and runs one per step)", "drafter params (M)", "{:.3f}", 1e6),

@@ -48,6 +48,7 @@ def records_frame(paths: list[Path]) -> pd.DataFrame:
                 "extra": counters.get("extra", {}), "trace": counters.get("trace", {}),
                 "expert_names": (record.get("method_details") or {}).get("experts", []),
                 "drafter_parameters": drafter_parameters(record),
+                "drafter_data": (record.get("models") or {}).get("drafter_data") or "",
                 "options": json.dumps({**record.get("method_options", {}),
                                        "drafter": (record.get("models") or {}).get("drafter")}, sort_keys=True),
             })
@@ -95,7 +96,10 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
         row["verify_waste"] = 1 - (group.accepted_tokens.sum() + group.verify_steps.sum()) / verified if verified else 0.0
         row["flops_per_token"] = (group.target_flops.sum() + drafter_flops) / group.new_tokens.sum()
         row["drafter_flops_per_step"] = drafter_flops / max(group.verify_steps.sum(), 1)
+        row["drafter_forwards_per_step"] = group.drafter_forwards.sum() / max(group.verify_steps.sum(), 1)
+        row["drafter_forwards_per_token"] = group.drafter_forwards.sum() / group.new_tokens.sum()
         row["drafter_parameters"] = group.drafter_parameters.max()
+        row["drafter_data"] = group.drafter_data.iloc[0] if "drafter_data" in group else ""
         row["verified_per_step"] = verified / max(group.verify_steps.sum(), 1)
         row.update(compute_breakdown(group))
         row["options"] = group.options.iloc[0]

@@ -16,13 +16,15 @@ import pandas as pd
 
 from harness.analysis.categories import category_sections, category_table
 from harness.analysis.context_length import category_bucket, context_length_table, context_section
-from harness.analysis.families import comparison_table, drafting_variants, family_table
+from harness.analysis.families import (
+    comparison_table, data_source_rows, data_source_table, drafting_variants, family_table,
+)
 from harness.analysis.regime import regime_card
 from harness.analysis.report_timing import control_section, cost_section, phase_section
 from harness.analysis.sections import ablations_section, samples_section, verifier_comparison
 from harness.analysis.summary import depth_acceptance, records_frame, sample_table, summarize, write_table
 from harness.analysis.view import SUMMARY, Inputs, Scope, View, method_view_module
-from harness.catalog import catalog
+from harness.catalog import catalog, entry
 from harness.errors import DraftcountError
 
 SIZE_OPTIONS = {"budget", "tree_budget", "gamma", "branching", "tree_file", "depth", "top_k"}  # draft size
@@ -67,6 +69,11 @@ def long_context(scope: Scope) -> bool:
     one whose categories the plan cannot know."""
     return any(categories is None or any(category_bucket(name) is not None for name in categories)
                for categories in scope.prompt_categories())
+
+
+def drafting_scope(scope: Scope) -> bool:
+    """Plan time: a variant whose method runs a drafter (a draft LM or a trained drafter)."""
+    return any(entry(item.method).needs_drafter or entry(item.method).needs_draft for item in scope.variants)
 
 
 def several_samples(scope: Scope) -> bool:
@@ -130,6 +137,17 @@ VIEWS: tuple[View, ...] = (
          intro="Every main variant with a drafter (a draft LM, a trained drafter, a chain of them): what it buys "
                "(tau, the paired speedup with its 95% interval) beside what it costs (drafter-FLOP waste, parameters, "
                "FLOPs per decoding step), from the same runs (`harness/analysis/families.py`)."),
+    View("forwards", applies=drafting_scope, has_data=lambda data: bool((data.summary.drafter_parameters > 0).any()),
+         figure="harness.analysis.families:plot_forwards", caption=(
+             "Tau against drafter forwards per decoding step, every variant with a drafter: a block drafter "
+             "(dflash, dspark) reaches its tau in one forward, a head in one per tree depth, a draft LM in one per "
+             "drafted token.")),
+    View("data_source", title="Training data: corpus or the target's own continuations",
+         has_data=lambda data: not data_source_rows(data.summary, data.main).empty,
+         section=lambda data: data_source_table(data.summary, data.main),
+         intro="Each drafter trained on the target's own continuations of training-split prompts (`data: "
+               "regenerate`, `python -m harness regenerate`: half greedy, half sampled at T = 1) beside its "
+               "method's main variant, trained on the corpus; same prompts, same run."),
     View("head_to_head", title="Head to head", section=lambda data: comparison_table(data.summary, data.compare),
          intro="Each configured comparison (`report.compare`: variant = against), on the same prompts in the same "
                "run: the change of tau, both speedups, and the drafters' parameter and per-step FLOP ratios (PRISM "

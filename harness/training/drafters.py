@@ -29,6 +29,7 @@ from harness.training.features import FeatureSource, target_features
 from harness.data.token_streams import even_windows, load_tokens
 from harness.backend.models import LoadedModel, load_model
 from harness.store.atomic import atomic_path
+from harness.store.drafter_meta import META_FILE
 from harness.store.hub import drafter_snapshot, is_hub_id
 from harness.store.records import environment
 from harness.training.objectives import DEFAULT_OBJECTIVE, check_objective
@@ -200,7 +201,6 @@ def write_metrics(path: Path, metrics: dict) -> None:
 # The drafter kit: a drafter directory (weights, metadata, a config), its checks against the target, and the
 # training envelope every family runs in. A family keeps its network, its loss and a few lines of save/load.
 
-META_FILE = "draftcount_drafter.json"
 WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # ours, and the .bin some released heads ship
 
 

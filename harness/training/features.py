@@ -148,12 +148,14 @@ def parse_feature_layers(values: tuple[str, ...]) -> tuple[int | str, ...]:
 class FeatureSpec:
     """Which target hidden states feed a drafter: 'last' (LM-head input) or decoder layer outputs (1-based)."""
 
-    fusion: str = "none"  # none | eagle3
+    fusion: str = "none"  # none | eagle3 | dflash (any number of layers, concatenated)
     layers: tuple[int | str, ...] = ("last",)
 
     def __post_init__(self) -> None:
-        if self.fusion not in ("none", "eagle3"):
-            raise DraftcountError(f"feature fusion must be 'none' or 'eagle3', got {self.fusion!r}")
+        if self.fusion not in ("none", "eagle3", "dflash"):
+            raise DraftcountError(f"feature fusion must be 'none', 'eagle3' or 'dflash', got {self.fusion!r}")
+        if not self.layers:
+            raise DraftcountError("a drafter needs at least one feature layer")
         if self.fusion == "none" and len(self.layers) != 1:
             raise DraftcountError("feature fusion 'none' takes exactly one feature layer")
         if self.fusion == "eagle3" and len(self.layers) != 3:

@@ -5,7 +5,9 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
-from harness.analysis.families import comparison_rows, comparison_table, family_table, parse_comparisons
+from harness.analysis.families import (
+    comparison_rows, comparison_table, data_source_rows, data_source_table, family_table, parse_comparisons,
+)
 
 
 def _summary() -> pd.DataFrame:
@@ -52,3 +54,26 @@ def test_comparisons_are_parsed_with_one_line_errors():
     assert parse_comparisons("") == {}
     with pytest.raises(ValueError, match="VARIANT=BASELINE"):
         parse_comparisons("prism")
+
+
+def test_the_family_table_shows_drafter_forwards_per_step_and_per_token():
+    summary = _summary().assign(drafter_forwards_per_step=[6.0, 6.0, 0.0], drafter_forwards_per_token=[2.5, 2.2, 0.0])
+    table = family_table(summary, ["eagle", "prism"])
+    assert "drafter fwd/step" in table and "| 6.00 | 2.50 |" in table
+
+
+def test_regenerated_drafters_are_set_beside_their_methods_corpus_variant():
+    base = {"dataset": "code", "temperature": 1.0, "speedup_ci_low": 0.9, "speedup_ci_high": 1.1}
+    summary = pd.DataFrame([{**base, **row} for row in [
+        {"variant": "eagle", "method": "eagle", "tau": 1.2, "speedup_paired_mean": 0.9, "drafter_data": "corpus"},
+        {"variant": "eagle_regen", "method": "eagle", "tau": 1.5, "speedup_paired_mean": 1.1,
+         "drafter_data": "regenerated"},
+        {"variant": "dflash_regen", "method": "dflash", "tau": 1.9, "speedup_paired_mean": 1.2,
+         "drafter_data": "regenerated"},  # no corpus dflash ran: left out
+    ]])
+    rows = data_source_rows(summary, ["eagle", "dflash"])
+    assert rows.variant.tolist() == ["eagle_regen"] and rows.variant_base.tolist() == ["eagle"]
+    assert rows.tau_change.iloc[0] == pytest.approx(0.25)
+    table = data_source_table(summary, ["eagle", "dflash"])
+    assert "+25.0%" in table and "0.90 [0.90, 1.10]" in table and "1.10 [0.90, 1.10]" in table
+    assert data_source_table(summary.assign(drafter_data="corpus"), ["eagle"]) == ""

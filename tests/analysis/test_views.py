@@ -20,7 +20,7 @@ def test_the_views_are_one_list_in_the_reports_order():
     names = [view.name for view in all_views()]
     # the figures in the report's order, a method's own views placed after the view they name
     assert figure_names() == ["speedup", "phases", "tau", "waste", "budget", "depth", "ablation", "efficiency",
-                              "categories", "context_length", "samples"]
+                              "categories", "context_length", "forwards", "samples"]
     assert names.index("polybasic_cost_rule") == names.index("head_to_head") + 1
     assert names[-1] == "hedgespec" and names[0] == "regime"
     assert table_names() == ["depth_acceptance", "categories", "context_length", "polybasic_cost_rule", "samples",
@@ -43,7 +43,7 @@ def test_a_view_applies_where_its_scope_plans_its_data():
     def figures(scope):
         return [view.name for view in scope_views(scope) if view.figure]
 
-    assert figures(DEFAULT) == ["speedup", "phases", "tau", "waste", "depth", "efficiency"]
+    assert figures(DEFAULT) == ["speedup", "phases", "tau", "waste", "depth", "efficiency", "forwards"]
     assert "polybasic_cost_rule" in [view.name for view in scope_views(DEFAULT)]
     more = Scope(DEFAULT.variants + (
         Planned("eagle_b12", "eagle", settings={"budget": 12}),  # eagle's default budget differs: a sweep

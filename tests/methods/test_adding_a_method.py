@@ -83,10 +83,11 @@ def test_the_trained_drafter_is_planned_with_its_defaults(project_with_toy, tmp_
 @pytest.mark.slow
 def test_the_conformance_suite_runs_it(project_with_toy):
     result = _run(project_with_toy, "-m", "pytest", "-v", "-p", "no:cacheprovider",
-                  "tests/methods/test_conformance.py", "-k", "repeat or peek")
+                  "tests/methods/conformance", "-k", "repeat or peek")
     assert result.returncode == 0, result.stdout[-3000:]
-    for toy in ("repeat", "peek"):  # greedy, sampling, host reads; and each as a hedgespec expert, in either position
+    for toy in ("repeat", "peek"):  # greedy, sampling, host reads; and each as a hedgespec expert (greedy: in either
+        # position; sampling: first, the learner's random picks giving it both roles)
         for test in ("greedy_output_equals_ar", "sampled_distribution_equals_the_target",
                      "at_most_one_host_read_per_step"):
             assert re.search(rf"test_{test}\[{toy}\] PASSED", result.stdout), (toy, test, result.stdout[-2000:])
-        assert len(re.findall(rf"\[hedgespec:[a-z_,]*{toy}[a-z_,]*\] PASSED", result.stdout)) == 4, result.stdout[-2000:]
+        assert len(re.findall(rf"\[hedgespec:[a-z_,]*{toy}[a-z_,]*\] PASSED", result.stdout)) == 3, result.stdout[-2000:]

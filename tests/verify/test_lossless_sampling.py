@@ -36,7 +36,7 @@ def _adapter(kind, target, draft):
     return PathTreeDrafter(draft, (2, 2), mode)
 
 
-@pytest.mark.parametrize("kind,sampling", [  # sd at T=1 with default options: tests/methods/test_conformance.py
+@pytest.mark.parametrize("kind,sampling", [  # sd at T=1 with default options: tests/methods/conformance/
     ("sd", SamplingConfig(0.8, top_k=4, top_p=0.9)),
     ("tree-iid", SamplingConfig(1.0)),
     ("tree-topk", SamplingConfig(1.0)),

@@ -6,7 +6,7 @@ from pathlib import Path
 from harness.analysis.views import figure_names
 from tests.workflow.test_workflow import job_counts, overrides, snakemake
 
-MAIN_FIGURES = ["speedup", "phases", "tau", "waste", "depth", "efficiency", "categories"]
+MAIN_FIGURES = ["speedup", "phases", "tau", "waste", "depth", "efficiency", "categories", "forwards"]
 
 
 def job_inputs(output: str, rule: str) -> list[Path]:

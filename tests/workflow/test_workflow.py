@@ -15,10 +15,10 @@ ZOO_RULES = {"corpus", "tokenizer", "tokenize", "train_target", "train_draft", "
 MODEL_FREE_RULES = {"calibration_prompts", "stand_tree", "reader_datastore"}
 TREE_RULES = {"measure_acceptance", "measure_latency", "measure_draft_step", "sequoia_tree"}
 REPORT_RULES = {"summary", "figure", "report", "export_specbench"}
-SMOKE_VARIANTS = ["ar", "ar_control", "sd", "tree_sd", "tree_sd_specinfer", "tree_sd_sequoia_b16", "eagle", "eagle_b12",
-                  "lyanna", "lyanna_feature", "lyanna_unfused", "pld", "stand", "reader", "prism", "owl"]
+SMOKE_VARIANTS = ["ar", "ar_control", "sd", "tree_sd", "tree_sd_sequoia_b16", "eagle", "eagle_b12", "lyanna",
+                  "lyanna_feature", "pld", "stand", "reader", "prism", "owl", "dflash", "dspark"]
 SMOKE_MAIN = ["ar", "ar_control", "sd", "tree_sd", "eagle", "lyanna", "pld", "stand", "reader", "prism",
-              "owl"]  # target all
+              "owl", "dflash", "dspark"]  # target all
 
 
 def snakemake(*args, timeout=900, **kwargs):
@@ -51,22 +51,24 @@ def test_dry_run_lists_every_rule(tmp_path):
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
     assert ZOO_RULES | TREE_RULES | MODEL_FREE_RULES | REPORT_RULES | {"bench", "all"} <= set(counts), counts
-    # {ar, ar_control, sd, tree_sd, eagle, lyanna, pld, stand, reader, hedgespec, prism, owl, polybasic}
-    #   x 2 datasets x {0, 1}
-    assert counts["bench"] == 13 * 4
-    assert counts["train_drafter"] == 5  # eagle, lyanna, prism, owl, polybasic's mid LM
+    # {ar, ar_control, sd, tree_sd, eagle, lyanna, pld, stand, reader, hedgespec, prism, owl, polybasic, dflash,
+    #  dspark} x 2 datasets x {0, 1}
+    assert counts["bench"] == 15 * 4
+    assert counts["train_drafter"] == 7  # eagle, lyanna, prism, owl, polybasic's mid LM, dflash, dspark
     assert counts["tree_shape"] == 4 and counts["sequoia_tree"] == 2 and counts["stand_tree"] == 2
     assert not {"long_prompts", "tokenize_domain", "domain_prompts"} & set(counts)
     studies = job_counts(snakemake("-n", "studies", *overrides(tmp_path)).stdout)
-    # the main 52 + families {eagle_b24, howl} x 4 and prism_m1 x 2, long context {eagle, owl, howl}_long x
-    # stdlib_long x 2, traversal {tree_sd, eagle, lyanna, stand}_tv x 2 datasets at T = 1, 7 ablations x 2,
-    # stand_samples x 2, domains {eagle_net, eagle_gui, hedgespec_domains} x 2, GTO {eagle_gto, eagle_more,
-    # lyanna_gto, lyanna_b24} x 2, budgets {lyanna, eagle} x {12, 48} and 3 tree_sd trees x 2
-    assert studies["bench"] == 52 + 8 + 2 + 6 + 8 + 14 + 2 + 6 + 8 + 14
+    # the main 60 + families {eagle_b24, howl} x 4 and {prism_m1, dflash_l1, dflash_tree} x 2, data source
+    # {eagle, lyanna, dflash}_regen x 4, long context {eagle, owl, howl}_long x stdlib_long x 2, traversal {tree_sd,
+    # eagle, lyanna, stand}_tv x 2 datasets at T = 1, 7 ablations x 2, stand_samples x 2, domains {eagle_net,
+    # eagle_gui, hedgespec_domains} x 2, GTO {eagle_gto, eagle_more, lyanna_gto, lyanna_b24} x 2, budgets {lyanna,
+    # eagle} x {12, 48} and 3 tree_sd trees x 2
+    assert studies["bench"] == 60 + 8 + 6 + 12 + 6 + 8 + 14 + 2 + 6 + 8 + 14
     assert studies["long_prompts"] == 1 and studies["tokenize_domain"] == 2 and studies["domain_prompts"] == 1
-    assert studies["train_drafter"] == 13 and studies["sequoia_tree"] == 6  # per T: the chosen budget, 16 and 32
+    assert studies["train_drafter"] == 19 and studies["sequoia_tree"] == 6  # per T: the chosen budget, 16 and 32
+    assert studies["regenerate"] == 1  # the target's continuations, for the three _regen drafters
     assert studies["studies_summary"] == studies["studies_report"] == 1
-    assert counts["figure"] == 6 and studies["studies_figure"] == 11  # each figure with data, one job each
+    assert counts["figure"] == 7 and studies["studies_figure"] == 12  # each figure with data, one job each
     assert "report" not in studies  # the main report is `all`'s
     gto = job_counts(snakemake("-n", "study_gto", *overrides(tmp_path)).stdout)
     assert gto["bench"] == 8 and gto["train_drafter"] == 5  # eagle, lyanna and the three fine-tuned from them
@@ -80,13 +82,13 @@ def test_one_target_runs_only_what_it_needs(tmp_path):
     tree = job_counts(snakemake("-n", "bench_tree_sd", *overrides(tmp_path)).stdout)
     assert tree["bench"] == 4 + 2 and TREE_RULES <= set(tree) and "dump_features" not in tree
     eagle = job_counts(snakemake("-n", "bench_eagle", *overrides(tmp_path)).stdout)
-    # eagle, eagle_tv, eagle_b24 (also on stdlib_long: rule long_prompts)
-    assert eagle["bench"] == 4 + 2 + 6 and eagle["train_drafter"] == 1 and "train_draft" not in eagle
+    # eagle, eagle_regen, eagle_tv, eagle_b24 (also on stdlib_long: rule long_prompts)
+    assert eagle["bench"] == 4 + 4 + 2 + 6 and eagle["train_drafter"] == 2 and "train_draft" not in eagle
     assert eagle["long_prompts"] == 1
     assert {"measure_latency", "tree_shape"} <= set(eagle)  # budget: auto; no draft LM, no Sequoia search
     assert not ({"measure_acceptance", "measure_draft_step", "sequoia_tree"} | REPORT_RULES) & set(eagle)
     lyanna = job_counts(snakemake("-n", "bench_lyanna", *overrides(tmp_path)).stdout)
-    assert lyanna["bench"] == 4 + 2 and lyanna["train_drafter"] == 1 and "train_draft" not in lyanna
+    assert lyanna["bench"] == 4 + 4 + 2 and lyanna["train_drafter"] == 2 and "train_draft" not in lyanna
     ablation = job_counts(snakemake("-n", "ablate_lyanna", *overrides(tmp_path)).stdout)
     # lyanna_gto is fine-tuned from lyanna: trained after it
     assert ablation["bench"] == 16 + 4 and ablation["train_drafter"] == 4 and "train_draft" not in ablation
@@ -95,7 +97,7 @@ def test_one_target_runs_only_what_it_needs(tmp_path):
     assert sweep["bench"] == 4 + 4 + 4 and sweep["train_drafter"] == 5
     figure = job_counts(snakemake("-n", str(tmp_path / "results" / "figures" / "speedup.pdf"),
                                   *overrides(tmp_path)).stdout)
-    assert figure["figure"] == 1 and figure["bench"] == 13 * 4 and "report" not in figure
+    assert figure["figure"] == 1 and figure["bench"] == 15 * 4 and "report" not in figure
     families = {name: job_counts(snakemake("-n", f"bench_{name}", *overrides(tmp_path)).stdout)
                 for name in ("prism", "owl", "polybasic")}
     assert families["prism"]["bench"] == 4 and families["prism"]["train_drafter"] == 1  # prism_m1: ablate_prism
@@ -124,7 +126,8 @@ def test_real_checkpoint_config_and_slurm_profile_dry_run(tmp_path):
         "work_dir": str(tmp_path / "work"), "results_dir": str(tmp_path / "results"),
         "models": {"target": str(tmp_path / "target"), "draft": str(tmp_path / "draft")},
         "corpus": {"path": str(tmp_path / "corpus.jsonl")},
-        "drafters": {"eagle": {"path": str(tmp_path / "eagle")}, "eagle3": {"path": str(tmp_path / "eagle")}},
+        "drafters": {"eagle": {"path": str(tmp_path / "eagle")}, "eagle3": {"path": str(tmp_path / "eagle")},
+                     "dflash": {"path": str(tmp_path / "eagle")}},
         "bench": {"dataset_paths": {"spec_bench": str(tmp_path / "questions.jsonl"),
                                     "mt_bench": str(tmp_path / "questions.jsonl"),
                                     "gsm8k": str(tmp_path / "gsm8k.jsonl")}},
@@ -133,18 +136,18 @@ def test_real_checkpoint_config_and_slurm_profile_dry_run(tmp_path):
                        "--profile", "workflow/profiles/slurm")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     counts = job_counts(result.stdout)
-    # {ar, ar_control, sd, tree_sd, eagle, eagle3, lyanna} x 4 datasets x {0, 1} (its 3 lyanna ablations: studies)
-    assert counts["bench"] == 7 * 8 and counts["train_drafter"] == 1  # the EAGLE heads are used as is
+    # {ar, ar_control, sd, tree_sd, eagle, eagle3, lyanna, dflash} x 4 datasets x {0, 1} (its 3 lyanna ablations:
+    # studies)
+    assert counts["bench"] == 8 * 8 and counts["train_drafter"] == 1  # the released drafters are used as is
     assert not {"train_target", "train_draft", "tokenizer"} & set(counts) and REPORT_RULES <= set(counts)
     bench_jobs = result.stdout.split("rule bench:")[1:]
     assert all("slurm_partition=gpu" in job and "gpu=1" in job and "--device cuda" in job for job in bench_jobs)
     assert f"--drafter {tmp_path / 'eagle'}" in result.stdout and "--dtype bfloat16" in result.stdout
 
 
-def test_hub_ids_and_every_spec_bench_category_are_planned(tmp_path, shared_data):
-    """llama3-8b.yaml as shipped (models and EAGLE heads as hub ids), Spec-Bench from the shared data: the plan
-    fetches each hub id once (no missing input), says what every prompt set holds, spreads the limit over all 13
-    Spec-Bench categories, and sizes each job's time limit from bench.seconds_per_token."""
+def shared_data_overlay(tmp_path: Path, shared_data: Path) -> Path:
+    """A config overlay for a real-checkpoint config as shipped: work and results under ``tmp_path``, a one-line
+    corpus, and the shared data's Spec-Bench, MT-Bench and GSM8K."""
     (tmp_path / "corpus.jsonl").write_text('{"text": "def f():\\n    return 1\\n"}\n')
     overlay = tmp_path / "paths.yaml"
     overlay.write_text(json.dumps({
@@ -154,14 +157,23 @@ def test_hub_ids_and_every_spec_bench_category_are_planned(tmp_path, shared_data
                                     "mt_bench": str(shared_data / "mt_bench" / "question.jsonl"),
                                     "gsm8k": str(shared_data / "gsm8k" / "test.jsonl")}},
     }))
+    return overlay
+
+
+def test_hub_ids_and_every_spec_bench_category_are_planned(tmp_path, shared_data):
+    """llama3-8b.yaml as shipped (models and EAGLE heads as hub ids), Spec-Bench from the shared data: the plan
+    fetches each hub id once (no missing input), says what every prompt set holds, spreads the limit over all 13
+    Spec-Bench categories, and sizes each job's time limit from bench.seconds_per_token."""
+    overlay = shared_data_overlay(tmp_path, shared_data)
     result = snakemake("-n", "-p", "--configfile", "workflow/config/llama3-8b.yaml", str(overlay),
                        "--profile", "workflow/profiles/slurm")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     counts = job_counts(result.stdout)
-    assert counts["fetch_hub"] == 4  # target, draft, the EAGLE-2 and EAGLE-3 heads
+    assert counts["fetch_hub"] == 5  # target, draft, the EAGLE-2 and EAGLE-3 heads, z-lab's DFlash drafter
     hub = tmp_path / "work" / "hub"
     assert f"--target {hub / 'meta-llama--Llama-3.1-8B-Instruct'}" in result.stdout
     assert f"--drafter {hub / 'yuhuili--EAGLE3-LLaMA3.1-Instruct-8B'}" in result.stdout
+    assert f"--drafter {hub / 'z-lab--LLaMA3.1-8B-Instruct-DFlash-UltraChat'}" in result.stdout
     said = next(line for line in result.stderr.splitlines() if line.startswith("spec_bench:"))
     assert "80 prompts, 130 turns, 13 categories (stratified)" in said
     for category in ("writing", "translation", "summarization", "qa", "math_reasoning", "rag"):
@@ -171,6 +183,21 @@ def test_hub_ids_and_every_spec_bench_category_are_planned(tmp_path, shared_data
                 for job in result.stdout.split("rule bench:")[1:]}
     # 130 turns x 1024 tokens x 0.0096 s x 3 (ar + the method at up to twice its time), + 10 min to load
     assert runtimes["spec_bench"] == 10 + -(-130 * 1024 * 0.0096 * 3 // 60) and runtimes["mt_bench"] == 89
+
+
+def test_qwen3_config_plans_the_released_block_drafters_offline(tmp_path, shared_data):
+    """qwen3-8b.yaml as shipped (every model and drafter a hub id): one fetch each, DeepSpec's and z-lab's drafters
+    on Spec-Bench, MT-Bench and GSM8K, dspark's planner reading the measured latency."""
+    overlay = shared_data_overlay(tmp_path, shared_data)
+    result = snakemake("-n", "-p", "--configfile", "workflow/config/qwen3-8b.yaml", str(overlay))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    counts = job_counts(result.stdout)
+    assert counts["fetch_hub"] == 5 and counts["bench"] == 7 * 3 * 2 and counts["measure_latency"] == 1
+    hub = tmp_path / "work" / "hub"
+    for drafter in ("z-lab--Qwen3-8B-DFlash-b16", "deepseek-ai--dflash_qwen3_8b_block7",
+                    "deepseek-ai--dspark_qwen3_8b_block7"):
+        assert f"--drafter {hub / drafter}" in result.stdout
+    assert "latency_file=" + str(tmp_path / "work" / "tree" / "latency.json") in result.stdout.replace("'", "")
 
 
 def test_gpu_jobs_never_share_the_gpu(tmp_path):

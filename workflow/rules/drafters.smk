@@ -31,8 +31,11 @@ def drafter_data(wildcards):
     domain = drafter_settings(wildcards.drafter).get("domain")
     if domain:  # a domain drafter: features on the fly from that slice of the training split
         return work(f"data/tokens/domain-{domain}.pt")
-    if drafter_settings(wildcards.drafter).get("data", "features") == "tokens":
+    data = drafter_settings(wildcards.drafter).get("data", "features")
+    if data == "tokens":
         return work("data/tokens/train.pt")
+    if data == "regenerate":  # the target's own continuations, features on the fly
+        return work("data/tokens/regenerated.pt")
     return work("features/target/index.json")
 
 
@@ -80,6 +83,27 @@ def announce_feature_dump():
 
 
 announce_feature_dump()
+
+
+# The target's own continuations of training-split prompts (config `regenerate`): what drafters with
+# `data: regenerate` (and the draft LM with draft.data: regenerate) train on; generated once, then cached.
+rule regenerate:
+    input:
+        target=target_model(),
+        tokens=work("data/tokens/train.pt"),
+    output:
+        work("data/tokens/regenerated.pt"),
+    params:
+        arguments=lambda wildcards: shlex.join(jobs.regenerate_arguments(config.get("regenerate", {}))),
+        device=compute_device(),
+    threads: config["threads"]
+    resources:
+        mem_mb=4000,
+        runtime=30,
+        gpu=gpus_per_job(),
+    shell:
+        "python -m harness regenerate --target {input.target} --tokens {input.tokens} --out {output}"
+        " {params.arguments} --device {params.device} --threads {threads} --no-progress"
 
 
 rule train_drafter:

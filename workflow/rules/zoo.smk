@@ -194,7 +194,8 @@ if not external_models():
     rule train_draft:
         input:
             tokenizer=work("models/tokenizer"),
-            train=work("data/tokens/train.pt"),
+            train=work("data/tokens/regenerated.pt" if config["draft"].get("data") == "regenerate"
+                       else "data/tokens/train.pt"),
             heldout=work("data/tokens/heldout.pt"),
             corpus=work("data/corpus/corpus.json"),
             teacher=work("models/target"),

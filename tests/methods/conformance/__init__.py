@@ -1,4 +1,5 @@
-"""The conformance suite: every method of the catalog, through the same lossless checks.
+"""The conformance suite: every method of the catalog, through the same lossless checks (this package's tests;
+here what they share: the zoo and the cases).
 
 A method is tested by being listed in ``methods/__init__.py``: it is built with its default options from what its
 catalog entry says it needs (nothing, a draft LM, or a drafter its own trainer writes for the test's target), then
@@ -9,25 +10,27 @@ catalog entry says it needs (nothing, a draft LM, or a drafter its own trainer w
 - host reads: a decoding step reads at most one device value on the host, the verifier's (the emulation of
   ``harness.measure.host_sync``, so a CPU run predicts a GPU run's synchronisations).
 
-The greedy and sampling checks also run `hedgespec` over every catalog method it takes as an expert, first and then
-second beside the model-free `pld` (``hedgespec:owl,pld``, ``hedgespec:pld,owl``, ...): an expert the learner did
-not pick commits the accepted text grafted onto its own tree, which its ``commit`` must take.
+The greedy and sampling checks also run `hedgespec` over every catalog method it takes as an expert beside the
+model-free `pld` (greedy: first and second, ``hedgespec:owl,pld`` and ``hedgespec:pld,owl``; sampling: first, the
+learner's random picks putting each expert in both roles): an expert the learner did not pick commits the accepted
+text grafted onto its own tree, which its ``commit`` must take.
+
+test_greedy: greedy and host reads (the Markov zoo, whose drafters are trained once); test_sampling and
+test_sampling_pairs: the sampling check of the methods and of the hedgespec pairs (the 6-token zoo, untrained
+drafters), in files of their own so that ``pytest -n N`` runs them side by side.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-import pytest
 import torch
 
-from harness import SamplingConfig, generate, wrap_model
-from harness.backend.models import LoadedModel, load_model
+from harness import SamplingConfig, wrap_model
+from harness.backend.models import load_model
 from harness.catalog import entry, method_names
 from harness.data.token_streams import save_tokens
 from harness.engine.method_spec import BuildInputs, build_adapter, method_spec
-from harness.engine.runtime import EngineOptions, EngineRuntime
-from harness.measure.host_sync import audit_generation
 from harness.training.drafters import DrafterTrainRequest
 from methods.hedgespec import UNSUPPORTED
 from tests.helpers import (
@@ -37,8 +40,12 @@ from tests.helpers import (
 METHODS = method_names()
 PARTNER = "pld"  # the model-free expert beside each other one (so it is tested first and second as well)
 EXPERTS = [method for method in METHODS if method not in UNSUPPORTED and method != PARTNER]
-CASES = [*METHODS, *(f"hedgespec:{pair}" for method in EXPERTS for pair in (f"{method},{PARTNER}",
-                                                                            f"{PARTNER},{method}"))]
+PAIRS = [f"hedgespec:{pair}" for method in EXPERTS for pair in (f"{method},{PARTNER}", f"{PARTNER},{method}")]
+CASES = [*METHODS, *PAIRS]
+# Sampling takes each expert in one position: the learner picks at random by its weights (equal at first, its
+# generator running on across a test's generations), so each expert is verified and grafted in about half the steps
+# either way; greedy runs both positions (the order decides the picks' tie-breaks there).
+SAMPLING_PAIRS = [f"hedgespec:{method},{PARTNER}" for method in EXPERTS]
 ALPHA = 1e-3
 SAMPLES = 1500  # generations per method; at ALPHA a correct method fails by chance with probability 1e-3
 PAIR_SAMPLES = 1000  # per hedgespec:A,B case: the fewest the suite's lossless checks draw (each expert alone: SAMPLES)
@@ -92,75 +99,29 @@ class Zoo:
                            self.drafter(method) if item.needs_drafter else None)
 
 
-@pytest.fixture(scope="module")
-def markov_zoo(tmp_path_factory) -> Zoo:
+def build_markov_zoo(root: Path) -> Zoo:
     """A briefly trained Markov-language target (3 layers, width 48) and a smaller trained draft LM."""
     target = train_briefly(make_llama(vocab=48, hidden=48, layers=3, heads=4, seed=2), steps=150, seed=0)
     draft = train_briefly(make_llama(vocab=48, hidden=24, layers=1, heads=2, seed=3), steps=150, seed=0)
-    return Zoo(tmp_path_factory.mktemp("conformance-greedy"), target, draft, 48, train_steps=60)
+    return Zoo(root, target, draft, 48, train_steps=60)
 
 
-@pytest.fixture(scope="module")
-def small_vocab_zoo(tmp_path_factory) -> Zoo:
+def build_small_vocab_zoo(root: Path) -> Zoo:
     """Peaked, disagreeing random models on 6 tokens, so drafts are often rejected and often accepted."""
     target = make_llama(vocab=6, hidden=16, layers=1, heads=2, seed=0, init_range=1.0)
     draft = make_llama(vocab=6, hidden=16, layers=1, heads=2, seed=1, init_range=1.0)
-    return Zoo(tmp_path_factory.mktemp("conformance-sampling"), target, draft, 6, train_steps=0)
+    return Zoo(root, target, draft, 6, train_steps=0)
 
 
-def _prompts(count: int = 12) -> list[torch.Tensor]:
+def prompts(count: int = 12) -> list[torch.Tensor]:
     return [row[None] for row in next(markov_batches(48, count, 6 + count % 5, seed=7))]
 
 
-@pytest.mark.parametrize("method", CASES)
-def test_greedy_output_equals_ar(markov_zoo: Zoo, method: str):
-    target: LoadedModel = markov_zoo.target
-    ar, _ = build_adapter("ar", {}, BuildInputs(target, None, None))
-    adapter = markov_zoo.build(method)
-    drafted, drafter_forwards, drafter_seconds = 0, 0, 0.0
-    for prompt in _prompts():
-        expected = generate(target, ar, prompt, 32, GREEDY).output_ids
-        result = generate(target, adapter, prompt, 32, GREEDY)
-        assert result.output_ids == expected, f"{method} left ar's greedy output on prompt {prompt.tolist()}"
-        drafted += result.counters.drafted_tokens
-        drafter_forwards += result.counters.drafter.forwards
-        drafter_seconds += result.counters.phase_seconds["drafter"]
-    assert method == "ar" or drafted > 0, f"{method} drafted nothing: the test would not exercise verification"
-    # a method whose drafter runs forwards has them timed as the drafter phase (none: no drafter time)
-    assert (drafter_seconds > 0) == (drafter_forwards > 0), f"{method}: drafter forwards not timed as drafter"
-
-
-@pytest.mark.parametrize("method", CASES)
-def test_sampled_distribution_equals_the_target(small_vocab_zoo: Zoo, method: str):
+def check_sampled_distribution(zoo: Zoo, case: str) -> None:
+    """The case's first three tokens at T = 1 follow the target's law (chi-square at ALPHA)."""
     sampling = SamplingConfig(1.0)
-    target = small_vocab_zoo.target
-    adapter = small_vocab_zoo.build(method)
-    exact = exact_distribution(target, [1, 2, 3], 3, sampling)
-    samples = PAIR_SAMPLES if ":" in method else SAMPLES
-    counts = sampled_distribution(target, adapter, [1, 2, 3], 3, sampling, samples, seed=0)
+    adapter = zoo.build(case)
+    exact = exact_distribution(zoo.target, [1, 2, 3], 3, sampling)
+    samples = PAIR_SAMPLES if ":" in case else SAMPLES
+    counts = sampled_distribution(zoo.target, adapter, [1, 2, 3], 3, sampling, samples, seed=0)
     assert chi_square_pvalue(counts, exact) > ALPHA
-
-
-# Methods whose design reads more than the verifier's value each step, with their budget and why (a regression past
-# the budget still fails). Every other method: the verifier's read alone.
-HOST_READ_BUDGETS = {
-    "stand": (2.1, "its n-gram store lives on the host: the verified distributions' top-k rows are read once a step "
-                   "(and, sampling, a block of Gumbel noise every 4096 draws)"),
-    "hedgespec": (3.1, "every expert's tree is read once a step (to graft and score it), plus its experts' own reads "
-                       "(the default pld,stand: stand's)"),
-    "polybasic": (8, "staged verification: each inner round's mid-model verdict is read on the host"),
-}
-
-
-@pytest.mark.parametrize("method", METHODS)
-def test_at_most_one_host_read_per_step(markov_zoo: Zoo, method: str):
-    target = markov_zoo.target
-    adapter, _ = build_adapter(method, {}, markov_zoo.inputs(method))
-    runtime = EngineRuntime(target, EngineOptions(kv_cache="static"))
-    budget, why = HOST_READ_BUDGETS.get(method, (1, "the verifier's read alone"))
-    for sampling in (GREEDY, SamplingConfig(1.0)):
-        audit = audit_generation(target, adapter, _prompts()[0], 24, sampling, runtime,
-                                 torch.Generator().manual_seed(0))
-        assert audit.steps > 1 and audit.reads_per_step <= budget, (
-            f"{method} at T={sampling.temperature:g}: {audit.reads_per_step:.2f} host reads per step, over its "
-            f"budget {budget} ({why}): {audit.by_operation}")

@@ -1,0 +1,133 @@
+"""`dflash`: a DFlash drafter's block, verified as a chain (or a tree of each position's top-k).
+
+Each step the drafter runs once: the context rows it has not seen (the fused target states of the positions
+accepted since the last step) and the block [root, MASK x (B - 1)] at positions p..p+B-1, the block attending to
+the whole context and to itself without a causal mask. Its cache keeps the context alone (the block's keys are
+dropped). Greedy, position i drafts its argmax; sampling, a draw from its warped distribution, which the verifier
+gets as q. With ``top_k`` > 1 the positions' top-k tokens form a beam tree (``harness.trees.beam``) scored by the sum
+of the positions' log-probabilities, drafted deterministically as EAGLE's are.
+
+Drafter FLOPs: the context rows' share of the forward is useful (kept); the block's share is booked over the draft
+nodes, useful for the accepted ones.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.backend.device import index_on
+from harness.backend.forward import LMOutput, positions
+from harness.backend.kv_cache import crop_cache, new_cache
+from harness.backend.models import LoadedModel
+from harness.engine.adapter import AdapterBase, StepContext
+from harness.engine.counters import DrafterWork, count_useful_drafter_flops
+from harness.engine.method_spec import BuildInputs
+from harness.training.features import feature_indices, feature_rows
+from harness.trees.beam import Frontier, grow_beam_tree
+from harness.trees.beam_shape import BeamShape
+from harness.trees.tree import TokenTree
+from harness.verify.sampling import logits_to_probs, sample_from_probs
+from harness.verify.verdict import Verdict
+from methods.dflash import DFlashOptions
+from methods.dflash.checkpoint import load_drafter
+from methods.dflash.model import DFlashDrafter
+
+
+def tree_shape(options: DFlashOptions, drafts: int) -> BeamShape | None:
+    """The beam tree over the block's ``drafts`` positions, or None for a chain."""
+    if options.top_k == 1:
+        return None
+    return BeamShape(options.top_k, drafts, options.budget or drafts * options.top_k)
+
+
+class DFlashAdapter(AdapterBase):
+    """The `dflash` adapter (see the module docstring); `dspark` extends it."""
+
+    wants_target_hidden_states = True
+
+    def __init__(self, drafter: DFlashDrafter, target: LoadedModel, options: DFlashOptions) -> None:
+        self.drafter = drafter.to(target.device, target.dtype).eval()
+        self.embed = target.model.get_input_embeddings()
+        self.lm_head = target.model.get_output_embeddings()
+        self.device, self.dtype = target.device, target.dtype
+        self.block_size = options.block_size or drafter.block_size
+        self.drafts = drafter.drafts_per_block(self.block_size)
+        self.shape = tree_shape(options, self.drafts)
+        self.target_hidden_layers = feature_indices(drafter.features)
+        self.max_draft_nodes = self.shape.max_nodes if self.shape else self.drafts
+        self.cost = drafter.cost(self.lm_head.weight.numel())
+        self.details = {"block_size": self.block_size, "top_k": options.top_k, "tree_nodes": self.max_draft_nodes,
+                        "feature_layers": list(drafter.features.layers), "drafter_layers": len(drafter.layers),
+                        "drafter_parameters": drafter.trainable_parameters()}
+        self._reset([])
+
+    def _reset(self, rows: list[torch.Tensor]) -> None:
+        self.cache = new_cache(self.drafter.config)
+        self.fed_len = 0
+        self.pending = rows  # per feature layer: (n, H) target states of positions fed_len.. not yet fed
+        self.work = DrafterWork()
+
+    def _rows(self, hidden_states: tuple[torch.Tensor | None, ...], index: torch.Tensor | slice) -> list[torch.Tensor]:
+        return [state[0, index] for state in feature_rows(hidden_states, self.drafter.features)]
+
+    def begin(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> None:
+        self._reset(self._rows(prefill.hidden_states, slice(None)))
+
+    def draft_block(self, ctx: StepContext, root: torch.Tensor) -> torch.Tensor:
+        """The drafter's one forward: (drafts, width) outputs of the drafting slots; the context rows join its
+        cache."""
+        count, block = self.pending[0].shape[0], self.block_size
+        with ctx.counters.phase("drafter"):
+            context = self.drafter.context(self.pending)[None]
+            embedded = self.drafter.block_embeddings(self.embed(root.reshape(1, 1).to(self.device))[0, 0].to(self.dtype),
+                                                     self.embed, block)[None]
+            hidden = self.drafter(context, embedded, positions(self.fed_len, count + block, self.device), self.cache)
+            crop_cache(self.cache, self.fed_len + count)  # keep the context; the block's keys are redrawn each step
+        self.fed_len += count
+        flops = self.cost.forward_flops(count + block, self.fed_len + block, self.drafts)
+        ctx.counters.drafter.add(count + block, flops)
+        count_useful_drafter_flops(ctx.counters, flops * count / (count + block))
+        self.work.charge(list(range(1, self.drafts + 1)), flops * block / (count + block))
+        return self.drafter.draft_rows(hidden[0])
+
+    def block_logits(self, ctx: StepContext, hidden: torch.Tensor) -> torch.Tensor:
+        """(drafts, V) logits of the drafting slots (the target's LM head)."""
+        with ctx.counters.phase("drafter"):
+            return self.lm_head(hidden)
+
+    def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
+        root = sequence[0, -1]
+        logits = self.block_logits(ctx, self.draft_block(ctx, root))
+        with ctx.counters.phase("drafter"):
+            if self.shape is not None:
+                return self.beam_tree(root, logits)
+            return self.chain(ctx, root, logits)
+
+    def chain(self, ctx: StepContext, root: torch.Tensor, logits: torch.Tensor) -> TokenTree:
+        """The block as a chain: argmax per position, or a draw from each position's warped distribution."""
+        if ctx.sampling.is_greedy:
+            return TokenTree(torch.cat([root.reshape(1), logits.argmax(-1).to(root.device)]),
+                             tuple(range(-1, logits.shape[0])))
+        probs = logits_to_probs(logits, ctx.sampling)
+        tokens = sample_from_probs(probs, ctx.generator)
+        return TokenTree(torch.cat([root.reshape(1), tokens.to(root.device)]), tuple(range(-1, logits.shape[0])),
+                         [None, *probs.unbind(0)])
+
+    def beam_tree(self, root: torch.Tensor, logits: torch.Tensor) -> TokenTree:
+        """The positions' top-k as a beam tree: a node at depth d has position d + 1's best tokens below it."""
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+
+        def expand(frontier: Frontier) -> torch.Tensor:
+            return logprobs[frontier.depth].expand(frontier.tokens.shape[0], -1)
+
+        return grow_beam_tree(root, logprobs[0], expand, self.shape).tree
+
+    def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
+        depths = tree.depths
+        self.work.settle(ctx.counters, [depths[node] for node in verdict.path[1:]])
+        self.pending = self._rows(target_out.hidden_states, index_on(verdict.path, target_out.logits.device))
+
+
+def build(options: DFlashOptions, inputs: BuildInputs) -> DFlashAdapter:
+    target = inputs.target
+    return DFlashAdapter(load_drafter(inputs.drafter_dir, target.model), target, options)

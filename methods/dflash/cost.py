@@ -1,0 +1,53 @@
+"""DFlash's cost model for the projection: one drafter forward per step over the block (and the context rows the
+last step accepted), measured at the target's shape with z-lab's released drafter shape (5 layers, block 16).
+The step is timed eager whatever the timing asked (the drafter's cache is transformers' DynamicCache)."""
+
+from __future__ import annotations
+
+import torch
+from transformers import PreTrainedModel
+
+from harness.backend.forward import positions
+from harness.backend.kv_cache import crop_cache, new_cache
+from harness.backend.timed import timed_seconds
+from harness.engine.method_spec import CostModel, Latencies
+from methods.dflash.checkpoint import new_drafter
+from methods.dflash.model import default_target_layers
+
+COMPONENT = "dflash_step"
+RELEASED_LAYERS, RELEASED_BLOCK = 5, 16  # z-lab's Qwen3-8B drafter
+ACCEPTED_ROWS = 4  # context rows fed per step (about the tokens one step emits)
+
+
+@torch.no_grad()
+def step_latency(target: PreTrainedModel, top_k: int, prefix: int, repeats: int, timing: str = "eager") -> float:
+    """One block forward: ``ACCEPTED_ROWS`` new context rows and a block of ``RELEASED_BLOCK`` over a cached
+    context of ``prefix`` positions, then the target's LM head on the drafting slots (``top_k`` is unused: the
+    block is drafted in one forward whatever the tree)."""
+    device = next(target.parameters()).device
+    total = int(target.config.num_hidden_layers)
+    drafter = new_drafter(target, RELEASED_LAYERS, RELEASED_BLOCK, default_target_layers(total, RELEASED_LAYERS),
+                          None, seed=0).to(device, target.dtype).eval()
+    lm_head = target.get_output_embeddings()
+    width = target.config.hidden_size
+    cache = new_cache(drafter.config)
+    drafter(torch.randn(1, prefix, width, device=device, dtype=target.dtype),
+            torch.randn(1, 1, width, device=device, dtype=target.dtype), positions(0, prefix + 1, device), cache)
+    crop_cache(cache, prefix)
+    rows = [torch.randn(1, ACCEPTED_ROWS, width, device=device, dtype=target.dtype)] * len(drafter.target_layer_ids)
+    block = torch.randn(1, RELEASED_BLOCK, width, device=device, dtype=target.dtype)
+    position_ids = positions(prefix, ACCEPTED_ROWS + RELEASED_BLOCK, device)
+
+    def step() -> None:
+        hidden = drafter(drafter.context(rows), block, position_ids, cache)
+        torch.log_softmax(lm_head(drafter.draft_rows(hidden)).float(), dim=-1)
+        crop_cache(cache, prefix)
+
+    return timed_seconds(step, device, repeats, "eager")
+
+
+def drafting_seconds(options: dict, latencies: Latencies) -> float:
+    return latencies.step(COMPONENT)
+
+
+COST = CostModel(drafting_seconds, step_latency, COMPONENT)

@@ -1,0 +1,99 @@
+"""`dspark`: the block drafted slot by slot through the Markov head, then cut to the planned verify length.
+
+The backbone's one forward is DFlash's (``methods.dflash.adapter``). The slots are then drafted in order: slot k's
+logits plus the Markov bias of the token drafted before it, argmax (greedy) or a draw from the warped distribution
+(which the verifier gets as q). The confidence head's calibrated c_k give the prefix survival a_j = c_1 ... c_j;
+the planner (DSpark's Algorithm 1 at batch 1) grows the verify length l while (1 + a_1 + ... + a_l) / latency(1 + l)
+rises and stops at the first fall (``threshold`` also stops it at a survival below it). Choosing l reads the
+block's confidences on the host: one read per step beyond the verifier's.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from harness.backend.models import LoadedModel
+from harness.engine.adapter import StepContext
+from harness.engine.method_spec import BuildInputs
+from harness.errors import DraftcountError
+from harness.trees.tree import TokenTree
+from harness.verify.sampling import logits_to_probs, sample_from_probs
+from methods.dflash import DFlashOptions
+from methods.dflash.adapter import DFlashAdapter
+from methods.dspark import DSparkOptions
+from methods.dspark.model import DSparkDrafter
+from methods.dspark.checkpoint import load_dspark
+
+
+def read_latency_table(path: str) -> dict[int, float]:
+    """{verified tokens: seconds} of the target from ``tree/latency.json`` (``python -m harness``'s latency
+    measurement); one line when the file is missing or holds none."""
+    try:
+        table = json.loads(Path(path).read_text())["target"]
+        return {int(size): float(seconds) for size, seconds in table.items()}
+    except (OSError, KeyError, ValueError, TypeError) as error:
+        raise DraftcountError(f"dspark latency_file {path}: not a latency measurement ({error})") from None
+
+
+def latency_at(table: dict[int, float], tokens: int) -> float:
+    """The target's seconds for a forward of ``tokens`` (interpolated linearly between measured sizes)."""
+    sizes = sorted(table)
+    return float(np.interp(tokens, sizes, [table[size] for size in sizes]))
+
+
+def plan_length(survival: list[float], cost: list[float], threshold: float) -> int:
+    """DSpark's planner at batch 1: the verify length l (drafts kept) from the prefix survivals a_1..a_n and the
+    cost of verifying 1 + l tokens (``cost[l]``, l = 0..n): grow l while expected tokens per second rises,
+    stopping at the first fall or at a survival below ``threshold``."""
+    best, expected, length = 1.0 / cost[0], 1.0, 0
+    for index, alive in enumerate(survival, start=1):
+        if alive < threshold:
+            break
+        expected += alive
+        rate = expected / cost[index]
+        if rate <= best:
+            break
+        best, length = rate, index
+    return length
+
+
+class DSparkAdapter(DFlashAdapter):
+    """The `dspark` adapter (see the module docstring)."""
+
+    def __init__(self, drafter: DSparkDrafter, target: LoadedModel, options: DSparkOptions) -> None:
+        super().__init__(drafter, target, DFlashOptions(block_size=options.block_size))
+        self.threshold = options.threshold
+        table = read_latency_table(options.latency_file) if options.latency_file else None
+        self.costs = [latency_at(table, 1 + length) if table else 1.0 for length in range(self.drafts + 1)]
+        self.details = {**self.details, "threshold": options.threshold, "planner": "latency" if table else "flat"}
+
+    def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
+        root = sequence[0, -1]
+        hidden = self.draft_block(ctx, root)
+        base = self.block_logits(ctx, hidden)
+        with ctx.counters.phase("drafter"):
+            tokens, probs, raw = [], [], []
+            previous = root.to(self.device)
+            for slot in range(self.drafts):
+                logits, confidence = self.drafter.slot(hidden[slot], base[slot], previous)
+                if ctx.sampling.is_greedy:
+                    previous = logits.argmax(-1)
+                else:
+                    probs.append(logits_to_probs(logits, ctx.sampling))
+                    previous = sample_from_probs(probs[-1], ctx.generator)
+                tokens.append(previous)
+                raw.append(confidence)
+            survival = torch.cumprod(self.drafter.confidence(torch.stack(raw), slice(0, self.drafts)), 0)
+            length = plan_length(survival.tolist(), self.costs, self.threshold)  # the planner's host read
+        drafted = torch.stack(tokens[:length]).to(root.device) if length else root.new_zeros(0)
+        return TokenTree(torch.cat([root.reshape(1), drafted]), tuple(range(-1, length)),
+                         [None, *probs[:length]] if probs else [])
+
+
+def build(options: DSparkOptions, inputs: BuildInputs) -> DSparkAdapter:
+    target = inputs.target
+    return DSparkAdapter(load_dspark(inputs.drafter_dir, target.model), target, options)

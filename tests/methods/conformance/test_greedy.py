@@ -1,0 +1,66 @@
+"""The conformance suite's greedy check (every method and hedgespec pair emits `ar`'s tokens in float32) and its
+host-read audit (see the package docstring)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from harness import SamplingConfig, generate
+from harness.engine.method_spec import BuildInputs, build_adapter
+from harness.engine.runtime import EngineOptions, EngineRuntime
+from harness.measure.host_sync import audit_generation
+from tests.methods.conformance import CASES, GREEDY, METHODS, Zoo, build_markov_zoo, prompts
+
+
+@pytest.fixture(scope="module")
+def markov_zoo(tmp_path_factory) -> Zoo:
+    return build_markov_zoo(tmp_path_factory.mktemp("conformance-greedy"))
+
+
+@pytest.fixture(scope="module")
+def ar_outputs(markov_zoo: Zoo) -> list[list[int]]:
+    """`ar`'s greedy tokens on the prompts, computed once for every case."""
+    ar, _ = build_adapter("ar", {}, BuildInputs(markov_zoo.target, None, None))
+    return [generate(markov_zoo.target, ar, prompt, 32, GREEDY).output_ids for prompt in prompts()]
+
+
+@pytest.mark.parametrize("method", CASES)
+def test_greedy_output_equals_ar(markov_zoo: Zoo, ar_outputs: list[list[int]], method: str):
+    adapter = markov_zoo.build(method)
+    drafted, drafter_forwards, drafter_seconds = 0, 0, 0.0
+    for prompt, expected in zip(prompts(), ar_outputs):
+        result = generate(markov_zoo.target, adapter, prompt, 32, GREEDY)
+        assert result.output_ids == expected, f"{method} left ar's greedy output on prompt {prompt.tolist()}"
+        drafted += result.counters.drafted_tokens
+        drafter_forwards += result.counters.drafter.forwards
+        drafter_seconds += result.counters.phase_seconds["drafter"]
+    assert method == "ar" or drafted > 0, f"{method} drafted nothing: the test would not exercise verification"
+    # a method whose drafter runs forwards has them timed as the drafter phase (none: no drafter time)
+    assert (drafter_seconds > 0) == (drafter_forwards > 0), f"{method}: drafter forwards not timed as drafter"
+
+
+# Methods whose design reads more than the verifier's value each step, with their budget and why (a regression past
+# the budget still fails). Every other method: the verifier's read alone.
+HOST_READ_BUDGETS = {
+    "stand": (2.1, "its n-gram store lives on the host: the verified distributions' top-k rows are read once a step "
+                   "(and, sampling, a block of Gumbel noise every 4096 draws)"),
+    "hedgespec": (3.1, "every expert's tree is read once a step (to graft and score it), plus its experts' own reads "
+                       "(the default pld,stand: stand's)"),
+    "polybasic": (8, "staged verification: each inner round's mid-model verdict is read on the host"),
+    "dspark": (2.1, "the planner reads the block's predicted survival on the host to choose the verify length"),
+}
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_at_most_one_host_read_per_step(markov_zoo: Zoo, method: str):
+    target = markov_zoo.target
+    adapter, _ = build_adapter(method, {}, markov_zoo.inputs(method))
+    runtime = EngineRuntime(target, EngineOptions(kv_cache="static"))
+    budget, why = HOST_READ_BUDGETS.get(method, (1, "the verifier's read alone"))
+    for sampling in (GREEDY, SamplingConfig(1.0)):
+        audit = audit_generation(target, adapter, prompts()[0], 24, sampling, runtime,
+                                 torch.Generator().manual_seed(0))
+        assert audit.steps > 1 and audit.reads_per_step <= budget, (
+            f"{method} at T={sampling.temperature:g}: {audit.reads_per_step:.2f} host reads per step, over its "
+            f"budget {budget} ({why}): {audit.by_operation}")
