@@ -47,8 +47,8 @@ class DFlashAdapter(AdapterBase):
 
     def __init__(self, drafter: DFlashDrafter, target: LoadedModel, options: DFlashOptions) -> None:
         self.drafter = drafter.to(target.device, target.dtype).eval()
-        self.embed = target.model.get_input_embeddings()
-        self.lm_head = target.model.get_output_embeddings()
+        self.embed = self.drafter.input_embedding(target.model.get_input_embeddings())
+        self.lm_head = self.drafter.output_head(target.model.get_output_embeddings())
         self.device, self.dtype = target.device, target.dtype
         self.block_size = options.block_size or drafter.block_size
         self.drafts = drafter.drafts_per_block(self.block_size)

@@ -24,7 +24,8 @@ from harness.training.drafters import (
 from methods.dflash.model import DFlashDrafter, default_target_layers
 
 REQUIRED_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "block_size")
-RELEASED_EXTRAS = ("embed_tokens.weight", "lm_head.weight")  # some exports carry the target's; the target's is used
+RELEASED_EXTRAS = ("embed_tokens.weight", "lm_head.weight")  # copies of the target's some releases carry: not read
+# (a drafter whose config says own_embedding / own_lm_head reads its own)
 
 
 def anchor_predicts(fields: dict) -> bool:
@@ -75,7 +76,9 @@ def read_backbone(source: str | Path, target: PreTrainedModel, method: str,
 def load_weights(module: torch.nn.Module, files: DrafterFiles, label: str) -> None:
     """``files``' weights into ``module`` (the target's embedding and LM head, which some releases carry, left
     out); one line for a missing, unexpected or misshapen weight."""
-    state = {name: tensor for name, tensor in files.state.items() if name not in RELEASED_EXTRAS}
+    owned = {"embed_tokens.weight"} if getattr(module, "embed_tokens", None) is not None else set()
+    owned |= {"lm_head.weight"} if getattr(module, "lm_head", None) is not None else set()
+    state = {name: tensor for name, tensor in files.state.items() if name not in set(RELEASED_EXTRAS) - owned}
     check_weights(module, state, label)
     module.load_state_dict(state)
 
@@ -93,6 +96,7 @@ def drafter_config(drafter: DFlashDrafter) -> LlamaConfig:
     config = drafter.config
     config.dflash_config = {"mask_token_id": drafter.mask_token_id, "target_layer_ids": list(drafter.target_layer_ids)}
     config.anchor_predicts = drafter.anchor_predicts
+    config.own_embedding, config.own_lm_head = drafter.embed_tokens is not None, drafter.lm_head is not None
     config.architectures = ["DFlashDraftModel"]
     return config
 
@@ -109,17 +113,24 @@ def save_drafter(drafter: DFlashDrafter, out_dir: Path, provenance: dict, method
 
 def new_drafter(target: PreTrainedModel, layers: int, block_size: int, target_layer_ids: tuple[int, ...],
                 mask_token_id: int | None, seed: int, intermediate_size: int = 0,
-                anchor_predicts: bool = False) -> DFlashDrafter:
-    """A fresh drafter shaped like the target's layers (``layers`` of them), initialised from ``seed``."""
+                anchor_predicts: bool = False, own_embedding: bool = False, own_lm_head: bool = False) -> DFlashDrafter:
+    """A fresh drafter shaped like the target's layers (``layers`` of them), initialised from ``seed``; with
+    ``own_embedding`` / ``own_lm_head``, copies of the target's to train."""
     vocab, width = target.get_input_embeddings().weight.shape
     config = head_config(target.config, int(vocab))
     config.num_hidden_layers = layers
     config.block_size = block_size
     if intermediate_size:
         config.intermediate_size = intermediate_size
+    config.own_embedding, config.own_lm_head = own_embedding, own_lm_head
     torch.manual_seed(seed)
     drafter = DFlashDrafter(config, target_layer_ids, mask_token_id, int(width), anchor_predicts)
     init_linear_layers(drafter, std=0.02)
     if mask_token_id is None:
         torch.nn.init.normal_(drafter.mask_embedding, std=0.02)
+    with torch.no_grad():
+        if own_embedding:
+            drafter.embed_tokens.weight.copy_(target.get_input_embeddings().weight)
+        if own_lm_head:
+            drafter.lm_head.weight.copy_(target.get_output_embeddings().weight)
     return drafter

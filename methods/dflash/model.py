@@ -11,7 +11,8 @@
 ``target_layer_ids`` are 0-based decoder layers as in z-lab's config (hidden state ``id + 1`` of a forward, our
 1-based feature layer ``id + 1``). The context keys and values of each step are kept in a KV cache (the block's
 are dropped after the step), so a step feeds only the positions accepted since the last one. With no mask token
-in the target's vocabulary the drafter learns its own mask embedding (``mask_embedding``).
+in the target's vocabulary the drafter learns its own mask embedding (``mask_embedding``). The embedding and the LM
+head are the target's unless the config says ``own_embedding`` / ``own_lm_head`` (trained copies of the target's).
 
 DeepSpec's drafters (DFlash and DSpark, ``anchor_predicts``) read every slot instead: slot k drafts x_{p+k+1}, so a
 block of B inputs drafts B tokens.
@@ -112,6 +113,17 @@ class DFlashDrafter(nn.Module):
         self.rotary_emb = LlamaRotaryEmbedding(config)
         if mask_token_id is None:
             self.mask_embedding = nn.Parameter(torch.zeros(width))
+        vocab = int(config.vocab_size)
+        self.embed_tokens = nn.Embedding(vocab, width) if getattr(config, "own_embedding", False) else None
+        self.lm_head = nn.Linear(width, vocab, bias=False) if getattr(config, "own_lm_head", False) else None
+
+    def input_embedding(self, target_embedding: nn.Module) -> nn.Module:
+        """The embedding the block goes through: the drafter's own (``own_embedding``), else the target's."""
+        return self.embed_tokens if self.embed_tokens is not None else target_embedding
+
+    def output_head(self, target_head: nn.Module) -> nn.Module:
+        """The LM head that reads the drafting slots: the drafter's own (``own_lm_head``), else the target's."""
+        return self.lm_head if self.lm_head is not None else target_head
 
     def drafts_per_block(self, block_size: int) -> int:
         """Tokens one forward over a block of ``block_size`` inputs drafts."""
@@ -149,7 +161,8 @@ class DFlashDrafter(nn.Module):
 
     def cost(self, lm_head_params: int) -> ModelCost:
         """FLOP model: the layers and ``fc`` per row (an over-estimate for context rows, which skip the queries
-        and the MLP), the target's LM head on the drafted rows."""
-        body = sum(p.numel() for name, p in self.named_parameters() if p.dim() > 1)
+        and the MLP), the LM head (``lm_head_params``, the one it drafts with) on the drafted rows."""
+        body = sum(p.numel() for name, p in self.named_parameters()
+                   if p.dim() > 1 and not name.startswith(("embed_tokens", "lm_head")))
         return ModelCost(body_params=body, head_params=lm_head_params, num_layers=len(self.layers),
                          attention_width=self.config.num_attention_heads * self.layers[0].self_attn.head_dim)

@@ -6,7 +6,7 @@ the positions before a and to itself (not to the other blocks), all blocks in on
 Slot k (1..B-1) is trained towards the target's distribution of x_{a+k} (soft cross-entropy, or the objective
 named), weighted exp(-(k - 1) / gamma) (gamma 7 for B >= 16, 5 for B >= 10, else 4). The drafter's layers, ``fc``,
 ``hidden_norm``, ``norm`` and (without a mask token) its mask embedding are trained; the target's embedding and LM
-head stay frozen. ``dspark`` trains its backbone the same way (every slot drafting: ``anchor_predicts``).
+head stay frozen (or, with ``own_embedding`` / ``own_lm_head``, copies of them are trained with the drafter). ``dspark`` trains its backbone the same way (every slot drafting: ``anchor_predicts``).
 """
 
 from __future__ import annotations
@@ -35,6 +35,8 @@ class DFlashTrainOptions(DrafterLoopOptions):
     anchors: int = 8  # anchor blocks per row and batch
     loss_gamma: float = 0.0  # the positions' weight decay exp(-(k - 1) / gamma) (0: z-lab's for the block size)
     intermediate_size: int = 0  # the layers' MLP width (0: the target's)
+    own_embedding: bool = False  # train a copy of the target's embedding (default: share the target's, frozen)
+    own_lm_head: bool = False  # train a copy of the target's LM head (default: share the target's, frozen)
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -81,6 +83,7 @@ def block_outputs(drafter: DFlashDrafter, embed: torch.nn.Module, batch: dict[st
     tokens = batch["input_ids"]
     rows, length = tokens.shape
     count, block = anchors.shape[1], drafter.block_size
+    embed = drafter.input_embedding(embed)
     context = drafter.context([batch[layer_key(layer)] for layer in drafter.features.layers])
     roots = embed(tokens.gather(1, anchors)).to(context.dtype)  # (rows, A, width)
     blocks = drafter.block_embeddings(roots, embed, block).reshape(rows, count * block, -1)
@@ -126,8 +129,8 @@ def dflash_loss(drafter: DFlashDrafter, embed: torch.nn.Module, lm_head: torch.n
     outputs = drafter.draft_rows(block_outputs(drafter, embed, batch, anchors))
     labels = label_positions(drafter, anchors)
     weights = slot_weights(labels.shape[-1], options.gamma, tokens.device)
-    return weighted_token_loss(options.objective, lm_head(outputs), target_probs_at(lm_head, batch["last"], labels),
-                               weights)
+    return weighted_token_loss(options.objective, drafter.output_head(lm_head)(outputs),
+                               target_probs_at(lm_head, batch["last"], labels), weights)
 
 
 @torch.no_grad()
@@ -142,7 +145,7 @@ def block_agreement(drafter: DFlashDrafter, embed: torch.nn.Module, lm_head: tor
     labels = label_positions(drafter, anchors)
     rows = torch.arange(tokens.shape[0], device=tokens.device)[:, None, None]
     wanted = lm_head(batch["last"][rows, labels - 1]).argmax(-1)
-    hits = lm_head(outputs).argmax(-1) == wanted
+    hits = drafter.output_head(lm_head)(outputs).argmax(-1) == wanted
     return [float(value) for value in hits.float().mean(dim=(0, 1))]
 
 
@@ -158,7 +161,7 @@ def fresh_drafter(options: DFlashTrainOptions, target_model: torch.nn.Module,
         raise DraftcountError(f"mask_token_id {options.mask_token_id} is outside the target's vocabulary ({vocab})")
     mask = None if options.mask_token_id < 0 else options.mask_token_id
     return new_drafter(target_model, options.layers, options.block_size, tuple(layers), mask, options.seed,
-                       options.intermediate_size, anchor_predicts)
+                       options.intermediate_size, anchor_predicts, options.own_embedding, options.own_lm_head)
 
 
 def anchor_generator(batch: dict[str, torch.Tensor], seed: int) -> torch.Generator:

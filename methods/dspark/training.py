@@ -65,7 +65,7 @@ def slot_outputs(drafter: DSparkDrafter, embed: torch.nn.Module, lm_head: torch.
     outputs = drafter.draft_rows(block_outputs(drafter, embed, batch, anchors))
     labels = label_positions(drafter, anchors)
     previous = batch["input_ids"].gather(1, (labels - 1).flatten(1)).view(labels.shape)  # teacher forcing
-    logits, confidence = drafter.slot(outputs, lm_head(outputs), previous)
+    logits, confidence = drafter.slot(outputs, drafter.output_head(lm_head)(outputs), previous)
     target = target_probs_at(lm_head, batch["last"], labels)
     accepted = 1.0 - 0.5 * (torch.softmax(logits.float(), dim=-1) - target).abs().sum(-1)
     return SlotOutputs(logits, confidence, target, accepted.detach().clamp(0.0, 1.0))

@@ -152,3 +152,28 @@ def test_the_upstream_module_agrees(target, released):
                       is_causal=False)
     ours = drafter(drafter.context([states[..., :WIDTH], states[..., WIDTH:]]), block, torch.arange(10)[None])
     assert torch.allclose(ours, theirs, atol=1e-5, rtol=1e-5)
+
+
+def test_a_drafter_with_its_own_embedding_and_head_trains_saves_and_decodes_losslessly(tmp_path, target):
+    from harness.data.token_streams import save_tokens
+    from harness.engine.method_spec import method_spec
+    from harness.training.drafters import DrafterTrainRequest, read_weights
+
+    target.save_pretrained(tmp_path / "target")
+    save_tokens(tmp_path / "tokens.pt", torch.randint(VOCAB, (600,), generator=torch.Generator().manual_seed(5)))
+    request = DrafterTrainRequest(method="dflash", target=str(tmp_path / "target"), data=tmp_path / "tokens.pt",
+                                  out=tmp_path / "own", steps=3, progress=False, heldout=tmp_path / "tokens.pt",
+                                  options={"seq_len": "32", "batch_size": "2", "own_embedding": "true",
+                                           "own_lm_head": "true", "block_size": "4"})
+    metrics = method_spec("dflash").train(request)
+    assert len(metrics["heldout_top1_agreement_by_step"]) == 3  # the block's mask slots
+    assert {"embed_tokens.weight", "lm_head.weight"} <= set(read_weights(tmp_path / "own"))
+    drafter = load_drafter(tmp_path / "own", target)
+    assert drafter.embed_tokens is not None and drafter.lm_head is not None
+    model = wrap_model(target)
+    ar, _ = build_adapter("ar", {}, BuildInputs(model, None, None))
+    adapter, _ = build_adapter("dflash", {}, BuildInputs(model, None, tmp_path / "own"))
+    assert adapter.lm_head is not target.get_output_embeddings() and adapter.embed is not target.get_input_embeddings()
+    prompt = torch.randint(VOCAB, (1, 6), generator=torch.Generator().manual_seed(6))
+    assert generate(model, adapter, prompt, 16, SamplingConfig()).output_ids == \
+        generate(model, ar, prompt, 16, SamplingConfig()).output_ids
