@@ -114,9 +114,10 @@ def _build_contenders(config: RunConfig, target: LoadedModel, draft: LoadedModel
 def _record(config: RunConfig, target: LoadedModel, draft: LoadedModel | None, contender: _Contender,
             prompt: Prompt, turn: int, sample: int, prompt_ids: list[int], seed: int, result: Generation,
             graphs_captured: int, timing_reruns: int, engine: EngineOptions, interleave: str,
-            repeat: int = 0) -> dict[str, Any]:
+            repeat: int = 0, trained_on: str | None = None) -> dict[str, Any]:
     """One generation's record (``engine``: the settings it ran under, ``auto`` resolved); ``graphs_captured``: CUDA graphs captured during it (inside its timing);
-    ``timing_reruns``: earlier runs of it discarded because they captured one (``without_captures``)."""
+    ``timing_reruns``: earlier runs of it discarded because they captured one (``without_captures``);
+    ``trained_on``: what the run's drafter learnt from (``drafter_data``, read once per run)."""
     counters = result.counters.as_dict()
     return {
         "schema_version": SCHEMA_VERSION,
@@ -134,7 +135,7 @@ def _record(config: RunConfig, target: LoadedModel, draft: LoadedModel | None, c
             "target": config.target,
             "draft": config.draft,
             "drafter": config.drafter,
-            "drafter_data": drafter_data(config.drafter),
+            "drafter_data": trained_on,
             "target_parameters": target.num_parameters,
             "draft_parameters": draft.num_parameters if draft is not None else None,
         },
@@ -173,6 +174,7 @@ def run(config: RunConfig, progress: bool = True) -> int:
         raise DraftcountError(f"target '{config.target}' has no tokenizer")
     draft = load_model(config.draft, config.dtype, config.device) if config.draft else None
     contenders = _build_contenders(config, target, draft)
+    trained_on = drafter_data(config.drafter)
     eos = eos_ids(target)
     verifiers = {"method": get_verifier(config.verifier), "baseline": get_verifier(DEFAULT_VERIFIER)}  # ar: as always
     runtime = EngineRuntime(target, config.engine)  # one per run: its static cache and graphs serve every turn
@@ -227,7 +229,8 @@ def run(config: RunConfig, progress: bool = True) -> int:
             outcomes = timed_turn(order, inputs, seed, name, f"{prompt.id}#{turn}")
             for contender, history, ids, (result, captured, reruns) in zip(order, histories, inputs, outcomes):
                 write_record(handle, _record(config, target, draft, contender, prompt, turn, sample, ids, seed, result,
-                                             captured, reruns, runtimes[contender.role].options, interleave, repeat))
+                                             captured, reruns, runtimes[contender.role].options, interleave, repeat,
+                                             trained_on))
                 history.append((question, target.tokenizer.decode(result.output_ids, skip_special_tokens=True)))
                 yield result.counters.tokens_per_forward
 

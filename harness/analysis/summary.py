@@ -99,7 +99,7 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
         row["drafter_forwards_per_step"] = group.drafter_forwards.sum() / max(group.verify_steps.sum(), 1)
         row["drafter_forwards_per_token"] = group.drafter_forwards.sum() / group.new_tokens.sum()
         row["drafter_parameters"] = group.drafter_parameters.max()
-        row["drafter_data"] = group.drafter_data.iloc[0] if "drafter_data" in group else ""
+        row["drafter_data"] = group.drafter_data.iloc[0]
         row["verified_per_step"] = verified / max(group.verify_steps.sum(), 1)
         row.update(compute_breakdown(group))
         row["options"] = group.options.iloc[0]

@@ -20,7 +20,7 @@ from transformers import DynamicCache, PreTrainedModel
 from harness.backend.kv_cache import cache_argument
 from harness.data.token_streams import random_windows
 from harness.errors import DraftcountError
-from harness.verify.sampling import SamplingConfig, logits_to_probs, make_generator, sample_from_probs
+from harness.verify.sampling import SamplingConfig, make_generator, next_token
 
 
 @dataclass(frozen=True)
@@ -46,15 +46,14 @@ class RegenerateOptions:
 @torch.no_grad()
 def continue_batch(model: PreTrainedModel, prompts: torch.Tensor, new_tokens: int, sampling: SamplingConfig,
                    generator: torch.Generator) -> torch.Tensor:
-    """(B, new_tokens) continuations of equal-length ``prompts`` (B, L), one cached forward per token."""
+    """(B, new_tokens) continuations of equal-length ``prompts`` (B, L), one cached forward per token (none after
+    the last)."""
     cache = DynamicCache(config=model.config)
-    logits = model(input_ids=prompts, use_cache=True, **cache_argument(model, cache)).logits[:, -1]
-    tokens = []
+    inputs, tokens = prompts, []
     for _ in range(new_tokens):
-        token = logits.argmax(-1) if sampling.is_greedy else sample_from_probs(logits_to_probs(logits, sampling),
-                                                                                generator)
-        tokens.append(token)
-        logits = model(input_ids=token[:, None], use_cache=True, **cache_argument(model, cache)).logits[:, -1]
+        logits = model(input_ids=inputs, use_cache=True, **cache_argument(model, cache)).logits[:, -1]
+        tokens.append(next_token(logits, sampling, generator))
+        inputs = tokens[-1][:, None]
     return torch.stack(tokens, dim=1)
 
 

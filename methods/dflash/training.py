@@ -133,18 +133,21 @@ def dflash_loss(drafter: DFlashDrafter, embed: torch.nn.Module, lm_head: torch.n
                                target_probs_at(lm_head, batch["last"], labels), weights)
 
 
+def evenly_spaced_anchors(batch: dict[str, torch.Tensor], block: int) -> torch.Tensor:
+    """(rows, count) anchors 0, B, 2B, ... of a held-out batch, every one with its block's labels in the row (for
+    either convention: the last anchor is at most length - 2B)."""
+    tokens = batch["input_ids"]
+    count = max(1, (tokens.shape[1] - block) // block)
+    return (torch.arange(count, device=tokens.device)[None] * block).expand(tokens.shape[0], -1)
+
+
 @torch.no_grad()
 def block_agreement(drafter: DFlashDrafter, embed: torch.nn.Module, lm_head: torch.nn.Module,
                     batch: dict[str, torch.Tensor]) -> list[float]:
     """Per drafting slot: how often its top-1 equals the target's at evenly spaced anchors (context: the truth)."""
-    tokens = batch["input_ids"]
-    length, block = tokens.shape[1], drafter.block_size
-    count = max(1, (length - block) // block)
-    anchors = torch.arange(count, device=tokens.device)[None].expand(tokens.shape[0], -1) * block
+    anchors = evenly_spaced_anchors(batch, drafter.block_size)
     outputs = drafter.draft_rows(block_outputs(drafter, embed, batch, anchors))
-    labels = label_positions(drafter, anchors)
-    rows = torch.arange(tokens.shape[0], device=tokens.device)[:, None, None]
-    wanted = lm_head(batch["last"][rows, labels - 1]).argmax(-1)
+    wanted = target_probs_at(lm_head, batch["last"], label_positions(drafter, anchors)).argmax(-1)
     hits = drafter.output_head(lm_head)(outputs).argmax(-1) == wanted
     return [float(value) for value in hits.float().mean(dim=(0, 1))]
 

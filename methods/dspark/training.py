@@ -27,8 +27,8 @@ from harness.training.drafters import (
     train_drafter,
 )
 from methods.dflash.training import (
-    DFlashTrainOptions, anchor_generator, block_outputs, draw_anchors, fresh_drafter, label_positions, slot_weights,
-    target_probs_at, weighted_token_loss,
+    DFlashTrainOptions, anchor_generator, block_outputs, draw_anchors, evenly_spaced_anchors, fresh_drafter,
+    label_positions, slot_weights, target_probs_at, weighted_token_loss,
 )
 from methods.dspark.checkpoint import save_dspark
 from methods.dspark.model import DSparkDrafter
@@ -84,12 +84,6 @@ def dspark_loss(drafter: DSparkDrafter, embed: torch.nn.Module, lm_head: torch.n
     mask = weights.expand(out.confidence.shape)
     bce = F.binary_cross_entropy_with_logits(out.confidence.float(), out.survival_target, reduction="none")
     return loss + options.confidence_weight * (bce * mask).sum() / mask.sum()
-
-
-def evenly_spaced_anchors(batch: dict[str, torch.Tensor], block: int) -> torch.Tensor:
-    tokens = batch["input_ids"]
-    count = max(1, (tokens.shape[1] - block - 1) // block)
-    return (torch.arange(count, device=tokens.device)[None] * block).expand(tokens.shape[0], -1)
 
 
 def calibration_error(predicted: torch.Tensor, observed: torch.Tensor, bins: int = 10) -> float:
