@@ -12,7 +12,7 @@ from harness.engine.adapter import NoDrafts
 from harness.engine.loop import generate
 from harness.data.token_streams import even_windows, load_tokens, random_windows
 from harness.backend.models import wrap_model
-from harness.verify.sampling import SamplingConfig
+from harness.verify.sampling import SamplingConfig, make_generator
 from harness.training.gates import apply_gates
 from harness.training.loop import TrainConfig, batches_from_step, train
 from harness.training.zoo import (
@@ -39,7 +39,7 @@ def sampling_regime(model, tokenizer, heldout: torch.Tensor, prompts: int, new_t
     at each sampled position, and the mean probability mass of its top-1 and top-10 tokens there (how far drafting
     the sampled text can go: a peaked, low-entropy model is easy to draft at T = 1)."""
     lm = wrap_model(model, tokenizer)
-    generator = torch.Generator().manual_seed(seed)
+    generator = make_generator(seed, lm.device)
     entropies, top1, top10 = [], [], []
     for window in even_windows(heldout, prompts, 32):
         output = generate(lm, NoDrafts(), window[None], new_tokens, SamplingConfig(temperature=1.0),

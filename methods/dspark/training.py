@@ -106,7 +106,7 @@ def fit_temperatures(drafter: DSparkDrafter, embed: torch.nn.Module, lm_head: to
     raw = out.confidence.float().flatten(0, 1)  # (anchors, slots)
     observed = torch.cumprod(out.survival_target.flatten(0, 1), dim=-1)
     chosen: list[float] = []
-    survival = torch.ones(raw.shape[0])
+    survival = torch.ones(raw.shape[0], device=raw.device)
     for slot in range(raw.shape[1]):
         errors = [calibration_error(survival * torch.sigmoid(raw[:, slot] / value), observed[:, slot])
                   for value in TEMPERATURE_GRID]

@@ -35,6 +35,7 @@ from harness.measure.projection import SHAPES, scaled_shape, shaped_llama
 from methods.eagle.cost import step_latency as eagle_step_latency
 from methods.lyanna.cost import step_latency as lyanna_depth_latency
 from tests.helpers import make_llama, markov_batches, train_briefly
+from tests.methods.conformance import HOST_READ_BUDGETS
 
 pytestmark = [pytest.mark.cuda,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")]
@@ -136,8 +137,9 @@ def test_ar_equals_transformers_generate_on_cuda(cuda_zoo):
 @pytest.mark.parametrize("variant", [name for name in VARIANTS if name != "lyanna_unfused"])
 def test_one_host_sync_per_step_as_cuda_reports(cuda_zoo, variant):
     """With static caches and every graph, PyTorch's own report (set_sync_debug_mode) sees exactly one
-    synchronising call per decoding step, in verification (the read of the accepted path), and none while
-    drafting, in the target's forward or in the adapter's bookkeeping. (Unfused verification reads its root
+    synchronising call per decoding step in verification (the read of the accepted path), and none while
+    drafting, in the target's forward or in the adapter's bookkeeping, except for the methods that read the host by
+    design (HOST_READ_BUDGETS, the CPU audit's budgets): their total stays within the budget. (Unfused verification reads its root
     forward's token as well: two per step, the overhead fusion removes.)"""
     target = cuda_zoo["target"]
     runtime = EngineRuntime(target, ENGINES["graphs"])
@@ -148,8 +150,13 @@ def test_one_host_sync_per_step_as_cuda_reports(cuda_zoo, variant):
     audit = audit_generation(target, adapter, prompt, NEW_TOKENS, GREEDY, runtime=runtime)
     assert audit.cuda_reported is not None and set(audit.cuda_reported) == set(PHASES)
     assert audit.cuda_reported["verify"] == pytest.approx(1.0), audit.cuda_reported
-    assert all(audit.cuda_reported[phase] == 0 for phase in ("propose", "forward", "commit")), audit.cuda_reported
-    assert audit.per_step == pytest.approx(1.0), audit.by_operation  # the prediction agrees
+    elsewhere = sum(audit.cuda_reported[phase] for phase in ("propose", "forward", "commit"))
+    if variant in HOST_READ_BUDGETS:  # a method that reads the host by design: within its budget
+        budget, why = HOST_READ_BUDGETS[variant]
+        assert 1 + elsewhere <= budget, f"{variant}: {audit.cuda_reported}, over its budget {budget} ({why})"
+    else:
+        assert elsewhere == 0, audit.cuda_reported
+    assert audit.per_step == pytest.approx(1 + elsewhere), audit.by_operation  # the prediction agrees
 
 
 def test_cuda_event_stopwatch():

@@ -125,3 +125,16 @@ def check_sampled_distribution(zoo: Zoo, case: str) -> None:
     samples = PAIR_SAMPLES if ":" in case else SAMPLES
     counts = sampled_distribution(zoo.target, adapter, [1, 2, 3], 3, sampling, samples, seed=0)
     assert chi_square_pvalue(counts, exact) > ALPHA
+
+
+# Methods whose design reads more than the verifier's value each step, with their budget and why (a regression past
+# the budget still fails). Every other method: the verifier's read alone. Read by the CPU host-read audit
+# (test_greedy.py) and by the CUDA suite's count of PyTorch-reported synchronisations (tests/backend/test_cuda.py).
+HOST_READ_BUDGETS = {
+    "stand": (2.1, "its n-gram store lives on the host: the verified distributions' top-k rows are read once a step "
+                   "(and, sampling, a block of Gumbel noise every 4096 draws)"),
+    "hedgespec": (3.1, "every expert's tree is read once a step (to graft and score it), plus its experts' own reads "
+                       "(the default pld,stand: stand's)"),
+    "polybasic": (8, "staged verification: each inner round's mid-model verdict is read on the host"),
+    "dspark": (2.1, "the planner reads the block's predicted survival on the host to choose the verify length"),
+}

@@ -10,7 +10,8 @@ from harness import SamplingConfig, generate
 from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.engine.runtime import EngineOptions, EngineRuntime
 from harness.measure.host_sync import audit_generation
-from tests.methods.conformance import CASES, GREEDY, METHODS, Zoo, build_markov_zoo, prompts
+from tests.methods.conformance import (CASES, GREEDY, HOST_READ_BUDGETS, METHODS, Zoo, build_markov_zoo,
+                                        prompts)
 
 
 @pytest.fixture(scope="module")
@@ -38,18 +39,6 @@ def test_greedy_output_equals_ar(markov_zoo: Zoo, ar_outputs: list[list[int]], m
     assert method == "ar" or drafted > 0, f"{method} drafted nothing: the test would not exercise verification"
     # a method whose drafter runs forwards has them timed as the drafter phase (none: no drafter time)
     assert (drafter_seconds > 0) == (drafter_forwards > 0), f"{method}: drafter forwards not timed as drafter"
-
-
-# Methods whose design reads more than the verifier's value each step, with their budget and why (a regression past
-# the budget still fails). Every other method: the verifier's read alone.
-HOST_READ_BUDGETS = {
-    "stand": (2.1, "its n-gram store lives on the host: the verified distributions' top-k rows are read once a step "
-                   "(and, sampling, a block of Gumbel noise every 4096 draws)"),
-    "hedgespec": (3.1, "every expert's tree is read once a step (to graft and score it), plus its experts' own reads "
-                       "(the default pld,stand: stand's)"),
-    "polybasic": (8, "staged verification: each inner round's mid-model verdict is read on the host"),
-    "dspark": (2.1, "the planner reads the block's predicted survival on the host to choose the verify length"),
-}
 
 
 @pytest.mark.parametrize("method", METHODS)
