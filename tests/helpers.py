@@ -209,8 +209,6 @@ def chi_square_pvalue(counts: Counter, probabilities: dict, min_expected: float 
     The threshold a test compares against follows from the sample size through
     the expected counts: with N samples, a cell of probability p expects N p.
     """
-    from scipy.stats import chi2  # here, not at the top: the GPU box runs `pytest -m cuda` without scipy
-
     samples = sum(counts.values())
     unexpected = set(counts) - set(probabilities)
     if unexpected:
@@ -226,7 +224,15 @@ def chi_square_pvalue(counts: Counter, probabilities: dict, min_expected: float 
     if pooled_expected > 0:
         cells.append((pooled_observed, pooled_expected))
     statistic = sum((observed - expected) ** 2 / expected for observed, expected in cells if expected > 0)
-    return float(chi2.sf(statistic, df=max(len(cells) - 1, 1)))
+    return chi_square_survival(statistic, max(len(cells) - 1, 1))
+
+
+def chi_square_survival(statistic: float, degrees: int) -> float:
+    """P(X >= statistic) for X chi-square with ``degrees`` degrees of freedom: the regularised upper incomplete
+    gamma Q(degrees / 2, statistic / 2) (torch's, in float64; no SciPy, whose import every workflow job would pay
+    through transformers)."""
+    half = torch.tensor([degrees / 2, statistic / 2], dtype=torch.float64)
+    return float(torch.special.gammaincc(half[0], half[1]))
 
 
 ENGINE_SWITCHES = {"static": EngineOptions(kv_cache="static"),

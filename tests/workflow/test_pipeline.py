@@ -117,8 +117,6 @@ def test_smoke_pipeline_end_to_end_killed_and_resumed(tmp_path):
     assert {"ar", "eagle", "lyanna"} <= set(pd.read_csv(done / "overheads.csv").method)
     assert set(pd.read_csv(done / "host_sync.csv").variant) >= {"ar", "sd", "eagle", "lyanna"}
     assert (pd.read_csv(done / "projection" / "projection.csv").projected_speedup.notna()).any()
-    static = pd.read_csv(results / "tables" / "summary_static.csv")  # the engine pass `static`: main variants
-    assert sorted(set(static.variant)) == sorted(SMOKE_MAIN)
     for name in ("lossless", "ar_vs_generate_eager", "overheads", "host_sync", "projection"):
         assert (done / "benchmarks" / f"{name}.tsv").is_file() and (done / "logs" / f"{name}.log").is_file()
 
@@ -126,7 +124,7 @@ def test_smoke_pipeline_end_to_end_killed_and_resumed(tmp_path):
 @pytest.mark.slow
 def test_killed_training_resumes_from_its_checkpoint(tmp_path):
     config = tmp_path / "long.yaml"
-    config.write_text("target:\n  train: {steps: 100000, time_budget_s: 25, checkpoint_every_s: 2}\n")
+    config.write_text("target:\n  train: {steps: 100000, time_budget_s: 12, checkpoint_every_s: 1}\n")
     args = ["--cores", "2", "--profile", "workflow/profiles/smoke", "--configfile", "workflow/config/default.yaml",
             "workflow/config/smoke.yaml", str(config), *overrides(tmp_path), "--until", "train_target"]
     checkpoint = tmp_path / "work" / "checkpoints" / "target.pt"
