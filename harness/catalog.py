@@ -39,7 +39,9 @@ class Entry:
     module's ``METHOD.train`` writes one) or ``("draft", "drafter")`` (both: a chain of a draft LM and a trained
     model, as `polybasic`). color: its colour in every figure (None: one from a spare palette). options:
     ``"module:Class"``, its options dataclass in a module that imports no torch (None: ``METHOD.options``, which
-    imports the method's module); ``METHOD.options`` must be the same class.
+    imports the method's module); ``METHOD.options`` must be the same class. drafts: whether its adapter proposes
+    draft tokens (only `ar` does not): a drafting method is refused on a target whose KV cache cannot drop rejected
+    drafts (a hybrid model's recurrent state), before it is built.
     """
 
     name: str
@@ -48,6 +50,7 @@ class Entry:
     needs: Needs = None
     color: str | None = None
     options: str | None = None
+    drafts: bool = True
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():

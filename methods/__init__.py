@@ -10,9 +10,10 @@ imported here. A method package keeps its options in its torch-free ``__init__``
 
 from harness.catalog import Entry
 
-CATALOG = (  # name, module (METHOD), summary, needs, colour in the figures, options ("module:Class", torch-free)
+CATALOG = (  # name, module (METHOD), summary, needs, colour in the figures, options ("module:Class", torch-free);
+    # drafts=False: the one method that proposes no draft tokens
     Entry("ar", "methods.ar.method", "autoregressive baseline: one target forward per token",
-          None, "#7f7f7f", "methods.ar:AutoregressiveOptions"),
+          None, "#7f7f7f", "methods.ar:AutoregressiveOptions", drafts=False),
     Entry("sd", "methods.sd.method", "speculative decoding: a draft LM proposes a chain of gamma tokens",
           "draft", "#1f77b4", "methods.sd:SpeculativeDecodingOptions"),
     Entry("tree_sd", "methods.tree_sd.method", "token-tree SD with a draft LM (SpecInfer/Sequoia)",

@@ -5,6 +5,12 @@ Works on transformers' DynamicCache and on the preallocated cache of
 head_dim) per layer (``cache.layers[i].keys/values``; for the static cache,
 views of its buffers). Only full-attention layers are supported:
 sliding-window or linear-attention layers cannot drop speculative entries.
+
+A hybrid target (Mamba2 or linear-attention layers beside attention, as in Bamba, Zamba2, FalconH1, NemotronH,
+GraniteMoeHybrid, Jamba) keeps recurrent state in its cache: transformers puts it in the same layer object as the
+attention keys in some of them (``LinearAttentionAndFullAttentionLayer``), so a crop would drop the rejected drafts'
+keys and leave the state advanced past them. ``rollback_refusal`` names such a layer; the engine refuses to draft
+on such a model (``ar`` runs: it never drops an entry), and ``crop_cache`` refuses to drop entries from one.
 """
 
 from __future__ import annotations
@@ -14,6 +20,7 @@ import inspect
 
 import torch
 from transformers import DynamicCache, PretrainedConfig
+from transformers.cache_utils import DynamicLayer
 
 from harness.errors import DraftcountError
 from harness.backend.static_cache import PreallocatedLayer
@@ -40,19 +47,45 @@ def cache_length(cache: DynamicCache) -> int:
     return cache.get_seq_length()
 
 
+ROLLBACK_LAYERS = (DynamicLayer, PreallocatedLayer)  # exactly these types: plain full-attention keys and values
+
+
+def layer_refusal(layer: object, index: int) -> str | None:
+    """Why cache layer ``layer`` cannot drop speculative entries, or None when it is a plain full-attention layer."""
+    name = type(layer).__name__
+    if hasattr(layer, "recurrent_states") or hasattr(layer, "conv_states"):
+        return f"layer {index} ({name}) keeps recurrent state (an SSM or linear-attention layer)"
+    if getattr(layer, "is_sliding", False):
+        return f"layer {index} ({name}) is a sliding-window layer"
+    if type(layer) not in ROLLBACK_LAYERS:
+        return f"layer {index} ({name}) is not a plain full-attention layer"
+    return None
+
+
+def rollback_refusal(config: PretrainedConfig) -> str | None:
+    """Why the KV cache of a model of ``config`` cannot drop rejected drafts (its first such layer), or None."""
+    for index, layer in enumerate(new_cache(config).layers):  # built from the config: no tensor is allocated
+        why = layer_refusal(layer, index)
+        if why:
+            return why
+    return None
+
+
 def _full_attention_layers(cache: DynamicCache) -> list:
     layers = list(cache.layers)
-    for layer in layers:
-        if getattr(layer, "is_sliding", False) or not hasattr(layer, "keys"):
-            raise DraftcountError(
-                f"KV cache layer type {type(layer).__name__} is not supported (full-attention layers only)"
-            )
+    for index, layer in enumerate(layers):
+        why = layer_refusal(layer, index)
+        if why:
+            raise DraftcountError(f"cannot drop speculative entries from this KV cache: {why}")
     return layers
 
 
 def crop_cache(cache: DynamicCache, length: int) -> None:
     """Keep the first ``length`` positions of every layer (a layer no longer than that is left as it is: no
-    view is made, so an autoregressive step's crop costs no op)."""
+    view is made, so an autoregressive step's crop costs no op; a cache no longer than that is not inspected, so
+    `ar` runs on a hybrid target)."""
+    if cache.get_seq_length() <= length:
+        return
     for layer in _full_attention_layers(cache):
         if isinstance(layer, PreallocatedLayer):
             layer.set_length(min(length, layer.length))

@@ -155,6 +155,9 @@ def generation_steps(
     check_fits_context(target, prompt_len, max_new_tokens, adapter.max_draft_nodes, prompt_name or "(unnamed)")
     runtime = runtime or EngineRuntime(target)
     target = runtime.target
+    if adapter.max_draft_nodes and runtime.rollback_refusal:
+        raise DraftcountError(f"{type(adapter).__name__} drafts, but the target cannot drop rejected drafts from its "
+                              f"KV cache: its {runtime.rollback_refusal}. Only ar runs on this target")
     counters = GenerationCounters()
     ctx = StepContext(sampling, generator, counters, target.vocab_size, runtime, prompt_len + max_new_tokens + 1,
                       prompt_key)

@@ -37,9 +37,10 @@ import torch
 from transformers import PretrainedConfig
 from transformers.cache_utils import Cache
 
+from harness.errors import DraftcountError
 from harness.backend.cuda_graphs import GraphedForwards, check_capturable
 from harness.backend.forward import ForwardTally, LMOutput, run_model
-from harness.backend.kv_cache import new_cache
+from harness.backend.kv_cache import new_cache, rollback_refusal
 from harness.backend.models import LoadedModel
 from harness.backend.static_cache import new_static_cache, reset_static_cache, static_capacity
 from harness.trees.tree import TokenTree
@@ -69,10 +70,11 @@ class EngineOptions:
                              "use default or max-autotune-no-cudagraphs")
 
 
-    def resolved(self, device: torch.device | str) -> EngineOptions:
+    def resolved(self, device: torch.device | str, full_attention: bool = True) -> EngineOptions:
         """These options with ``auto`` settled for ``device``: static cache + CUDA graphs on CUDA, eager elsewhere
-        (``cuda_graphs=auto`` with an explicit ``kv_cache=dynamic`` stays eager)."""
-        cuda = torch.device(device).type == "cuda"
+        (``cuda_graphs=auto`` with an explicit ``kv_cache=dynamic`` stays eager; so does a target whose cache is
+        not full attention alone, ``full_attention=False``: a hybrid model)."""
+        cuda = torch.device(device).type == "cuda" and full_attention
         kv_cache = self.kv_cache if self.kv_cache != "auto" else ("static" if cuda else "dynamic")
         graphs = self.cuda_graphs
         if graphs == "auto":
@@ -113,7 +115,8 @@ class EngineRuntime:
     """The target and the drafters' caches and graphs as the engine runs them under ``options``."""
 
     def __init__(self, target: LoadedModel, options: EngineOptions = EngineOptions(), capture: bool = True) -> None:
-        options = options.resolved(target.device)
+        self.rollback_refusal = rollback_refusal(target.config)  # why drafts cannot be dropped (hybrid), or None
+        options = options.resolved(target.device, full_attention=self.rollback_refusal is None)
         self.options = options
         self.capture = capture
         if options.compile == "on":
@@ -122,6 +125,9 @@ class EngineRuntime:
             compiled = torch.compile(target.model, backend=options.compile_backend, mode=mode, dynamic=True)
             target = dataclasses.replace(target, model=compiled)
         self.target = target
+        if self.rollback_refusal and (options.kv_cache == "static" or options.cuda_graphs != "off"):
+            raise DraftcountError(f"kv_cache=static and CUDA graphs hold full-attention layers only, and this "
+                                  f"target's {self.rollback_refusal}: run it with kv_cache=dynamic cuda_graphs=off")
         self.graphs = (self._graph_runner(target.config, "the target", target.device, target.dtype)
                        if options.cuda_graphs != "off" else None)
         self.static_cache: Cache | None = None
@@ -165,7 +171,13 @@ class EngineRuntime:
     def drafter_cache(self, owner: object, config: PretrainedConfig, sequence: int, lookahead: int,
                       dtype: torch.dtype, device: torch.device) -> Cache:
         """An empty KV cache for ``owner``'s drafter (a DynamicCache, or its static cache rewound) with room for
-        a ``sequence``-position generation plus ``lookahead``."""
+        a ``sequence``-position generation plus ``lookahead``. A drafter whose cache cannot drop rejected drafts
+        (a hybrid model) is refused with one line."""
+        if owner not in self._drafter_caches:
+            why = rollback_refusal(config)
+            if why:
+                raise DraftcountError(f"{type(owner).__name__}'s drafter cannot drop rejected drafts from its KV "
+                                      f"cache: its {why}")
         cache = reusable_cache(self._drafter_caches.get(owner), config, self._room(sequence, lookahead),
                                self.options.kv_cache, dtype, device)
         if self.options.kv_cache == "static":
