@@ -16,6 +16,7 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.backend.device import index_on
 from harness.backend.forward import LMOutput
 from harness.backend.models import LoadedModel, check_same_tokenizer, load_model
 from harness.engine.adapter import AdapterBase, StepContext
@@ -42,11 +43,16 @@ class InnerRound:
     accepted: int
 
 
-def chain_tree(root: torch.Tensor, tokens: list[torch.Tensor] | torch.Tensor,
+def chain_tree(root: torch.Tensor, tokens: list[torch.Tensor] | list[int],
                probs: list[torch.Tensor | None]) -> TokenTree:
-    """A chain rooted at ``root``: node i + 1 holds tokens[i], drawn from probs[i]."""
-    stacked = torch.stack([root.reshape(()), *[torch.as_tensor(t, device=root.device).reshape(()) for t in tokens]])
-    return TokenTree(stacked, tuple(range(-1, len(probs))), [None, *probs])
+    """A chain rooted at ``root``: node i + 1 holds tokens[i], drawn from probs[i]. Tokens are device tensors (the
+    small model's drafts) or host ints (the inner rounds' verdicts), uploaded in one copy that does not wait for
+    the device (one synchronising copy per token before)."""
+    if tokens and not isinstance(tokens[0], torch.Tensor):
+        drafted = index_on(tokens, root.device).to(root.dtype)
+    else:
+        drafted = torch.stack([t.reshape(()) for t in tokens]).to(root.device) if tokens else root.new_zeros(0)
+    return TokenTree(torch.cat([root.reshape(1), drafted]), tuple(range(-1, len(probs))), [None, *probs])
 
 
 class PolybasicAdapter(AdapterBase):
@@ -121,7 +127,7 @@ class PolybasicAdapter(AdapterBase):
             self.rounds += 1
             self.inner_accepted += outcome.accepted
             self.inner_drafted += self.gamma
-            running = torch.cat([running, torch.tensor([outcome.tokens], device=running.device)], dim=-1)
+            running = torch.cat([running, index_on(outcome.tokens, running.device)[None]], dim=-1)
         return chain_tree(sequence[0, -1], tokens[:block], probs[:block])
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:

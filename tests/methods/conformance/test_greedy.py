@@ -55,3 +55,8 @@ def test_at_most_one_host_read_per_step(markov_zoo: Zoo, method: str):
         assert audit.steps > 1 and audit.reads_per_step <= budget, (
             f"{method} at T={sampling.temperature:g}: {audit.reads_per_step:.2f} host reads per step, over its "
             f"budget {budget} ({why}): {audit.by_operation}")
+        # every synchronising call, host-to-device copies from pageable memory included: what CUDA counts (the
+        # quick GPU check found polybasic uploading each drafted token apart, 14.75 a step)
+        assert audit.per_step <= budget, (
+            f"{method} at T={sampling.temperature:g}: {audit.per_step:.2f} synchronising calls per step, over its "
+            f"budget {budget} ({why}): {audit.by_operation}")
