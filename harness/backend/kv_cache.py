@@ -71,6 +71,14 @@ def rollback_refusal(config: PretrainedConfig) -> str | None:
     return None
 
 
+def refuse_drafting(who: str, why: str | None) -> None:
+    """The one-line refusal of ``who``, a drafting method or adapter, on a target whose cache cannot drop rejected
+    drafts for reason ``why`` (``rollback_refusal``'s answer; None: nothing to refuse)."""
+    if why:
+        raise DraftcountError(f"{who} drafts, but the target cannot drop rejected drafts from its KV cache: its {why}. "
+                              f"Only ar runs on this target")
+
+
 def _full_attention_layers(cache: DynamicCache) -> list:
     layers = list(cache.layers)
     for index, layer in enumerate(layers):

@@ -17,7 +17,7 @@ from harness.engine.adapter import DraftAdapter, StepContext
 from harness.engine.counters import GenerationCounters
 from harness.errors import DraftcountError
 from harness.backend.forward import LMOutput, positions, run_model
-from harness.backend.kv_cache import keep_tree_path
+from harness.backend.kv_cache import keep_tree_path, refuse_drafting
 from harness.backend.models import LoadedModel
 from harness.verify.sampling import SamplingConfig, next_token
 from harness.engine.runtime import EngineRuntime
@@ -155,9 +155,8 @@ def generation_steps(
     check_fits_context(target, prompt_len, max_new_tokens, adapter.max_draft_nodes, prompt_name or "(unnamed)")
     runtime = runtime or EngineRuntime(target)
     target = runtime.target
-    if adapter.max_draft_nodes and runtime.rollback_refusal:
-        raise DraftcountError(f"{type(adapter).__name__} drafts, but the target cannot drop rejected drafts from its "
-                              f"KV cache: its {runtime.rollback_refusal}. Only ar runs on this target")
+    if adapter.max_draft_nodes:
+        refuse_drafting(type(adapter).__name__, runtime.rollback_refusal)
     counters = GenerationCounters()
     ctx = StepContext(sampling, generator, counters, target.vocab_size, runtime, prompt_len + max_new_tokens + 1,
                       prompt_key)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from harness.backend.kv_cache import rollback_refusal
+from harness.backend.kv_cache import refuse_drafting, rollback_refusal
 from harness.backend.models import LoadedModel
 from harness.catalog import entry, load_method, options_type
 from harness.engine.adapter import DraftAdapter
@@ -68,10 +68,8 @@ def build_adapter(name: str, options: Mapping[str, Any] | Any, inputs: BuildInpu
     spec = method_spec(name)
     parsed = options if isinstance(options, spec.options) else parse_method_options(name, options)
     item = entry(name)
-    why = rollback_refusal(inputs.target.config) if item.drafts else None
-    if why:  # a hybrid target: dropping rejected drafts would leave its recurrent state advanced (not lossless)
-        raise DraftcountError(f"method '{name}' drafts, but the target cannot drop rejected drafts from its KV cache: "
-                              f"its {why}. Only ar runs on this target")
+    if item.drafts:  # a hybrid target: dropping rejected drafts would leave its recurrent state advanced
+        refuse_drafting(f"method '{name}'", rollback_refusal(inputs.target.config))
     if item.needs_draft and inputs.draft is None:
         raise DraftcountError(f"method '{name}' needs a draft model (--draft)")
     if item.needs_drafter and inputs.drafter_dir is None:

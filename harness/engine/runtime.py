@@ -134,6 +134,7 @@ class EngineRuntime:
         self.reserved = 0  # every cache is sized for sequences of at least this many positions (``reserve``)
         self._drafter_caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._drafter_graphs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+        self._checked_drafters: weakref.WeakSet = weakref.WeakSet()  # drafters whose cache can drop drafts
 
     def graph_runners(self) -> dict[str, GraphedForwards]:
         """Every live graph runner: "target" and one per drafter (its adapter's class name, numbered)."""
@@ -173,11 +174,12 @@ class EngineRuntime:
         """An empty KV cache for ``owner``'s drafter (a DynamicCache, or its static cache rewound) with room for
         a ``sequence``-position generation plus ``lookahead``. A drafter whose cache cannot drop rejected drafts
         (a hybrid model) is refused with one line."""
-        if owner not in self._drafter_caches:
+        if owner not in self._checked_drafters:  # once per drafter, not per generation
             why = rollback_refusal(config)
             if why:
                 raise DraftcountError(f"{type(owner).__name__}'s drafter cannot drop rejected drafts from its KV "
                                       f"cache: its {why}")
+            self._checked_drafters.add(owner)
         cache = reusable_cache(self._drafter_caches.get(owner), config, self._room(sequence, lookahead),
                                self.options.kv_cache, dtype, device)
         if self.options.kv_cache == "static":
