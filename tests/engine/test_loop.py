@@ -25,7 +25,7 @@ def test_ar_equals_transformers_generate(random_pair):
 
 
 @pytest.mark.parametrize("pair", ["random_pair", "trained_pair"])
-@pytest.mark.parametrize("gamma", [1, 3, 5])
+@pytest.mark.parametrize("gamma", [1, 5])  # the shortest chain, and one longer than most accepted runs
 def test_sd_greedy_equals_ar(request, pair, gamma):
     target, draft = request.getfixturevalue(pair)
     expected = _ar_outputs(target)

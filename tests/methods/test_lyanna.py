@@ -53,9 +53,9 @@ SHAPES = [(4, 5, 24), (2, 3, 5), (3, 4, 12)]
 
 @pytest.mark.parametrize("drafter", ["token_info", "feature", "token_info_vocab", "feature_vocab"])
 def test_greedy_lossless_every_switch(lyanna_setup, drafter):
-    """inject x vocabulary compression (the drafters) x reuse x verification fusion x overlap, 20 prompts each."""
+    """inject x vocabulary compression (the drafters) x reuse x verification fusion x overlap, 12 prompts each."""
     target, root, _ = lyanna_setup
-    prompts = _prompts(20)
+    prompts = _prompts(12)
     expected = [generate(target, NoDrafts(), prompt, 12, SamplingConfig()).output_ids for prompt in prompts]
     deep = 0
     for index, (reuse, fusion, overlap) in enumerate(SWITCHES):

@@ -36,9 +36,8 @@ def _adapter(kind, target, draft):
     return PathTreeDrafter(draft, (2, 2), mode)
 
 
-@pytest.mark.parametrize("kind,sampling", [  # sd at T=1 with default options: tests/methods/conformance/
-    ("sd", SamplingConfig(0.8, top_k=4, top_p=0.9)),
-    ("tree-iid", SamplingConfig(1.0)),
+@pytest.mark.parametrize("kind,sampling", [  # sd, and a tree drawn with replacement (tree_sd), at T=1 with default
+    ("sd", SamplingConfig(0.8, top_k=4, top_p=0.9)),  # options: tests/methods/conformance/
     ("tree-topk", SamplingConfig(1.0)),
     ("tree-iid", SamplingConfig(0.7, top_k=3)),
 ])

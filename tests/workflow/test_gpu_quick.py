@@ -12,7 +12,7 @@ from tests.workflow.test_workflow import ROOT, job_counts, snakemake
 
 QUICK = ["--configfile", "workflow/config/gpu-quick.yaml"]
 CPU = [*QUICK, "workflow/config/gpu-quick-cpu.yaml"]
-CPU_LOSSLESS = ["sd", "pld"]  # the CPU rehearsal's lossless runs (gpu-quick-cpu.yaml)
+CPU_LOSSLESS = ["pld"]  # the CPU rehearsal's lossless runs (gpu-quick-cpu.yaml)
 CALIBRATION_RULES = {"tree_shape", "sequoia_tree", "measure_latency", "measure_acceptance", "measure_draft_step",
                      "stand_tree"}
 
@@ -49,7 +49,8 @@ def test_quick_plan_at_cpu_size(tmp_path):
     result = snakemake("-n", "quick", *CPU, *quick_overrides(tmp_path))
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
-    assert counts["lossless_run"] == len(CPU_LOSSLESS) and "train_drafter" not in counts  # sd's draft LM alone
+    assert counts["lossless_run"] == len(CPU_LOSSLESS)
+    assert "train_drafter" not in counts and "train_draft" not in counts  # model-free methods: the target alone
 
 
 @pytest.mark.slow
@@ -66,7 +67,7 @@ def test_entry_script_runs_the_quick_check_on_cpu(tmp_path):
     assert f"{len(CPU_LOSSLESS)} methods, every output equals its paired ar output" in readme
     speedups = readme.split("## Paired speedups against ar")[1]
     for engine in ("default", "eager"):
-        assert f"| {engine} | ar_control | 0 |" in speedups and f"| {engine} | sd | 1 |" in speedups
+        assert f"| {engine} | ar_control | 0 |" in speedups and f"| {engine} | pld | 1 |" in speedups
     assert (out / "checks" / "lossless.csv").is_file() and (out / "report.md").is_file()
 
 

@@ -22,8 +22,11 @@ def scope_main(scope):
 
 def training_metrics(scope):
     """Metrics files of the models and drafters the scope's variants used that the workflow trained."""
-    paths = [] if external_models() else [work("metrics/target.json"), work("metrics/draft.json")]
-    used = {variant_drafter(variant) for variant in scope_variants(scope) if plan.needs_drafter(variant_method(variant))}
+    variants = scope_variants(scope)
+    paths = [] if external_models() else [work("metrics/target.json")]
+    if not external_models() and any(plan.needs_draft_lm(variant_method(variant)) for variant in variants):
+        paths.append(work("metrics/draft.json"))  # no draft LM is trained for a run that drafts without one
+    used = {variant_drafter(variant) for variant in variants if plan.needs_drafter(variant_method(variant))}
     return paths + [work(f"metrics/drafter-{name}.json") for name in trained_drafters() if name in used]
 
 
