@@ -1,0 +1,188 @@
+"""Benchmark: decoding under load, batch size B against throughput and latency, per method, paired with `ar`.
+
+For every B of ``--batch-sizes`` the same prompts are cut into batches of B; each batch is decoded by every method
+in turn (the order rotating from batch to batch, so machine noise hits them alike), `ar` first among equals and
+twice (the A/A control). Per (method, B): aggregate output tokens/s (a batch's tokens over its wall time), the
+paired speedup over `ar` (per batch, then the mean), per-request end-to-end latency and time per output token
+(p50/p90/p99), tau (tokens per target forward, per request), target tokens per step (verified tokens x rows)
+and the padding share of the prefill (its left padding).
+
+    python -m harness measure load --target DIR --draft DIR --prompts FILE --batch-sizes 1,2,4,8
+    python -m harness measure load            # random ~20M-parameter target with a perturbed copy as draft
+
+Batched methods: `ar` and `sd` (``harness.engine.batched``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import csv
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+
+from harness.backend.device import Stopwatch
+from harness.backend.models import LoadedModel, load_model, random_llama, wrap_model
+from harness.data.prompts import encode_turn, load_prompts
+from harness.engine.batched import generate_batch
+from harness.engine.method_spec import BuildInputs, build_adapter
+from harness.errors import DraftcountError
+from harness.measure.ar_vs_generate import SMALL_LLAMA
+from harness.verify.sampling import SamplingConfig, make_generator
+
+METHODS = ("ar", "ar_control", "sd")
+FIELDS = ["method", "batch_size", "batches", "tokens_per_s", "speedup", "e2e_p50", "e2e_p90", "e2e_p99",
+          "tpot_p50", "tpot_p90", "tau", "target_tokens_per_step", "padding_share"]
+
+
+@dataclass
+class BatchRun:
+    """One batch decoded by one method: its wall time, and per request its tokens, latency and forwards."""
+
+    seconds: float
+    tokens: list[int]
+    latencies: list[float]
+    target_forwards: list[int]  # per request, its decoding steps
+    target_tokens: int  # verified tokens of the decoding steps, all rows
+    prompt_tokens: int
+    padding: int  # the prefill's left padding
+
+
+def percentile(values: list[float], share: float) -> float:
+    """The ``share`` quantile (nearest rank) of ``values``."""
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, max(0, round(share * len(ordered)) - 1))]
+
+
+def decode_batch(target: LoadedModel, adapter, prompts: list[torch.Tensor], new_tokens: int,
+                 sampling: SamplingConfig, seed: int) -> BatchRun:
+    generators = [make_generator(seed + row, target.device) for row in range(len(prompts))]
+    stopwatch = Stopwatch(target.device)
+    results = generate_batch(target, adapter, prompts, new_tokens, sampling, generators)
+    seconds = stopwatch.elapsed()
+    lengths = [prompt.shape[-1] for prompt in prompts]
+    return BatchRun(seconds, [len(result.output_ids) for result in results],
+                    [result.counters.wall_seconds for result in results],
+                    [result.counters.target.forwards - 1 for result in results],  # decoding steps (no prefill)
+                    sum(result.counters.target.tokens for result in results) - sum(lengths),
+                    sum(lengths), sum(max(lengths) - length for length in lengths))
+
+
+def summarize_runs(runs: dict[str, list[BatchRun]], batch_size: int) -> list[dict]:
+    """One row per method at this batch size; speedup: the mean over batches of ar's seconds over the method's."""
+    rows = []
+    for method, batches in runs.items():
+        tokens = sum(sum(run.tokens) for run in batches)
+        latencies = [latency for run in batches for latency in run.latencies]
+        tpot = [latency / count for run in batches for latency, count in zip(run.latencies, run.tokens)]
+        forwards = sum(sum(run.target_forwards) + len(run.tokens) for run in batches)  # the prefill's token counts
+        steps = sum(max(run.target_forwards) for run in batches)
+        target_tokens = sum(run.target_tokens for run in batches)
+        padding = sum(run.padding for run in batches)
+        rows.append({
+            "method": method, "batch_size": batch_size, "batches": len(batches),
+            "tokens_per_s": tokens / sum(run.seconds for run in batches),
+            "speedup": statistics.fmean(ar.seconds / run.seconds for ar, run in zip(runs["ar"], batches)),
+            "e2e_p50": percentile(latencies, 0.5), "e2e_p90": percentile(latencies, 0.9),
+            "e2e_p99": percentile(latencies, 0.99), "tpot_p50": percentile(tpot, 0.5),
+            "tpot_p90": percentile(tpot, 0.9), "tau": tokens / forwards,
+            "target_tokens_per_step": target_tokens / max(steps, 1),
+            "padding_share": padding / (padding + sum(run.prompt_tokens for run in batches)),
+        })
+    return rows
+
+
+def sweep(target: LoadedModel, adapters: dict, prompts: list[torch.Tensor], batch_sizes: list[int], new_tokens: int,
+          sampling: SamplingConfig, progress: bool = True) -> list[dict]:
+    """Every method at every batch size on the same batches, interleaved batch by batch."""
+    rows = []
+    for batch_size in batch_sizes:
+        batches = [prompts[start:start + batch_size] for start in range(0, len(prompts) - batch_size + 1, batch_size)]
+        if not batches:
+            raise DraftcountError(f"batch size {batch_size} is larger than the {len(prompts)} prompts")
+        runs: dict[str, list[BatchRun]] = {method: [] for method in adapters}
+        order = list(adapters)
+        for index, batch in enumerate(tqdm(batches, desc=f"load B={batch_size}", disable=not progress)):
+            turn = order[index % len(order):] + order[: index % len(order)]
+            for method in turn:
+                runs[method].append(decode_batch(target, adapters[method], batch, new_tokens, sampling, seed=index))
+        rows += summarize_runs(runs, batch_size)
+    return rows
+
+
+def encoded_prompts(target: LoadedModel, spec: str | None, count: int, prompt_len: int) -> list[torch.Tensor]:
+    """``count`` prompts (1, L): the first turn of a prompt set, cut to ``prompt_len`` tokens, or random tokens."""
+    if spec is None:
+        generator = torch.Generator().manual_seed(0)
+        return [torch.randint(0, target.vocab_size, (1, prompt_len // 2 + index % (prompt_len // 2 + 1)),
+                              generator=generator).to(target.device) for index in range(count)]
+    if target.tokenizer is None:
+        raise DraftcountError(f"--prompts {spec} needs the target's tokenizer")
+    chosen = load_prompts(spec, limit=count)
+    return [torch.tensor([encode_turn(target.tokenizer, [], prompt.turns[0])[-prompt_len:]]).to(target.device)
+            for prompt in chosen]
+
+
+def main(argv: list[str] | None = None, prog: str = "python -m harness measure load") -> int:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    parser.add_argument("--target", help="target model directory (default: a random ~20M-parameter Llama)")
+    parser.add_argument("--draft", help="draft LM directory for sd (default: a perturbed copy of the target)")
+    parser.add_argument("--prompts", help="prompt set (.jsonl, .txt; default: random token prompts)")
+    parser.add_argument("--batch-sizes", default="1,2,4,8", help="comma-separated batch sizes (default 1,2,4,8)")
+    parser.add_argument("--requests", type=int, default=16, help="prompts decoded at each batch size (default 16)")
+    parser.add_argument("--prompt-len", type=int, default=64, help="longest prompt in tokens (default 64)")
+    parser.add_argument("--new-tokens", type=int, default=32, help="tokens per request (default 32)")
+    parser.add_argument("--gamma", type=int, default=4, help="sd's draft length (default 4)")
+    parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
+    parser.add_argument("--out", type=Path, help="write the table as CSV here")
+    parser.add_argument("--no-progress", action="store_true")
+    args = parser.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
+    batch_sizes = [int(size) for size in args.batch_sizes.split(",")]
+    if any(size < 1 for size in batch_sizes):
+        raise DraftcountError(f"--batch-sizes must be positive, got {args.batch_sizes}")
+    if max(batch_sizes) > args.requests:
+        raise DraftcountError(f"batch size {max(batch_sizes)} is larger than the {args.requests} prompts (--requests)")
+    target = load_model(args.target, with_tokenizer=args.prompts is not None) if args.target else wrap_model(random_llama(SMALL_LLAMA, seed=0))
+    draft = load_model(args.draft, with_tokenizer=False) if args.draft else perturbed_draft(target)
+    inputs = BuildInputs(target, draft, None)
+    adapters = {"ar": build_adapter("ar", {}, inputs)[0], "ar_control": build_adapter("ar", {}, inputs)[0],
+                "sd": build_adapter("sd", {"gamma": args.gamma}, inputs)[0]}
+    prompts = encoded_prompts(target, args.prompts, args.requests, args.prompt_len)
+    rows = sweep(target, adapters, prompts, batch_sizes, args.new_tokens, SamplingConfig(args.temperature),
+                 progress=not args.no_progress)
+    print(format_table(rows))
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        with args.out.open("w", newline="") as handle:
+            writer = csv.DictWriter(handle, fieldnames=FIELDS)
+            writer.writeheader()
+            writer.writerows(rows)
+        print(f"wrote {args.out}")
+    return 0
+
+
+def perturbed_draft(target: LoadedModel) -> LoadedModel:
+    """The target's weights plus noise: a draft that agrees with it often, for the default random target."""
+    draft = wrap_model(copy.deepcopy(target.model))
+    generator = torch.Generator().manual_seed(1)
+    with torch.no_grad():
+        for parameter in draft.model.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.1 * parameter.std())
+    return draft
+
+
+def format_table(rows: list[dict]) -> str:
+    lines = ["| method | B | tokens/s | speedup over ar | E2E p50 s | E2E p90 s | TPOT p50 ms | tau | "
+             "verified tokens/step | prefill padding |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        lines.append(f"| {row['method']} | {row['batch_size']} | {row['tokens_per_s']:.1f} | {row['speedup']:.2f} | "
+                     f"{row['e2e_p50']:.3f} | {row['e2e_p90']:.3f} | {1000 * row['tpot_p50']:.1f} | "
+                     f"{row['tau']:.2f} | {row['target_tokens_per_step']:.1f} | {row['padding_share']:.0%} |")
+    return "\n".join(lines)

@@ -1,0 +1,48 @@
+"""`python -m harness measure load`: every method at every batch size on the same batches, `ar` paired with
+itself (the A/A control), the table written as CSV; a batch size above the prompt count is a one-line error."""
+
+import csv
+
+import pytest
+
+from harness.errors import DraftcountError
+from harness.measure.load import main, percentile
+from tests.helpers import make_llama, perturbed_copy
+
+
+@pytest.fixture(scope="module")
+def model_dirs(tmp_path_factory):
+    root = tmp_path_factory.mktemp("load")
+    target = make_llama(vocab=64, hidden=32, layers=2, heads=4, seed=0, init_range=0.3)
+    target.save_pretrained(root / "target")
+    perturbed_copy(target, noise=0.15, seed=1).save_pretrained(root / "draft")
+    return root
+
+
+def test_the_sweep_writes_every_method_at_every_batch_size(model_dirs, tmp_path):
+    out = tmp_path / "load.csv"
+    assert main(["--target", str(model_dirs / "target"), "--draft", str(model_dirs / "draft"), "--batch-sizes",
+                 "1,3", "--requests", "6", "--prompt-len", "8", "--new-tokens", "6", "--threads", "1", "--out",
+                 str(out), "--no-progress"]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert [(row["method"], row["batch_size"]) for row in rows] == [
+        (method, size) for size in ("1", "3") for method in ("ar", "ar_control", "sd")]
+    for row in rows:
+        assert float(row["tokens_per_s"]) > 0 and float(row["e2e_p50"]) <= float(row["e2e_p99"])
+        if row["method"] == "ar":
+            assert float(row["speedup"]) == 1.0 and float(row["tau"]) == 1.0
+        if row["method"] == "sd":
+            assert float(row["tau"]) > 1.0  # a perturbed copy: drafts are accepted
+    verified = {(row["method"], row["batch_size"]): float(row["target_tokens_per_step"]) for row in rows}
+    assert verified[("ar", "1")] == 1.0 and verified[("ar", "3")] == 3.0  # one token per row and step
+    assert 5.0 < verified[("sd", "3")] <= 3 * 5.0  # gamma 4: root and four drafts per live row (rows finish apart)
+
+
+def test_a_batch_larger_than_the_prompts_is_refused(model_dirs):
+    with pytest.raises(DraftcountError, match="batch size 8 is larger than the 4 prompts"):
+        main(["--target", str(model_dirs / "target"), "--draft", str(model_dirs / "draft"), "--batch-sizes", "8",
+              "--requests", "4", "--no-progress"])
+
+
+def test_percentile_is_nearest_rank():
+    assert percentile([3.0, 1.0, 2.0, 4.0], 0.5) == 2.0 and percentile([1.0, 2.0], 0.99) == 2.0
