@@ -8,8 +8,8 @@ cache is ever compacted, rows never wait for each other's acceptance, and a fini
 whole batch) -> ``run_target_rows`` (the target over every row's root and drafts) -> ``accept_rows`` (the shared
 verifier per row, with the row's own random generator, so a row's output has the law of a batch-1 generation).
 
-Methods opt in through ``batch_drafter``: `ar` (no drafts) and a draft LM over a chain (`sd`); the others are
-refused with one line until they do.
+Methods opt in through ``batch_drafter``: `ar` (no drafts) and a draft LM over a fixed tree shape (`sd`'s chain,
+`tree_sd`'s tree); the others are refused with one line until they do.
 """
 
 from __future__ import annotations
@@ -25,10 +25,9 @@ from harness.backend.models import LoadedModel
 from harness.engine.adapter import NoDrafts, StepContext
 from harness.engine.counters import GenerationCounters
 from harness.engine.draft_lm import DraftLMAdapter
-from harness.engine.drafting import choose_children
 from harness.engine.loop import Generation, check_fits_context, trim_output
 from harness.errors import DraftcountError
-from harness.trees.tree import TokenTree
+from harness.trees.tree import TokenTree, ancestor_matrix, depths_of
 from harness.verify import DEFAULT_VERIFIER, VERIFIERS, Verifier
 from harness.verify.sampling import SamplingConfig, next_token
 
@@ -49,36 +48,53 @@ class BatchRow:
 
 @dataclass
 class SlotMask:
-    """Which cache slots each row attends: (B, S) bool, grown by every forward's new slots."""
+    """Which cache slots each row attends: (B, S) bool, one column per slot, grown by every forward's new slots."""
 
     valid: torch.Tensor
 
-    def bias(self, new_valid: torch.Tensor, dtype: torch.dtype) -> torch.Tensor:
-        """The additive mask (B, 1, n, S + n) of a forward adding n slots per row: each query sees the row's
-        valid past slots and the valid new ones up to itself (a chain), and always itself (no empty row)."""
-        rows, count = new_valid.shape
-        causal = torch.ones(count, count, dtype=torch.bool, device=new_valid.device).tril()
-        own = torch.eye(count, dtype=torch.bool, device=new_valid.device)
-        new = (causal[None] & new_valid[:, None, :]) | own[None]
-        allowed = torch.cat([self.valid[:, None, :].expand(rows, count, -1), new], dim=-1)
+    def bias(self, visible: torch.Tensor, block_start: int, dtype: torch.dtype) -> torch.Tensor:
+        """The additive mask (B, 1, q, S) of a forward whose q queries are the last q slots: each query sees the
+        row's valid slots before ``block_start`` and, of the block from there, the valid ones ``visible`` (q, W)
+        allows it (its tree ancestors), and always itself (so a masked pad query still attends to something)."""
+        rows = self.valid.shape[0]
+        queries, width = visible.shape
+        own = torch.zeros(queries, width, dtype=torch.bool, device=visible.device)
+        own[torch.arange(queries), width - queries + torch.arange(queries)] = True
+        block = (self.valid[:, None, block_start:] & visible[None]) | own[None]
+        allowed = torch.cat([self.valid[:, None, :block_start].expand(rows, queries, block_start), block], dim=-1)
         return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
             ~allowed, torch.finfo(dtype).min)[:, None]
 
-    def extend(self, new_valid: torch.Tensor) -> None:
-        self.valid = torch.cat([self.valid, new_valid], dim=-1)
+    def extend(self, new_valid: torch.Tensor) -> int:
+        """Append the new slots' validity (B, n); the index of the first of them."""
+        start = self.valid.shape[-1]
+        self.valid = torch.cat([self.valid, new_valid.to(self.valid.device)], dim=-1)
+        return start
 
     def select(self, rows: torch.Tensor) -> None:
-        self.valid = self.valid[rows]
+        self.valid = self.valid[rows.to(self.valid.device)]
+
+
+@dataclass
+class DraftedTrees:
+    """Every row's tree of one step: the shared shape (parents), tokens (B, n), per node the rows' draft
+    distributions, and the draft LM's slots of the step (pending, root, then ``fed``: the nodes fed after it)."""
+
+    parents: tuple[int, ...]
+    tokens: torch.Tensor
+    probs: list[list[torch.Tensor | None]]
+    fed: list[int]
+    step_start: int = 0  # the draft cache's first slot of the step
 
 
 def batch_drafter(adapter) -> DraftLMAdapter | None:
     """The adapter's batched drafting (None: `ar`, no drafts); one line for an adapter that has not opted in."""
     if isinstance(adapter, NoDrafts):
         return None
-    if isinstance(adapter, DraftLMAdapter) and adapter.shape == tuple(range(-1, len(adapter.shape) - 1)):
+    if type(adapter) is DraftLMAdapter:
         return adapter
-    raise DraftcountError(f"{type(adapter).__name__} decodes one request at a time: batch sizes > 1 run `ar` and "
-                          "`sd` (a draft LM over a chain) so far")
+    raise DraftcountError(f"{type(adapter).__name__} decodes one request at a time: batch sizes > 1 run `ar`, "
+                          "`sd` and `tree_sd` (a draft LM over a fixed tree shape) so far")
 
 
 def left_padded(prompts: list[torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
@@ -86,7 +102,7 @@ def left_padded(prompts: list[torch.Tensor], device: torch.device) -> tuple[torc
     longest = max(prompt.shape[-1] for prompt in prompts)
     ids = torch.full((len(prompts), longest), PAD_TOKEN, dtype=torch.long)
     for row, prompt in enumerate(prompts):
-        ids[row, longest - prompt.shape[-1]:] = prompt[0]
+        ids[row, longest - prompt.shape[-1]:] = prompt[0].cpu()
     pads = torch.tensor([longest - prompt.shape[-1] for prompt in prompts])
     slots = torch.arange(longest)
     return (ids.to(device), (slots[None] >= pads[:, None]).to(device),
@@ -101,14 +117,18 @@ def charge_rows(lm: LoadedModel, rows: list[BatchRow], tally_of, tokens: list[in
         tally.add(count, lm.cost.forward_flops(count, total, count))
 
 
+def causal(count: int, device: torch.device) -> torch.Tensor:
+    return torch.ones(count, count, dtype=torch.bool, device=device).tril()
+
+
 def prefill_rows(target: LoadedModel, rows: list[BatchRow], prompts: list[torch.Tensor], cache,
                  drafter: DraftLMAdapter | None, draft_cache) -> tuple[SlotMask, SlotMask | None]:
     """Every prompt through the target (and the draft LM), the first token of each row drawn with its generator."""
     ids, valid, position_ids = left_padded(prompts, target.device)
     mask = SlotMask(valid[:, :0])
-    out = run_model(target, ids, cache, position_ids, ForwardTally(), attention_bias=mask.bias(valid, target.dtype),
-                    logits_to_keep=1)
     mask.extend(valid)
+    out = run_model(target, ids, cache, position_ids, ForwardTally(),
+                    attention_bias=mask.bias(causal(ids.shape[-1], target.device), 0, target.dtype), logits_to_keep=1)
     lengths = [prompt.shape[-1] for prompt in prompts]
     charge_rows(target, rows, lambda counters: counters.target, lengths, lengths)
     for index, row in enumerate(rows):
@@ -117,85 +137,103 @@ def prefill_rows(target: LoadedModel, rows: list[BatchRow], prompts: list[torch.
         row.ctx.counters.record_prefill()
     if drafter is None:
         return mask, None
-    draft_mask = SlotMask(valid[:, :0])
-    draft_ids = ids.to(drafter.draft.device)
-    run_model(drafter.draft, draft_ids, draft_cache, position_ids.to(drafter.draft.device), ForwardTally(),
-              attention_bias=draft_mask.bias(valid.to(drafter.draft.device), drafter.draft.dtype), logits_to_keep=1)
-    draft_mask.extend(valid.to(drafter.draft.device))
+    device = drafter.draft.device
+    draft_mask = SlotMask(valid[:, :0].to(device))
+    draft_mask.extend(valid)
+    run_model(drafter.draft, ids.to(device), draft_cache, position_ids.to(device), ForwardTally(),
+              attention_bias=draft_mask.bias(causal(ids.shape[-1], device), 0, drafter.draft.dtype), logits_to_keep=1)
     charge_rows(drafter.draft, rows, lambda counters: counters.drafter, lengths, lengths)
     return mask, draft_mask
 
 
-def draft_rows(drafter: DraftLMAdapter, rows: list[BatchRow], draft_cache,
-               draft_mask: SlotMask) -> tuple[torch.Tensor, list[list[torch.Tensor | None]]]:
-    """Each row's chain of ``drafter.depth`` draft tokens (B, k) and the distributions they came from: the first
-    forward feeds a row's pending token (or a masked pad) and its root, each later one the previous draft."""
+def draft_rows(drafter: DraftLMAdapter, rows: list[BatchRow], draft_cache, draft_mask: SlotMask) -> DraftedTrees:
+    """Every row's tree over the drafter's shape, grown level by level as ``DraftLMAdapter.propose`` grows it (the
+    same nodes in the same order): the first forward feeds each row's pending token (or a masked pad) and root,
+    each later one the level's nodes that have children, every row at once."""
     lm, device = drafter.draft, drafter.draft.device
     has_pending = torch.tensor([row.pending is not None for row in rows], device=device)
     inputs = torch.tensor([[PAD_TOKEN if row.pending is None else row.pending, row.root] for row in rows],
                           device=device)
-    positions = torch.tensor([[max(row.position - 1, 0), row.position] for row in rows], device=device)
-    new_valid = torch.stack([has_pending, torch.ones_like(has_pending)], dim=-1)
-    drafts: list[torch.Tensor] = []
-    probs: list[list[torch.Tensor | None]] = [[] for _ in rows]
-    for depth in range(drafter.depth):
-        keys = draft_mask.valid.shape[-1] + inputs.shape[-1]
+    base = torch.tensor([row.position for row in rows], device=device)
+    step_start = draft_mask.extend(torch.stack([has_pending, torch.ones_like(has_pending)], dim=-1))
+    visible = torch.tensor([[True, False], [True, True]], device=device)
+    positions = torch.stack([(base - 1).clamp(min=0), base], dim=-1)
+    roots = torch.tensor([row.root for row in rows])
+    tokens, parents, probs = [roots], [-1], [[None] * len(rows)]
+    node_logits: dict[int, torch.Tensor] = {}
+    frontier, fed, query_nodes = [(0, 0)], [], [0]
+    for depth in range(1, drafter.depth + 1):
+        keys = draft_mask.valid.shape[-1]
         out = run_model(lm, inputs, draft_cache, positions, ForwardTally(),
-                        attention_bias=draft_mask.bias(new_valid, lm.dtype), logits_to_keep=1)
-        draft_mask.extend(new_valid)
-        charge_rows(lm, rows, lambda counters: counters.drafter,
-                    [int(count) for count in new_valid.sum(dim=-1).tolist()], [keys] * len(rows))
-        chosen = []
-        for index, row in enumerate(rows):
-            token, q = choose_children(out.logits[index, -1], 1, row.ctx, drafter.replacement)[0]
-            chosen.append(token)
-            probs[index].append(q)
-        drafts.append(torch.stack(chosen))
-        inputs = drafts[-1][:, None].to(device)
-        positions = torch.tensor([[row.position + depth + 1] for row in rows], device=device)
-        new_valid = torch.ones(len(rows), 1, dtype=torch.bool, device=device)
-    return torch.stack(drafts, dim=-1), probs
+                        attention_bias=draft_mask.bias(visible, step_start, lm.dtype))
+        charge_rows(lm, rows, lambda counters: counters.drafter, [inputs.shape[-1]] * len(rows), [keys] * len(rows))
+        width = out.logits.shape[1]
+        node_logits.update({node: out.logits[:, width - len(query_nodes) + index]
+                            for index, node in enumerate(query_nodes)})
+        level = []
+        for shape_node, tree_node in frontier:
+            kids = drafter.shape_children[shape_node]
+            if not kids:
+                continue
+            chosen = [drafter.chooser(node_logits[tree_node][index], len(kids), row.ctx, drafter.replacement)
+                      for index, row in enumerate(rows)]
+            for rank, kid in enumerate(kids):
+                tokens.append(torch.stack([choice[rank][0].cpu() for choice in chosen]))
+                parents.append(tree_node)
+                probs.append([choice[rank][1] for choice in chosen])
+                level.append((kid, len(tokens) - 1))
+        frontier = level
+        query_nodes = [tree_node for shape_node, tree_node in level if drafter.shape_children[shape_node]]
+        if not query_nodes or depth == drafter.depth:
+            break
+        fed_before = list(fed)
+        fed.extend(query_nodes)
+        draft_mask.extend(torch.ones(len(rows), len(query_nodes), dtype=torch.bool))
+        ancestors = ancestor_matrix(tuple(parents)).to(device)
+        step_nodes = [0, *fed_before, *query_nodes]
+        visible = torch.cat([torch.ones(len(query_nodes), 1, dtype=torch.bool, device=device),  # the pending slot
+                             ancestors[query_nodes][:, step_nodes]], dim=-1)
+        inputs = torch.stack([tokens[node] for node in query_nodes], dim=-1).to(device)
+        positions = (base + depth)[:, None].expand(-1, len(query_nodes))
+    return DraftedTrees(tuple(parents), torch.stack(tokens, dim=-1), probs, fed, step_start)
 
 
-def run_target_rows(target: LoadedModel, rows: list[BatchRow], drafts: torch.Tensor, cache,
-                    mask: SlotMask) -> torch.Tensor:
-    """The target over every row's root and drafts (B, k + 1): their logits (B, k + 1, V)."""
+def run_target_rows(target: LoadedModel, rows: list[BatchRow], trees: DraftedTrees, cache,
+                    mask: SlotMask) -> tuple[torch.Tensor, int]:
+    """The target over every row's tree (B, n): its logits (B, n, V) and the cache slot of the trees' root."""
     device = target.device
-    roots = torch.tensor([[row.root] for row in rows], device=device)
-    tokens = torch.cat([roots, drafts.to(device)], dim=-1)
-    count = tokens.shape[-1]
-    positions = torch.tensor([[row.position + offset for offset in range(count)] for row in rows], device=device)
-    new_valid = torch.ones(len(rows), count, dtype=torch.bool, device=device)
-    keys = mask.valid.shape[-1] + count
-    out = run_model(target, tokens, cache, positions, ForwardTally(), attention_bias=mask.bias(new_valid, target.dtype))
-    mask.extend(new_valid)  # accept_rows masks the rejected ones
+    count = len(trees.parents)
+    depths = torch.tensor(depths_of(trees.parents), device=device)
+    positions = torch.tensor([row.position for row in rows], device=device)[:, None] + depths[None]
+    start = mask.extend(torch.ones(len(rows), count, dtype=torch.bool))
+    bias = mask.bias(ancestor_matrix(trees.parents).to(device), start, target.dtype)
+    out = run_model(target, trees.tokens.to(device), cache, positions, ForwardTally(), attention_bias=bias)
+    keys = mask.valid.shape[-1]
     charge_rows(target, rows, lambda counters: counters.target, [count] * len(rows), [keys] * len(rows))
-    return out.logits
+    return out.logits, start
 
 
-def accept_rows(rows: list[BatchRow], drafts: torch.Tensor, probs: list[list[torch.Tensor | None]],
-                logits: torch.Tensor, verify: Verifier, mask: SlotMask, draft_mask: SlotMask | None) -> None:
-    """Verify each row's chain with the shared verifier and its own generator; keep the accepted slots."""
-    count = drafts.shape[-1] + 1
-    kept = torch.zeros(len(rows), count, dtype=torch.bool)
-    draft_kept = torch.zeros(len(rows), max(count - 1, 0), dtype=torch.bool)
+def accept_rows(rows: list[BatchRow], trees: DraftedTrees, logits: torch.Tensor, start: int, verify: Verifier,
+                mask: SlotMask, draft_mask: SlotMask | None) -> None:
+    """Verify each row's tree with the shared verifier and its own generator; keep the accepted path's slots in
+    the target's cache and the draft LM's (an accepted node the draft LM never fed waits as the row's pending)."""
+    count = len(trees.parents)
     for index, row in enumerate(rows):
-        tokens = torch.cat([torch.tensor([row.root]), drafts[index].cpu()]) if count > 1 else torch.tensor([row.root])
-        tree = TokenTree(tokens.to(logits.device), tuple(range(-1, count - 1)), [None, *probs[index]])
+        tree = TokenTree(trees.tokens[index].to(logits.device), trees.parents,
+                         [trees.probs[node][index] for node in range(count)])
         with row.ctx.counters.phase("verify"):
             verdict = verify(tree, logits[index], row.ctx.sampling, row.ctx.generator)
         row.ctx.counters.record_step(tree, verdict)
-        accepted = len(verdict.path) - 1
-        kept[index, : accepted + 1] = True
-        # the draft LM fed the root and the first k - 1 drafts: it keeps those accepted; an accepted last draft waits
-        draft_kept[index, : min(accepted, count - 2)] = True
-        row.pending = int(tokens[-1]) if count > 1 and accepted == count - 1 else None
+        path = set(verdict.path)
+        mask.valid[index, start:start + count] = torch.tensor([node in path for node in range(count)])
+        if draft_mask is not None:
+            first = trees.step_start + 2
+            draft_mask.valid[index, first:first + len(trees.fed)] = torch.tensor([node in path for node in trees.fed])
+        last = verdict.path[-1]
+        row.pending = int(trees.tokens[index, last]) if last != 0 and last not in trees.fed else None
         row.produced.extend(verdict.new_tokens)
-        row.position += accepted + 1
+        row.position += len(verdict.path)
         row.root = int(verdict.new_tokens[-1])
-    mask.valid[:, -count:] = kept.to(mask.valid.device)
-    if draft_mask is not None and count > 2:
-        draft_mask.valid[:, -(count - 2):] = draft_kept[:, : count - 2].to(draft_mask.valid.device)
 
 
 def generate_batch(
@@ -244,12 +282,12 @@ def generate_batch(
                     draft_mask.select(keep.to(draft_mask.valid.device))
                 live = still
             batch = [rows[index] for index in live]
-            if drafter is None:
-                drafts, probs = torch.zeros(len(batch), 0, dtype=torch.long), [[] for _ in batch]
+            if drafter is None or not drafter.shape_children[0]:
+                trees = DraftedTrees((-1,), torch.tensor([[row.root] for row in batch]), [[None] * len(batch)], [])
             else:
-                drafts, probs = draft_rows(drafter, batch, draft_cache, draft_mask)
-            logits = run_target_rows(target, batch, drafts, cache, mask)
-            accept_rows(batch, drafts, probs, logits, verify, mask, draft_mask)
+                trees = draft_rows(drafter, batch, draft_cache, draft_mask)
+            logits, start = run_target_rows(target, batch, trees, cache, mask)
+            accept_rows(batch, trees, logits, start, verify, mask, draft_mask)
     return [finish_row(row, prefill_seconds, max_new_tokens, eos_token_ids) for row in rows]
 
 

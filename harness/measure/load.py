@@ -10,7 +10,7 @@ and the padding share of the prefill (its left padding).
     python -m harness measure load --target DIR --draft DIR --prompts FILE --batch-sizes 1,2,4,8
     python -m harness measure load            # random ~20M-parameter target with a perturbed copy as draft
 
-Batched methods: `ar` and `sd` (``harness.engine.batched``).
+Batched methods: `ar`, `sd` and `tree_sd` (``harness.engine.batched``).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ import torch
 from tqdm import tqdm
 
 from harness.backend.device import Stopwatch
-from harness.backend.models import LoadedModel, load_model, random_llama, wrap_model
+from harness.backend.models import LoadedModel, load_model, random_llama, resolve_dtype, wrap_model
 from harness.data.prompts import encode_turn, load_prompts
 from harness.engine.batched import generate_batch
 from harness.engine.method_spec import BuildInputs, build_adapter
@@ -34,7 +34,6 @@ from harness.errors import DraftcountError
 from harness.measure.ar_vs_generate import SMALL_LLAMA
 from harness.verify.sampling import SamplingConfig, make_generator
 
-METHODS = ("ar", "ar_control", "sd")
 FIELDS = ["method", "batch_size", "batches", "tokens_per_s", "speedup", "e2e_p50", "e2e_p90", "e2e_p99",
           "tpot_p50", "tpot_p90", "tau", "target_tokens_per_step", "padding_share"]
 
@@ -97,8 +96,9 @@ def summarize_runs(runs: dict[str, list[BatchRun]], batch_size: int) -> list[dic
 
 
 def sweep(target: LoadedModel, adapters: dict, prompts: list[torch.Tensor], batch_sizes: list[int], new_tokens: int,
-          sampling: SamplingConfig, progress: bool = True) -> list[dict]:
-    """Every method at every batch size on the same batches, interleaved batch by batch."""
+          sampling: SamplingConfig, progress: bool = True, warmup: bool = True) -> list[dict]:
+    """Every method at every batch size on the same batches, interleaved batch by batch (each method decodes the
+    first batch once untimed before, with ``warmup``)."""
     rows = []
     for batch_size in batch_sizes:
         batches = [prompts[start:start + batch_size] for start in range(0, len(prompts) - batch_size + 1, batch_size)]
@@ -106,6 +106,8 @@ def sweep(target: LoadedModel, adapters: dict, prompts: list[torch.Tensor], batc
             raise DraftcountError(f"batch size {batch_size} is larger than the {len(prompts)} prompts")
         runs: dict[str, list[BatchRun]] = {method: [] for method in adapters}
         order = list(adapters)
+        for method in order if warmup else ():  # lazy initialisation and allocator growth, before the clock runs
+            decode_batch(target, adapters[method], batches[0], new_tokens, sampling, seed=len(prompts))
         for index, batch in enumerate(tqdm(batches, desc=f"load B={batch_size}", disable=not progress)):
             turn = order[index % len(order):] + order[: index % len(order)]
             for method in turn:
@@ -137,9 +139,14 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness measure l
     parser.add_argument("--prompt-len", type=int, default=64, help="longest prompt in tokens (default 64)")
     parser.add_argument("--new-tokens", type=int, default=32, help="tokens per request (default 32)")
     parser.add_argument("--gamma", type=int, default=4, help="sd's draft length (default 4)")
+    parser.add_argument("--branching", default="4,2,2,1", help="tree_sd's tree: children per level (default 4,2,2,1)")
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
     parser.add_argument("--temperature", type=float, default=0.0)
+    parser.add_argument("--warmup", type=int, default=1, help="0: no untimed first batch per method and B")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--out", type=Path, help="write the table as CSV here")
+    parser.add_argument("--figure", type=Path, help="write the speedup-over-ar-against-B figure here (.pdf, + .png)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
     if args.threads:
@@ -149,14 +156,19 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness measure l
         raise DraftcountError(f"--batch-sizes must be positive, got {args.batch_sizes}")
     if max(batch_sizes) > args.requests:
         raise DraftcountError(f"batch size {max(batch_sizes)} is larger than the {args.requests} prompts (--requests)")
-    target = load_model(args.target, with_tokenizer=args.prompts is not None) if args.target else wrap_model(random_llama(SMALL_LLAMA, seed=0))
-    draft = load_model(args.draft, with_tokenizer=False) if args.draft else perturbed_draft(target)
+    if args.target:
+        target = load_model(args.target, args.dtype, args.device, with_tokenizer=args.prompts is not None)
+    else:
+        target = wrap_model(random_llama(SMALL_LLAMA, seed=0, dtype=resolve_dtype(args.dtype), device=args.device))
+    draft = (load_model(args.draft, args.dtype, args.device, with_tokenizer=False) if args.draft
+             else perturbed_draft(target))
     inputs = BuildInputs(target, draft, None)
     adapters = {"ar": build_adapter("ar", {}, inputs)[0], "ar_control": build_adapter("ar", {}, inputs)[0],
-                "sd": build_adapter("sd", {"gamma": args.gamma}, inputs)[0]}
+                "sd": build_adapter("sd", {"gamma": args.gamma}, inputs)[0],
+                "tree_sd": build_adapter("tree_sd", {"branching": args.branching}, inputs)[0]}
     prompts = encoded_prompts(target, args.prompts, args.requests, args.prompt_len)
     rows = sweep(target, adapters, prompts, batch_sizes, args.new_tokens, SamplingConfig(args.temperature),
-                 progress=not args.no_progress)
+                 progress=not args.no_progress, warmup=args.warmup > 0)
     print(format_table(rows))
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)
@@ -165,6 +177,11 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness measure l
             writer.writeheader()
             writer.writerows(rows)
         print(f"wrote {args.out}")
+    if args.figure:
+        from harness.analysis.load_figure import write_load_figure
+
+        for path in write_load_figure(rows, args.figure):
+            print(f"wrote {path}")
     return 0
 
 
@@ -174,7 +191,8 @@ def perturbed_draft(target: LoadedModel) -> LoadedModel:
     generator = torch.Generator().manual_seed(1)
     with torch.no_grad():
         for parameter in draft.model.parameters():
-            parameter.add_(torch.randn(parameter.shape, generator=generator) * 0.1 * parameter.std())
+            noise = torch.randn(parameter.shape, generator=generator).to(parameter.device, parameter.dtype)
+            parameter.add_(noise * 0.1 * parameter.std())
     return draft
 
 

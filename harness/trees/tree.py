@@ -148,6 +148,11 @@ def children_of(parents: tuple[int, ...]) -> tuple[tuple[int, ...], ...]:
     return tuple(tuple(kids) for kids in children)
 
 
+def ancestor_matrix(parents: tuple[int, ...]) -> torch.Tensor:
+    """visible[i, j] is True when node j is node i or one of its ancestors (a tree's attention pattern)."""
+    return _ancestor_matrix(parents)
+
+
 @lru_cache(maxsize=256)
 def _ancestor_matrix(parents: tuple[int, ...]) -> torch.Tensor:
     """visible[i, j] is True when node j is node i or one of its ancestors."""

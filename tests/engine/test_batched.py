@@ -24,7 +24,8 @@ def ar_output(target, prompt, eos):
     return generate(target, adapter, prompt, 20, GREEDY, eos_token_ids=eos).output_ids
 
 
-@pytest.mark.parametrize("method,options", [("ar", {}), ("sd", {"gamma": 3}), ("sd", {"gamma": 1})])
+@pytest.mark.parametrize("method,options", [("ar", {}), ("sd", {"gamma": 3}), ("sd", {"gamma": 1}),
+                                            ("tree_sd", {"branching": "3,2,1"})])
 @pytest.mark.parametrize("eos", [frozenset(), frozenset({7})], ids=["no-eos", "eos"])
 def test_each_row_equals_its_batch_one_output(trained_pair, method, options, eos):
     target, draft = trained_pair
@@ -34,7 +35,7 @@ def test_each_row_equals_its_batch_one_output(trained_pair, method, options, eos
     assert [result.output_ids for result in results] == expected
     if eos:
         assert len({len(output) for output in expected}) > 1  # rows left the batch at different steps
-    if method == "sd":  # the same drafts as batch 1 (the draft LM's cache kept right): the same acceptance per step
+    if method != "ar":  # the same drafts as batch 1 (the draft LM's cache kept right): the same acceptance per step
         single = [generate(target, adapter, prompt, 20, GREEDY, eos_token_ids=eos).counters for prompt in PROMPTS]
         assert [result.counters.step_accepted for result in results] == [one.step_accepted for one in single]
         assert sum(result.counters.accepted_tokens for result in results) > 0
@@ -47,13 +48,13 @@ def small_vocab_pair():
     return target, draft
 
 
-@pytest.mark.parametrize("method", ["ar", "sd"])
-def test_a_row_of_a_batch_of_four_follows_the_target(small_vocab_pair, method):
+@pytest.mark.parametrize("method,options", [("ar", {}), ("sd", {"gamma": 2}), ("tree_sd", {"branching": "2,2"})])
+def test_a_row_of_a_batch_of_four_follows_the_target(small_vocab_pair, method, options):
     """Rows 0 and 2 answer [1, 2, 3]; rows 1 and 3 other prompts (longer, shorter: left padding, other
     positions). 750 batches give 1500 samples of the first three tokens."""
     target, draft = small_vocab_pair
     sampling = SamplingConfig(1.0)
-    adapter, _ = build_adapter(method, {"gamma": 2} if method == "sd" else {}, BuildInputs(target, draft, None))
+    adapter, _ = build_adapter(method, options, BuildInputs(target, draft, None))
     prompts = [torch.tensor([[1, 2, 3]]), torch.tensor([[4, 1, 2, 3, 5]]), torch.tensor([[1, 2, 3]]),
                torch.tensor([[2]])]
     counts: Counter = Counter()
@@ -66,9 +67,9 @@ def test_a_row_of_a_batch_of_four_follows_the_target(small_vocab_pair, method):
 
 def test_methods_not_opted_in_are_refused(trained_pair):
     target, draft = trained_pair
-    tree_sd, _ = build_adapter("tree_sd", {}, BuildInputs(target, draft, None))
+    pld, _ = build_adapter("pld", {}, BuildInputs(target, None, None))
     with pytest.raises(DraftcountError, match="one request at a time") as error:
-        generate_batch(target, tree_sd, PROMPTS[:2], 4, GREEDY, [None, None])
+        generate_batch(target, pld, PROMPTS[:2], 4, GREEDY, [None, None])
     assert "\n" not in str(error.value)
     ar, _ = build_adapter("ar", {}, BuildInputs(target, None, None))
     with pytest.raises(DraftcountError, match="as many generators"):

@@ -23,15 +23,16 @@ def test_the_sweep_writes_every_method_at_every_batch_size(model_dirs, tmp_path)
     out = tmp_path / "load.csv"
     assert main(["--target", str(model_dirs / "target"), "--draft", str(model_dirs / "draft"), "--batch-sizes",
                  "1,3", "--requests", "6", "--prompt-len", "8", "--new-tokens", "6", "--threads", "1", "--out",
-                 str(out), "--no-progress"]) == 0
+                 str(out), "--figure", str(tmp_path / "load.pdf"), "--no-progress"]) == 0
+    assert (tmp_path / "load.pdf").stat().st_size > 1000 and (tmp_path / "load.png").is_file()
     rows = list(csv.DictReader(out.open()))
     assert [(row["method"], row["batch_size"]) for row in rows] == [
-        (method, size) for size in ("1", "3") for method in ("ar", "ar_control", "sd")]
+        (method, size) for size in ("1", "3") for method in ("ar", "ar_control", "sd", "tree_sd")]
     for row in rows:
         assert float(row["tokens_per_s"]) > 0 and float(row["e2e_p50"]) <= float(row["e2e_p99"])
         if row["method"] == "ar":
             assert float(row["speedup"]) == 1.0 and float(row["tau"]) == 1.0
-        if row["method"] == "sd":
+        if row["method"] in ("sd", "tree_sd"):
             assert float(row["tau"]) > 1.0  # a perturbed copy: drafts are accepted
     verified = {(row["method"], row["batch_size"]): float(row["target_tokens_per_step"]) for row in rows}
     assert verified[("ar", "1")] == 1.0 and verified[("ar", "3")] == 3.0  # one token per row and step

@@ -176,6 +176,7 @@ rule studies:
         zoo_outputs(),
         bench_outputs(),
         results("studies/report.md"),
+        results("load/load.csv") if config["bench"].get("batch_sizes") else [],
 
 
 # study_<name>: one study's runs

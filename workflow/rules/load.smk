@@ -1,0 +1,56 @@
+# The load study (target `load`, part of `studies`): `ar` (twice: the A/A control), `sd` and `tree_sd` decoded in
+# static batches of each of bench.batch_sizes on the same prompts, interleaved batch by batch: throughput, paired
+# speedup over ar, E2E and TPOT percentiles, tau, verified tokens per step (python -m harness measure load).
+
+LOAD_SIZES = config["bench"].get("batch_sizes", [])
+
+
+def load_dataset():
+    """The prompts the load study cuts its requests from: the last bench dataset (as the checks')."""
+    return config["bench"]["datasets"][-1]
+
+
+def load_inputs():
+    inputs = {"target": target_model(), "draft": draft_model()}
+    if load_dataset() in plan.BUILT_PROMPT_SETS:
+        inputs["prompts"] = work(f"prompts/{load_dataset()}.jsonl")
+    return inputs
+
+
+def load_arguments():
+    bench = config["bench"]
+    sd = bench["methods"].get("sd", {})
+    return shlex.join([
+        "--target", target_model(), "--draft", draft_model(),
+        "--prompts", plan.dataset_prompts(config, load_dataset(), WORK),
+        "--batch-sizes", ",".join(str(size) for size in LOAD_SIZES), "--requests", str(bench.get("load_requests", 16)),
+        "--new-tokens", str(bench.get("max_new_tokens", 128)), "--gamma", str(sd.get("gamma", 4)),
+        "--branching", str(bench.get("load_tree", "4,2,2,1")), *model_arguments()])
+
+
+rule load_sweep:
+    input:
+        **load_inputs(),
+    output:
+        table=results("load/load.csv"),
+        figure=results("load/load.pdf"),
+        png=results("load/load.png"),
+    params:
+        arguments=load_arguments(),
+    log:
+        results("load/load.log"),
+    benchmark:
+        results("load/benchmark.tsv")
+    threads: config["bench"].get("threads", config["threads"])
+    resources:
+        mem_mb=8000,
+        runtime=60,
+        gpu=gpus_per_job(timed=True),
+    shell:
+        "python -m harness measure load {params.arguments} --threads {threads} --no-progress --out {output.table}"
+        " --figure {output.figure} > {log} 2>&1"
+
+
+rule load:
+    input:
+        results("load/load.csv") if LOAD_SIZES else [],
