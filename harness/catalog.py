@@ -41,7 +41,8 @@ class Entry:
     ``"module:Class"``, its options dataclass in a module that imports no torch (None: ``METHOD.options``, which
     imports the method's module); ``METHOD.options`` must be the same class. drafts: whether its adapter proposes
     draft tokens (only `ar` does not): a drafting method is refused on a target whose KV cache cannot drop rejected
-    drafts (a hybrid model's recurrent state), before it is built.
+    drafts (a hybrid model's recurrent state), before it is built. batched: its adapter decodes static batches of
+    B > 1 prompts (``harness.engine.batched``; the load study runs it, the conformance suite checks each row).
     """
 
     name: str
@@ -51,6 +52,7 @@ class Entry:
     color: str | None = None
     options: str | None = None
     drafts: bool = True
+    batched: bool = False
 
     def __post_init__(self) -> None:
         if not self.name.isidentifier():

@@ -11,13 +11,13 @@ imported here. A method package keeps its options in its torch-free ``__init__``
 from harness.catalog import Entry
 
 CATALOG = (  # name, module (METHOD), summary, needs, colour in the figures, options ("module:Class", torch-free);
-    # drafts=False: the one method that proposes no draft tokens
+    # drafts=False: the one method that proposes no draft tokens; batched=True: decodes batches of B > 1 (load study)
     Entry("ar", "methods.ar.method", "autoregressive baseline: one target forward per token",
-          None, "#7f7f7f", "methods.ar:AutoregressiveOptions", drafts=False),
+          None, "#7f7f7f", "methods.ar:AutoregressiveOptions", drafts=False, batched=True),
     Entry("sd", "methods.sd.method", "speculative decoding: a draft LM proposes a chain of gamma tokens",
-          "draft", "#1f77b4", "methods.sd:SpeculativeDecodingOptions"),
+          "draft", "#1f77b4", "methods.sd:SpeculativeDecodingOptions", batched=True),
     Entry("tree_sd", "methods.tree_sd.method", "token-tree SD with a draft LM (SpecInfer/Sequoia)",
-          "draft", "#2ca02c", "methods.tree_sd:TreeSpeculativeDecodingOptions"),
+          "draft", "#2ca02c", "methods.tree_sd:TreeSpeculativeDecodingOptions", batched=True),
     Entry("eagle", "methods.eagle.method", "EAGLE-2 dynamic trees over a trained EAGLE head",
           "drafter", "#ff7f0e", "methods.eagle:EagleOptions"),
     Entry("lyanna", "methods.lyanna.method", "Lyanna: hidden-state drafter, token-info injection",

@@ -25,7 +25,6 @@ source lines that made them.
 from __future__ import annotations
 
 import argparse
-import csv
 import tempfile
 from pathlib import Path
 
@@ -33,6 +32,7 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 
+from harness.store.atomic import write_csv
 from harness.verify.sampling import SamplingConfig
 from harness.backend.models import load_model, random_llama
 from harness.training.drafters import DrafterTrainRequest
@@ -134,11 +134,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
         print("  ".join(f"{row[name]!s:>14}" for name in header), " ", row["operations"])
         print_sites(row["sites"])
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        with args.out.open("w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=[*header, "operations"], extrasaction="ignore")
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(args.out, rows, [*header, "operations"], extra="ignore")
 
 
 if __name__ == "__main__":

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import csv
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +30,7 @@ from harness.data.prompts import encode_turn, load_prompts
 from harness.engine.batched import generate_batch
 from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.errors import DraftcountError
+from harness.store.atomic import write_csv
 from harness.measure.ar_vs_generate import SMALL_LLAMA
 from harness.verify.sampling import SamplingConfig, make_generator
 
@@ -171,11 +171,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness measure l
                  progress=not args.no_progress, warmup=args.warmup > 0)
     print(format_table(rows))
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        with args.out.open("w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=FIELDS)
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(args.out, rows, FIELDS)
         print(f"wrote {args.out}")
     if args.figure:
         from harness.analysis.load_figure import write_load_figure

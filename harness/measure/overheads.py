@@ -28,7 +28,6 @@ is written, and the exit status is 1.
 from __future__ import annotations
 
 import argparse
-import csv
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -37,6 +36,7 @@ import torch
 from tqdm import tqdm
 
 
+from harness.store.atomic import write_csv
 from harness.verify.sampling import SamplingConfig
 from harness.engine.loop import generate
 from harness.backend.models import load_model
@@ -207,11 +207,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
             if ratio != "":
                 print(f"lyanna overlap on/off under {setting}: {ratio:.3f}x tokens/s")
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        with args.out.open("w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=header)
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(args.out, rows, header)
     broken = [f"{row['method']} under {row['setting']}" for row in rows if row["error"]]
     if broken:
         raise SystemExit(f"measure overheads: {len(broken)} of {len(rows)} (method, setting) pairs failed "

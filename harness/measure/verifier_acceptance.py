@@ -15,7 +15,6 @@ Verification's paper reports +2-6% acceptance length over token-level verificati
 from __future__ import annotations
 
 import argparse
-import csv
 from pathlib import Path
 
 import numpy as np
@@ -27,7 +26,7 @@ from harness.engine.loop import generate
 from harness.errors import DraftcountError
 from harness.engine.arguments import add_method_run_arguments
 from harness.measure.method_runs import load_method_run
-from harness.store.atomic import atomic_path
+from harness.store.atomic import write_csv
 from harness.trees.tree import TokenTree
 from harness.verify import DEFAULT_VERIFIER, VERIFIERS
 from harness.verify.sampling import SamplingConfig, make_generator
@@ -83,8 +82,5 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
               f" (1 + that = {1 + values.mean():.4f}, x{ratio:.4f} token-level; difference 95% interval "
               f"[{low:+.4f}, {high:+.4f}])")
     if args.out:
-        with atomic_path(args.out) as partial, partial.open("w", newline="") as handle:
-            writer = csv.DictWriter(handle, fieldnames=list(rows[0]))
-            writer.writeheader()
-            writer.writerows(rows)
+        write_csv(args.out, rows, list(rows[0]))
     return 0

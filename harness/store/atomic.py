@@ -6,6 +6,7 @@ half-written output that a later step (or a resumed run) would trust.
 
 from __future__ import annotations
 
+import csv
 import os
 import shutil
 from collections.abc import Iterator
@@ -38,3 +39,12 @@ def atomic_path(path: Path | str) -> Iterator[Path]:
     except BaseException:
         _remove(partial)
         raise
+
+
+def write_csv(path: Path | str, rows: list[dict], fields: list[str], extra: str = "raise") -> None:
+    """``rows`` as a CSV table with the columns ``fields``, written atomically (``extra="ignore"``: keys of a row
+    outside ``fields`` are left out)."""
+    with atomic_path(path) as partial, partial.open("w", newline="") as handle:
+        writer = csv.DictWriter(handle, fieldnames=fields, extrasaction=extra)
+        writer.writeheader()
+        writer.writerows(rows)

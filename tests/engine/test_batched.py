@@ -1,19 +1,15 @@
-"""The static-batch engine: every row of a batch is lossless on its own. At T = 0 each row's tokens equal the same
-prompt's batch-1 `ar` output (prompts of different lengths, rows finishing at different steps); at T = 1 a row of
-a B = 4 batch follows the target's law (the enumeration test of the conformance suite, counted over the batch's
-rows with the same prompt); methods that have not opted in are refused with one line."""
-
-from collections import Counter
+"""The static-batch engine beyond the conformance suite's batch checks (tests/methods/conformance: every batched
+method's rows equal `ar` and batch 1 at T = 0, a row of a B = 4 batch passes the enumeration test): rows that stop
+at an EOS leave the batch at different steps, other draft shapes (a chain of one, a wide tree), and one-line
+refusals."""
 
 import pytest
-import torch
 
-from harness import SamplingConfig, generate, wrap_model
+from harness import SamplingConfig, generate
 from harness.engine.batched import generate_batch
 from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.errors import DraftcountError
-from harness.verify.sampling import make_generator
-from tests.helpers import chi_square_pvalue, exact_distribution, make_llama, markov_batches
+from tests.helpers import markov_batches
 
 GREEDY = SamplingConfig()
 PROMPTS = [row[None, : 3 + index % 7] for index, row in enumerate(next(markov_batches(48, 7, 10, seed=11)))]
@@ -24,8 +20,7 @@ def ar_output(target, prompt, eos):
     return generate(target, adapter, prompt, 20, GREEDY, eos_token_ids=eos).output_ids
 
 
-@pytest.mark.parametrize("method,options", [("ar", {}), ("sd", {"gamma": 3}), ("sd", {"gamma": 1}),
-                                            ("tree_sd", {"branching": "3,2,1"})])
+@pytest.mark.parametrize("method,options", [("ar", {}), ("sd", {"gamma": 1}), ("tree_sd", {"branching": "3,2,1"})])
 @pytest.mark.parametrize("eos", [frozenset(), frozenset({7})], ids=["no-eos", "eos"])
 def test_each_row_equals_its_batch_one_output(trained_pair, method, options, eos):
     target, draft = trained_pair
@@ -39,30 +34,6 @@ def test_each_row_equals_its_batch_one_output(trained_pair, method, options, eos
         single = [generate(target, adapter, prompt, 20, GREEDY, eos_token_ids=eos).counters for prompt in PROMPTS]
         assert [result.counters.step_accepted for result in results] == [one.step_accepted for one in single]
         assert sum(result.counters.accepted_tokens for result in results) > 0
-
-
-@pytest.fixture(scope="module")
-def small_vocab_pair():
-    target = wrap_model(make_llama(vocab=6, hidden=16, layers=1, heads=2, seed=0, init_range=1.0))
-    draft = wrap_model(make_llama(vocab=6, hidden=16, layers=1, heads=2, seed=1, init_range=1.0))
-    return target, draft
-
-
-@pytest.mark.parametrize("method,options", [("ar", {}), ("sd", {"gamma": 2}), ("tree_sd", {"branching": "2,2"})])
-def test_a_row_of_a_batch_of_four_follows_the_target(small_vocab_pair, method, options):
-    """Rows 0 and 2 answer [1, 2, 3]; rows 1 and 3 other prompts (longer, shorter: left padding, other
-    positions). 750 batches give 1500 samples of the first three tokens."""
-    target, draft = small_vocab_pair
-    sampling = SamplingConfig(1.0)
-    adapter, _ = build_adapter(method, options, BuildInputs(target, draft, None))
-    prompts = [torch.tensor([[1, 2, 3]]), torch.tensor([[4, 1, 2, 3, 5]]), torch.tensor([[1, 2, 3]]),
-               torch.tensor([[2]])]
-    counts: Counter = Counter()
-    for batch in range(750):
-        generators = [make_generator(4 * batch + row, "cpu") for row in range(4)]
-        results = generate_batch(target, adapter, prompts, 3, sampling, generators)
-        counts.update(tuple(results[row].output_ids) for row in (0, 2))
-    assert chi_square_pvalue(counts, exact_distribution(target, [1, 2, 3], 3, sampling)) > 1e-3
 
 
 def test_methods_not_opted_in_are_refused(trained_pair):

@@ -8,7 +8,10 @@ catalog entry says it needs (nothing, a draft LM, or a drafter its own trainer w
 - sampling: on a vocabulary of 6, the distribution of its first three tokens equals the target's (every 3-token
   continuation enumerated, a chi-square test at ALPHA; a correct method fails by chance with probability 1e-3);
 - host reads: a decoding step reads at most one device value on the host, the verifier's (the emulation of
-  ``harness.measure.host_sync``, so a CPU run predicts a GPU run's synchronisations).
+  ``harness.measure.host_sync``, so a CPU run predicts a GPU run's synchronisations);
+- batches: a method whose catalog entry says ``batched`` decodes a batch of prompts of different lengths whose every
+  row emits `ar`'s tokens with the acceptance of a batch-1 generation at every step, and a row of a B = 4 batch
+  passes the sampling check; any other method is refused with one line.
 
 The greedy and sampling checks also run `hedgespec` over every catalog method it takes as an expert beside the
 model-free `pld` (greedy: first and second, ``hedgespec:owl,pld`` and ``hedgespec:pld,owl``; sampling: first, the
@@ -22,6 +25,7 @@ drafters), in files of their own so that ``pytest -n N`` runs them side by side.
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
 
 import torch
@@ -30,8 +34,10 @@ from harness import SamplingConfig, wrap_model
 from harness.backend.models import load_model
 from harness.catalog import entry, method_names
 from harness.data.token_streams import save_tokens
+from harness.engine.batched import generate_batch
 from harness.engine.method_spec import BuildInputs, build_adapter, method_spec
 from harness.training.drafters import DrafterTrainRequest
+from harness.verify.sampling import make_generator
 from methods.hedgespec import UNSUPPORTED
 from tests.helpers import (
     chi_square_pvalue, exact_distribution, make_llama, markov_batches, sampled_distribution, train_briefly,
@@ -46,6 +52,7 @@ CASES = [*METHODS, *PAIRS]
 # generator running on across a test's generations), so each expert is verified and grafted in about half the steps
 # either way; greedy runs both positions (the order decides the picks' tie-breaks there).
 SAMPLING_PAIRS = [f"hedgespec:{method},{PARTNER}" for method in EXPERTS]
+BATCHED = [method for method in METHODS if entry(method).batched]  # decode batches of B > 1 (harness.engine.batched)
 ALPHA = 1e-3
 SAMPLES = 1500  # generations per method; at ALPHA a correct method fails by chance with probability 1e-3
 PAIR_SAMPLES = 1000  # per hedgespec:A,B case: the fewest the suite's lossless checks draw (each expert alone: SAMPLES)
@@ -115,6 +122,20 @@ def build_small_vocab_zoo(root: Path) -> Zoo:
 
 def prompts(count: int = 12) -> list[torch.Tensor]:
     return [row[None] for row in next(markov_batches(48, count, 6 + count % 5, seed=7))]
+
+
+def check_batch_row_distribution(zoo: Zoo, method: str) -> None:
+    """A row of a B = 4 batch at T = 1 follows the target's law: rows 0 and 2 answer [1, 2, 3], rows 1 and 3 a
+    longer and a shorter prompt (left padding, other positions); SAMPLES / 2 batches, each row its own generator."""
+    sampling = SamplingConfig(1.0)
+    adapter = zoo.build(method)
+    batch = [torch.tensor([[1, 2, 3]]), torch.tensor([[4, 1, 2, 3, 5]]), torch.tensor([[1, 2, 3]]), torch.tensor([[2]])]
+    counts: Counter = Counter()
+    for index in range(SAMPLES // 2):
+        generators = [make_generator(4 * index + row, "cpu") for row in range(4)]
+        results = generate_batch(zoo.target, adapter, batch, 3, sampling, generators)
+        counts.update(tuple(results[row].output_ids) for row in (0, 2))
+    assert chi_square_pvalue(counts, exact_distribution(zoo.target, [1, 2, 3], 3, sampling)) > ALPHA
 
 
 def check_sampled_distribution(zoo: Zoo, case: str) -> None:

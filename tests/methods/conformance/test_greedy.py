@@ -8,7 +8,9 @@ import torch
 
 from harness import SamplingConfig, generate
 from harness.catalog import entry
+from harness.engine.batched import generate_batch
 from harness.engine.method_spec import BuildInputs, build_adapter
+from harness.errors import DraftcountError
 from harness.engine.runtime import EngineOptions, EngineRuntime
 from harness.measure.host_sync import audit_generation
 from tests.methods.conformance import (CASES, GREEDY, HOST_READ_BUDGETS, METHODS, Zoo, build_markov_zoo,
@@ -41,6 +43,27 @@ def test_greedy_output_equals_ar(markov_zoo: Zoo, ar_outputs: list[list[int]], m
     assert (drafted > 0) == drafts, f"{method} drafted {drafted} tokens; its catalog entry says drafts={drafts}"
     # a method whose drafter runs forwards has them timed as the drafter phase (none: no drafter time)
     assert (drafter_seconds > 0) == (drafter_forwards > 0), f"{method}: drafter forwards not timed as drafter"
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_batches_keep_every_row_lossless_or_are_refused(markov_zoo: Zoo, method: str):
+    """A batched method: every row of one batch (prompts of 4 to 8 tokens: left padding) emits `ar`'s tokens, with
+    the accepted drafts of a batch-1 generation at every step (its drafter state kept per row); any other: one
+    line."""
+    adapter = markov_zoo.build(method)
+    batch = [prompt[:, : 4 + index % 5] for index, prompt in enumerate(prompts())]
+    if not entry(method).batched:
+        with pytest.raises(DraftcountError, match="one request at a time") as refusal:
+            generate_batch(markov_zoo.target, adapter, batch, 32, GREEDY, [None] * len(batch))
+        assert "\n" not in str(refusal.value)
+        return
+    results = generate_batch(markov_zoo.target, adapter, batch, 32, GREEDY, [None] * len(batch))
+    ar = markov_zoo.build("ar")
+    assert [result.output_ids for result in results] == [
+        generate(markov_zoo.target, ar, prompt, 32, GREEDY).output_ids for prompt in batch]
+    single = [generate(markov_zoo.target, adapter, prompt, 32, GREEDY).counters for prompt in batch]
+    assert [result.counters.step_accepted for result in results] == [one.step_accepted for one in single]
+    assert entry(method).drafts == (sum(result.counters.accepted_tokens for result in results) > 0)
 
 
 @pytest.mark.parametrize("method", METHODS)

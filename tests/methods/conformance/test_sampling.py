@@ -4,9 +4,14 @@ from __future__ import annotations
 
 import pytest
 
-from tests.methods.conformance import METHODS, Zoo, check_sampled_distribution
+from tests.methods.conformance import BATCHED, METHODS, Zoo, check_batch_row_distribution, check_sampled_distribution
 
 
 @pytest.mark.parametrize("method", METHODS)
 def test_sampled_distribution_equals_the_target(small_vocab_zoo: Zoo, method: str):
     check_sampled_distribution(small_vocab_zoo, method)
+
+
+@pytest.mark.parametrize("method", BATCHED)
+def test_a_batch_row_follows_the_target(small_vocab_zoo: Zoo, method: str):
+    check_batch_row_distribution(small_vocab_zoo, method)
