@@ -29,13 +29,15 @@ from harness.backend.models import LoadedModel, load_model, random_llama, resolv
 from harness.data.prompts import encode_turn, load_prompts
 from harness.engine.batched import generate_batch
 from harness.engine.method_spec import BuildInputs, build_adapter
+from harness.measure.latency import target_latencies
 from harness.errors import DraftcountError
 from harness.store.atomic import write_csv
 from harness.measure.ar_vs_generate import SMALL_LLAMA
 from harness.verify.sampling import SamplingConfig, make_generator
 
 FIELDS = ["method", "batch_size", "batches", "tokens_per_s", "speedup", "e2e_p50", "e2e_p90", "e2e_p99",
-          "tpot_p50", "tpot_p90", "tau", "target_tokens_per_step", "padding_share"]
+          "tpot_p50", "tpot_p90", "tau", "target_tokens_per_step", "padding_share", "verify_seconds",
+          "bound_tokens_per_s", "share_of_bound"]
 
 
 @dataclass
@@ -112,7 +114,20 @@ def sweep(target: LoadedModel, adapters: dict, prompts: list[torch.Tensor], batc
             turn = order[index % len(order):] + order[: index % len(order)]
             for method in turn:
                 runs[method].append(decode_batch(target, adapters[method], batch, new_tokens, sampling, seed=index))
-        rows += summarize_runs(runs, batch_size)
+        rows += with_bounds(target, summarize_runs(runs, batch_size), adapters, batch_size,
+                            max(prompt.shape[-1] for prompt in prompts) + new_tokens // 2)
+    return rows
+
+
+def with_bounds(target: LoadedModel, rows: list[dict], adapters: dict, batch_size: int, prefix: int) -> list[dict]:
+    """Each row with the target's measured seconds for one verify forward of B rows of the method's tree
+    (``verify_seconds``, after a ``prefix``-token cache) and the bound it sets: tau x B tokens per such forward
+    (``bound_tokens_per_s``, no drafter, no host time), and the measured throughput's share of it."""
+    for row in rows:
+        nodes = adapters[row["method"]].max_draft_nodes + 1
+        seconds = target_latencies(target.model, prefix, [nodes], repeats=5, batch=batch_size)[nodes]
+        bound = row["tau"] * batch_size / seconds
+        row.update(verify_seconds=seconds, bound_tokens_per_s=bound, share_of_bound=row["tokens_per_s"] / bound)
     return rows
 
 
@@ -194,9 +209,11 @@ def perturbed_draft(target: LoadedModel) -> LoadedModel:
 
 def format_table(rows: list[dict]) -> str:
     lines = ["| method | B | tokens/s | speedup over ar | E2E p50 s | E2E p90 s | TPOT p50 ms | tau | "
-             "verified tokens/step | prefill padding |", "|---|---|---|---|---|---|---|---|---|---|"]
+             "verified tokens/step | prefill padding | bound tokens/s | share of bound |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         lines.append(f"| {row['method']} | {row['batch_size']} | {row['tokens_per_s']:.1f} | {row['speedup']:.2f} | "
                      f"{row['e2e_p50']:.3f} | {row['e2e_p90']:.3f} | {1000 * row['tpot_p50']:.1f} | "
-                     f"{row['tau']:.2f} | {row['target_tokens_per_step']:.1f} | {row['padding_share']:.0%} |")
+                     f"{row['tau']:.2f} | {row['target_tokens_per_step']:.1f} | {row['padding_share']:.0%} | "
+                     f"{row['bound_tokens_per_s']:.1f} | {row['share_of_bound']:.0%} |")
     return "\n".join(lines)
