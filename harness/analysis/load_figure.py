@@ -28,6 +28,7 @@ def write_load_figure(rows: list[dict], path: Path) -> list[Path]:
         for axis in (speed, tokens):
             sizes = sorted({row["batch_size"] for row in rows})
             axis.set_xticks(sizes, [str(size) for size in sizes])
+            axis.minorticks_off()
         speed.legend(frameon=False)
         path.parent.mkdir(parents=True, exist_ok=True)
         return save_figure(figure, path.parent, path.stem)

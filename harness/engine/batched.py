@@ -248,7 +248,8 @@ def generate_batch(
 ) -> list[Generation]:
     """Decode ``prompts`` (each (1, L_i)) as one static batch, ``adapter`` drafting for every row; one
     ``Generation`` per prompt, each with the law of ``generate`` on that prompt with that row's generator (equal
-    tokens at T = 0). A row's ``wall_seconds`` is the time from the batch's start to its last token."""
+    tokens at T = 0). A row's ``wall_seconds`` is the time from the batch's start to its last token, its
+    ``phase_seconds["target"]`` the time of the verify forwards it was part of."""
     drafter = batch_drafter(adapter)
     if len(generators) != len(prompts):
         raise DraftcountError(f"{len(prompts)} prompts need as many generators, got {len(generators)}")
@@ -286,7 +287,11 @@ def generate_batch(
                 trees = DraftedTrees((-1,), torch.tensor([[row.root] for row in batch]), [[None] * len(batch)], [])
             else:
                 trees = draft_rows(drafter, batch, draft_cache, draft_mask)
+            forward = Stopwatch(target.device)
             logits, start = run_target_rows(target, batch, trees, cache, mask)
+            seconds = forward.elapsed()  # the batch's verify forward, charged to every live row (the load bound)
+            for row in batch:
+                row.ctx.counters.phase_seconds["target"] = row.ctx.counters.phase_seconds.get("target", 0.0) + seconds
             accept_rows(batch, trees, logits, start, verify, mask, draft_mask)
     return [finish_row(row, prefill_seconds, max_new_tokens, eos_token_ids) for row in rows]
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from harness.errors import DraftcountError
 from harness.backend.forward import prefix_visible
 from harness.backend.kv_cache import cache_argument, crop_cache
 from harness.backend.timed import timed_seconds, timing_cache
@@ -25,24 +24,20 @@ def wide_tree(nodes: int, fan_out: int = 4) -> tuple[int, ...]:
 
 @torch.no_grad()
 def target_latencies(model: PreTrainedModel, prefix: int, sizes: list[int], repeats: int,
-                     timing: str = "eager", batch: int = 1) -> dict[int, float]:
+                     timing: str = "eager") -> dict[int, float]:
     """Seconds of one forward of ``size`` tree tokens (a wide tree, tree mask) after a ``prefix``-token cache
-    (run as ``timing`` says: see ``timing_cache``), for each of ``batch`` rows at once (eager timing only: the
-    load study's cost per tokens in the batch)."""
-    if batch > 1 and timing != "eager":
-        raise DraftcountError(f"latencies of batches of {batch} are timed eagerly only, not {timing!r}")
+    (run as ``timing`` says: see ``timing_cache``)."""
     device = next(model.parameters()).device
     vocab = model.config.vocab_size
     cache = timing_cache(model.config, prefix + max(sizes), model.dtype, device, timing)
     cached = cache_argument(model, cache)
-    model(input_ids=torch.randint(vocab, (batch, prefix), device=device), use_cache=True, **cached)
+    model(input_ids=torch.randint(vocab, (1, prefix), device=device), use_cache=True, **cached)
     latencies = {}
     for size in sizes:
         parents = wide_tree(size)
         bias = prefix_visible(tree_attention_bias(parents, [], list(range(size)), model.dtype, device), prefix + size)
-        bias = None if bias is None else bias.expand(batch, -1, -1, -1)
-        position_ids = (prefix + torch.tensor(depths_of(parents))).to(device)[None].expand(batch, -1)
-        input_ids = torch.randint(vocab, (batch, size), device=device)
+        position_ids = (prefix + torch.tensor(depths_of(parents))).to(device)[None]
+        input_ids = torch.randint(vocab, (1, size), device=device)
 
         def forward() -> None:
             model(input_ids=input_ids, attention_mask=bias, position_ids=position_ids, use_cache=True, **cached)

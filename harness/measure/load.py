@@ -4,8 +4,9 @@ For every B of ``--batch-sizes`` the same prompts are cut into batches of B; eac
 in turn (the order rotating from batch to batch, so machine noise hits them alike), `ar` first among equals and
 twice (the A/A control). Per (method, B): aggregate output tokens/s (a batch's tokens over its wall time), the
 paired speedup over `ar` (per batch, then the mean), per-request end-to-end latency and time per output token
-(p50/p90/p99), tau (tokens per target forward, per request), target tokens per step (verified tokens x rows)
-and the padding share of the prefill (its left padding).
+(p50/p90/p99), tau (tokens per target forward, per request), target tokens per step (verified tokens x rows),
+the padding share of the prefill (its left padding), and the bound the verify forwards alone set (timed in the
+same runs: the throughput if drafting, prefill and host work were free).
 
     python -m harness measure load --target DIR --draft DIR --prompts FILE --batch-sizes 1,2,4,8
     python -m harness measure load            # random ~20M-parameter target with a perturbed copy as draft
@@ -29,7 +30,6 @@ from harness.backend.models import LoadedModel, load_model, random_llama, resolv
 from harness.data.prompts import encode_turn, load_prompts
 from harness.engine.batched import generate_batch
 from harness.engine.method_spec import BuildInputs, build_adapter
-from harness.measure.latency import target_latencies
 from harness.errors import DraftcountError
 from harness.store.atomic import write_csv
 from harness.measure.ar_vs_generate import SMALL_LLAMA
@@ -49,6 +49,7 @@ class BatchRun:
     latencies: list[float]
     target_forwards: list[int]  # per request, its decoding steps
     target_tokens: int  # verified tokens of the decoding steps, all rows
+    verify_seconds: float  # the batch's verify forwards (the longest-living row was part of every one)
     prompt_tokens: int
     padding: int  # the prefill's left padding
 
@@ -70,6 +71,7 @@ def decode_batch(target: LoadedModel, adapter, prompts: list[torch.Tensor], new_
                     [result.counters.wall_seconds for result in results],
                     [result.counters.target.forwards - 1 for result in results],  # decoding steps (no prefill)
                     sum(result.counters.target.tokens for result in results) - sum(lengths),
+                    max(result.counters.phase_seconds.get("target", 0.0) for result in results),
                     sum(lengths), sum(max(lengths) - length for length in lengths))
 
 
@@ -84,6 +86,8 @@ def summarize_runs(runs: dict[str, list[BatchRun]], batch_size: int) -> list[dic
         steps = sum(max(run.target_forwards) for run in batches)
         target_tokens = sum(run.target_tokens for run in batches)
         padding = sum(run.padding for run in batches)
+        verify_total = sum(run.verify_seconds for run in batches)
+        bound = tokens / verify_total if verify_total else float("nan")  # the verify forwards alone took time
         rows.append({
             "method": method, "batch_size": batch_size, "batches": len(batches),
             "tokens_per_s": tokens / sum(run.seconds for run in batches),
@@ -93,6 +97,8 @@ def summarize_runs(runs: dict[str, list[BatchRun]], batch_size: int) -> list[dic
             "tpot_p90": percentile(tpot, 0.9), "tau": tokens / forwards,
             "target_tokens_per_step": target_tokens / max(steps, 1),
             "padding_share": padding / (padding + sum(run.prompt_tokens for run in batches)),
+            "verify_seconds": verify_total / max(steps, 1), "bound_tokens_per_s": bound,
+            "share_of_bound": tokens / sum(run.seconds for run in batches) / bound,
         })
     return rows
 
@@ -114,20 +120,7 @@ def sweep(target: LoadedModel, adapters: dict, prompts: list[torch.Tensor], batc
             turn = order[index % len(order):] + order[: index % len(order)]
             for method in turn:
                 runs[method].append(decode_batch(target, adapters[method], batch, new_tokens, sampling, seed=index))
-        rows += with_bounds(target, summarize_runs(runs, batch_size), adapters, batch_size,
-                            max(prompt.shape[-1] for prompt in prompts) + new_tokens // 2)
-    return rows
-
-
-def with_bounds(target: LoadedModel, rows: list[dict], adapters: dict, batch_size: int, prefix: int) -> list[dict]:
-    """Each row with the target's measured seconds for one verify forward of B rows of the method's tree
-    (``verify_seconds``, after a ``prefix``-token cache) and the bound it sets: tau x B tokens per such forward
-    (``bound_tokens_per_s``, no drafter, no host time), and the measured throughput's share of it."""
-    for row in rows:
-        nodes = adapters[row["method"]].max_draft_nodes + 1
-        seconds = target_latencies(target.model, prefix, [nodes], repeats=5, batch=batch_size)[nodes]
-        bound = row["tau"] * batch_size / seconds
-        row.update(verify_seconds=seconds, bound_tokens_per_s=bound, share_of_bound=row["tokens_per_s"] / bound)
+        rows += summarize_runs(runs, batch_size)
     return rows
 
 
@@ -140,8 +133,10 @@ def encoded_prompts(target: LoadedModel, spec: str | None, count: int, prompt_le
     if target.tokenizer is None:
         raise DraftcountError(f"--prompts {spec} needs the target's tokenizer")
     chosen = load_prompts(spec, limit=count)
-    return [torch.tensor([encode_turn(target.tokenizer, [], prompt.turns[0])[-prompt_len:]]).to(target.device)
-            for prompt in chosen]
+    if len(chosen) < count:
+        print(f"{spec} holds {len(chosen)} prompts: each is decoded more than once to make {count} requests")
+    return [torch.tensor([encode_turn(target.tokenizer, [], chosen[index % len(chosen)].turns[0])[-prompt_len:]])
+            .to(target.device) for index in range(count)]
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m harness measure load") -> int:

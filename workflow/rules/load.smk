@@ -6,8 +6,8 @@ LOAD_SIZES = config["bench"].get("batch_sizes", [])
 
 
 def load_dataset():
-    """The prompts the load study cuts its requests from: the last bench dataset (as the checks')."""
-    return config["bench"]["datasets"][-1]
+    """The prompts the load study cuts its requests from: the first bench dataset (the default's: HumanEval, 164)."""
+    return config["bench"]["datasets"][0]
 
 
 def load_inputs():
