@@ -125,16 +125,17 @@ def prompts(count: int = 12) -> list[torch.Tensor]:
 
 
 def check_batch_row_distribution(zoo: Zoo, method: str) -> None:
-    """A row of a B = 4 batch at T = 1 follows the target's law: rows 0 and 2 answer [1, 2, 3], rows 1 and 3 a
-    longer and a shorter prompt (left padding, other positions); SAMPLES / 2 batches, each row its own generator."""
+    """A row of a B = 4 batch at T = 1 follows the target's law: rows 0, 2 and 3 answer [1, 2, 3], left-padded
+    beside row 1's longer prompt (other positions); SAMPLES / 3 batches, each row its own generator."""
     sampling = SamplingConfig(1.0)
     adapter = zoo.build(method)
-    batch = [torch.tensor([[1, 2, 3]]), torch.tensor([[4, 1, 2, 3, 5]]), torch.tensor([[1, 2, 3]]), torch.tensor([[2]])]
+    answered = torch.tensor([[1, 2, 3]])
+    batch = [answered, torch.tensor([[4, 1, 2, 3, 5]]), answered, answered]
     counts: Counter = Counter()
-    for index in range(SAMPLES // 2):
+    for index in range(SAMPLES // 3):
         generators = [make_generator(4 * index + row, "cpu") for row in range(4)]
         results = generate_batch(zoo.target, adapter, batch, 3, sampling, generators)
-        counts.update(tuple(results[row].output_ids) for row in (0, 2))
+        counts.update(tuple(results[row].output_ids) for row in (0, 2, 3))
     assert chi_square_pvalue(counts, exact_distribution(zoo.target, [1, 2, 3], 3, sampling)) > ALPHA
 
 
