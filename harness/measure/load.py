@@ -4,7 +4,8 @@ For every B of ``--batch-sizes`` the same prompts are cut into batches of B; eac
 in turn (the order rotating from batch to batch, so machine noise hits them alike), `ar` first among equals and
 twice (the A/A control). Per (method, B): aggregate output tokens/s (a batch's tokens over its wall time), the
 paired speedup over `ar` (per batch, then the mean), per-request end-to-end latency and time per output token
-(p50/p90/p99), tau (tokens per target forward, per request), target tokens per step (verified tokens x rows),
+(p50/p90/p99), tau (accepted length per decoding step, the summary's convention) and tokens per target forward
+(prefill included), target tokens per step (verified tokens x rows),
 the padding share of the prefill (its left padding), and the bound the verify forwards alone set (timed in the
 same runs: the throughput if drafting, prefill and host work were free).
 
@@ -25,6 +26,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 
+from harness.analysis.specbench import accept_lengths
 from harness.backend.device import Stopwatch
 from harness.backend.models import LoadedModel, load_model, random_llama, resolve_dtype, wrap_model
 from harness.data.prompts import encode_turn, load_prompts
@@ -36,7 +38,7 @@ from harness.measure.ar_vs_generate import SMALL_LLAMA
 from harness.verify.sampling import SamplingConfig, make_generator
 
 FIELDS = ["method", "batch_size", "batches", "tokens_per_s", "speedup", "e2e_p50", "e2e_p90", "e2e_p99",
-          "tpot_p50", "tpot_p90", "tau", "target_tokens_per_step", "padding_share", "verify_seconds",
+          "tpot_p50", "tpot_p90", "tau", "tokens_per_target_forward", "target_tokens_per_step", "padding_share", "verify_seconds",
           "bound_tokens_per_s", "share_of_bound"]
 
 
@@ -52,6 +54,7 @@ class BatchRun:
     verify_seconds: float  # the batch's verify forwards (the longest-living row was part of every one)
     prompt_tokens: int
     padding: int  # the prefill's left padding
+    accept_lengths: list[int]  # every request's accepted length per decoding step (EAGLE/Spec-Bench's, as tau's)
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -72,7 +75,9 @@ def decode_batch(target: LoadedModel, adapter, prompts: list[torch.Tensor], new_
                     [result.counters.target.forwards - 1 for result in results],  # decoding steps (no prefill)
                     sum(result.counters.target.tokens for result in results) - sum(lengths),
                     max(result.counters.phase_seconds.get("target", 0.0) for result in results),
-                    sum(lengths), sum(max(lengths) - length for length in lengths))
+                    sum(lengths), sum(max(lengths) - length for length in lengths),
+                    [length for result in results
+                     for length in accept_lengths(result.counters.step_accepted, len(result.output_ids))])
 
 
 def summarize_runs(runs: dict[str, list[BatchRun]], batch_size: int) -> list[dict]:
@@ -94,7 +99,8 @@ def summarize_runs(runs: dict[str, list[BatchRun]], batch_size: int) -> list[dic
             "speedup": statistics.fmean(ar.seconds / run.seconds for ar, run in zip(runs["ar"], batches)),
             "e2e_p50": percentile(latencies, 0.5), "e2e_p90": percentile(latencies, 0.9),
             "e2e_p99": percentile(latencies, 0.99), "tpot_p50": percentile(tpot, 0.5),
-            "tpot_p90": percentile(tpot, 0.9), "tau": tokens / forwards,
+            "tpot_p90": percentile(tpot, 0.9), "tokens_per_target_forward": tokens / forwards,
+            "tau": statistics.fmean(length for run in batches for length in run.accept_lengths),
             "target_tokens_per_step": target_tokens / max(steps, 1),
             "padding_share": padding / (padding + sum(run.prompt_tokens for run in batches)),
             "verify_seconds": verify_total / max(steps, 1), "bound_tokens_per_s": bound,
