@@ -38,7 +38,7 @@ from harness.measure.ar_vs_generate import SMALL_LLAMA
 from harness.verify.sampling import SamplingConfig, make_generator
 
 FIELDS = ["method", "batch_size", "batches", "tokens_per_s", "speedup", "e2e_p50", "e2e_p90", "e2e_p99",
-          "tpot_p50", "tpot_p90", "tau", "tokens_per_target_forward", "target_tokens_per_step", "padding_share", "verify_seconds",
+          "tpot_p50", "tpot_p90", "tau", "accepted_by_position", "tokens_per_target_forward", "target_tokens_per_step", "padding_share", "verify_seconds",
           "bound_tokens_per_s", "share_of_bound"]
 
 
@@ -55,6 +55,7 @@ class BatchRun:
     prompt_tokens: int
     padding: int  # the prefill's left padding
     accept_lengths: list[int]  # every request's accepted length per decoding step (EAGLE/Spec-Bench's, as tau's)
+    accepted_by_position: list[int]  # accepted drafts at draft position 1, 2, ... (all requests)
 
 
 def percentile(values: list[float], share: float) -> float:
@@ -77,7 +78,13 @@ def decode_batch(target: LoadedModel, adapter, prompts: list[torch.Tensor], new_
                     max(result.counters.phase_seconds.get("target", 0.0) for result in results),
                     sum(lengths), sum(max(lengths) - length for length in lengths),
                     [length for result in results
-                     for length in accept_lengths(result.counters.step_accepted, len(result.output_ids))])
+                     for length in accept_lengths(result.counters.step_accepted, len(result.output_ids))],
+                    position_totals([result.counters.accepted_by_depth for result in results]))
+
+
+def position_totals(counts: list[list[int]]) -> list[int]:
+    """Element-wise sums of per-request counts by draft position (lists of different lengths)."""
+    return [sum(row[index] for row in counts if index < len(row)) for index in range(max(map(len, counts), default=0))]
 
 
 def summarize_runs(runs: dict[str, list[BatchRun]], batch_size: int) -> list[dict]:
@@ -101,6 +108,9 @@ def summarize_runs(runs: dict[str, list[BatchRun]], batch_size: int) -> list[dic
             "e2e_p99": percentile(latencies, 0.99), "tpot_p50": percentile(tpot, 0.5),
             "tpot_p90": percentile(tpot, 0.9), "tokens_per_target_forward": tokens / forwards,
             "tau": statistics.fmean(length for run in batches for length in run.accept_lengths),
+            "accepted_by_position": "/".join(
+                f"{count / len([0 for run in batches for _ in run.accept_lengths]):.2f}"
+                for count in position_totals([run.accepted_by_position for run in batches])),
             "target_tokens_per_step": target_tokens / max(steps, 1),
             "padding_share": padding / (padding + sum(run.prompt_tokens for run in batches)),
             "verify_seconds": verify_total / max(steps, 1), "bound_tokens_per_s": bound,

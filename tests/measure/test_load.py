@@ -34,7 +34,11 @@ def test_the_sweep_writes_every_method_at_every_batch_size(model_dirs, tmp_path)
         if row["method"] == "ar":
             assert float(row["speedup"]) == 1.0 and float(row["tau"]) == 1.0
         if row["method"] in ("sd", "tree_sd"):
-            assert float(row["tau"]) > 1.0  # a perturbed copy: drafts are accepted
+            assert float(row["tau"]) > 1.0
+            shares = [float(share) for share in row["accepted_by_position"].split("/")]
+            assert shares == sorted(shares, reverse=True) and shares[0] > 0  # a deeper position only after its parent
+            # tau: 1 + the accepted drafts per step, less what the last steps accepted past max_new_tokens
+            assert float(row["tau"]) <= 1 + sum(shares) + 0.01  # a perturbed copy: drafts are accepted
     verified = {(row["method"], row["batch_size"]): float(row["target_tokens_per_step"]) for row in rows}
     assert verified[("ar", "1")] == 1.0 and verified[("ar", "3")] == 3.0  # one token per row and step
     assert 5.0 < verified[("sd", "3")] <= 3 * 5.0  # gamma 4: root and four drafts per live row (rows finish apart)
