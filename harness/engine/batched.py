@@ -4,9 +4,10 @@ The rows share one target forward per step and one KV cache whose slots grow by 
 what differs per row is which slots it may attend (``valid``: its prompt without the left padding, and the
 accepted path of every step; a rejected draft's slot stays in the cache, masked) and its positions. So no row's
 cache is ever compacted, rows never wait for each other's acceptance, and a finished row leaves the batch
-(its cache rows are dropped). Per step: ``draft_rows`` (each row's chain, one draft forward per depth for the
-whole batch) -> ``run_target_rows`` (the target over every row's root and drafts) -> ``accept_rows`` (the shared
-verifier per row, with the row's own random generator, so a row's output has the law of a batch-1 generation).
+(its cache rows are dropped). Per step: ``draft_rows`` (each row's tree over the draft LM's shape, one draft
+forward per level for the whole batch) -> ``run_target_rows`` (the target over every row's tree) -> ``accept_rows``
+(the shared verifier per row, with the row's own random generator, so a row's output has the law of a batch-1
+generation).
 
 Methods opt in through ``batch_drafter``: `ar` (no drafts) and a draft LM over a fixed tree shape (`sd`'s chain,
 `tree_sd`'s tree); the others are refused with one line until they do.
@@ -19,7 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from harness.backend.device import Stopwatch
-from harness.backend.forward import ForwardTally, run_model
+from harness.backend.forward import ForwardTally, count_forward, run_model
 from harness.backend.kv_cache import new_cache
 from harness.backend.models import LoadedModel
 from harness.engine.adapter import NoDrafts, StepContext
@@ -42,7 +43,7 @@ class BatchRow:
     position: int  # the root's position (unpadded): the next slot the row's sequence fills
     root: int  # the newest token, emitted, not yet in the target's cache
     produced: list[int] = field(default_factory=list)
-    pending: int | None = None  # a draft the target accepted but the draft LM never fed (a fully accepted chain)
+    pending: int | None = None  # an accepted draft the draft LM never fed (a leaf of the shape)
     finished_at: float = 0.0  # seconds from the batch's start until the row's last token
 
 
@@ -113,8 +114,7 @@ def charge_rows(lm: LoadedModel, rows: list[BatchRow], tally_of, tokens: list[in
     """Each row's share of one batched forward: a forward of its real ``tokens`` over its ``keys`` slots, on the
     tally ``tally_of(row.ctx.counters)`` (padding is counted by the caller, not charged to a row)."""
     for row, count, total in zip(rows, tokens, keys):
-        tally: ForwardTally = tally_of(row.ctx.counters)
-        tally.add(count, lm.cost.forward_flops(count, total, count))
+        count_forward(lm, tally_of(row.ctx.counters), count, total - count, count)
 
 
 def causal(count: int, device: torch.device) -> torch.Tensor:
@@ -257,10 +257,8 @@ def generate_batch(
         raise DraftcountError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
     for index, prompt in enumerate(prompts):
         check_fits_context(target, prompt.shape[-1], max_new_tokens, adapter.max_draft_nodes, f"row {index}")
-    rows = [BatchRow(StepContext(sampling, generator, GenerationCounters(), target.vocab_size), 0, 0)
-            for generator in generators]
-    for row, prompt in zip(rows, prompts):
-        row.position = prompt.shape[-1]
+    rows = [BatchRow(StepContext(sampling, generator, GenerationCounters(), target.vocab_size), prompt.shape[-1], 0)
+            for generator, prompt in zip(generators, prompts)]
     stopwatch = Stopwatch(target.device)
     with torch.inference_mode():
         cache = new_cache(target.config)

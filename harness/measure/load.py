@@ -38,8 +38,8 @@ from harness.measure.ar_vs_generate import SMALL_LLAMA
 from harness.verify.sampling import SamplingConfig, make_generator
 
 FIELDS = ["method", "batch_size", "batches", "tokens_per_s", "speedup", "e2e_p50", "e2e_p90", "e2e_p99",
-          "tpot_p50", "tpot_p90", "tau", "accepted_by_position", "tokens_per_target_forward", "target_tokens_per_step", "padding_share", "verify_seconds",
-          "bound_tokens_per_s", "share_of_bound"]
+          "tpot_p50", "tpot_p90", "tau", "accepted_by_position", "tokens_per_target_forward",
+          "target_tokens_per_step", "padding_share", "verify_seconds", "bound_tokens_per_s", "share_of_bound"]
 
 
 @dataclass
@@ -84,7 +84,8 @@ def decode_batch(target: LoadedModel, adapter, prompts: list[torch.Tensor], new_
 
 def position_totals(counts: list[list[int]]) -> list[int]:
     """Element-wise sums of per-request counts by draft position (lists of different lengths)."""
-    return [sum(row[index] for row in counts if index < len(row)) for index in range(max(map(len, counts), default=0))]
+    longest = max(map(len, counts), default=0)
+    return [sum(row[index] for row in counts if index < len(row)) for index in range(longest)]
 
 
 def summarize_runs(runs: dict[str, list[BatchRun]], batch_size: int) -> list[dict]:
@@ -98,23 +99,24 @@ def summarize_runs(runs: dict[str, list[BatchRun]], batch_size: int) -> list[dic
         steps = sum(max(run.target_forwards) for run in batches)
         target_tokens = sum(run.target_tokens for run in batches)
         padding = sum(run.padding for run in batches)
+        request_steps = sum(len(run.accept_lengths) for run in batches)  # every request's decoding steps
+        tokens_per_s = tokens / sum(run.seconds for run in batches)
         verify_total = sum(run.verify_seconds for run in batches)
         bound = tokens / verify_total if verify_total else float("nan")  # the verify forwards alone took time
         rows.append({
             "method": method, "batch_size": batch_size, "batches": len(batches),
-            "tokens_per_s": tokens / sum(run.seconds for run in batches),
+            "tokens_per_s": tokens_per_s,
             "speedup": statistics.fmean(ar.seconds / run.seconds for ar, run in zip(runs["ar"], batches)),
             "e2e_p50": percentile(latencies, 0.5), "e2e_p90": percentile(latencies, 0.9),
             "e2e_p99": percentile(latencies, 0.99), "tpot_p50": percentile(tpot, 0.5),
             "tpot_p90": percentile(tpot, 0.9), "tokens_per_target_forward": tokens / forwards,
-            "tau": statistics.fmean(length for run in batches for length in run.accept_lengths),
-            "accepted_by_position": "/".join(
-                f"{count / len([0 for run in batches for _ in run.accept_lengths]):.2f}"
-                for count in position_totals([run.accepted_by_position for run in batches])),
+            "tau": sum(sum(run.accept_lengths) for run in batches) / request_steps,
+            "accepted_by_position": "/".join(f"{count / request_steps:.2f}" for count in
+                                             position_totals([run.accepted_by_position for run in batches])),
             "target_tokens_per_step": target_tokens / max(steps, 1),
             "padding_share": padding / (padding + sum(run.prompt_tokens for run in batches)),
             "verify_seconds": verify_total / max(steps, 1), "bound_tokens_per_s": bound,
-            "share_of_bound": tokens / sum(run.seconds for run in batches) / bound,
+            "share_of_bound": tokens_per_s / bound,
         })
     return rows
 
@@ -181,7 +183,8 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness measure l
     if any(size < 1 for size in batch_sizes):
         raise DraftcountError(f"--batch-sizes must be positive, got {args.batch_sizes}")
     if max(batch_sizes) > args.requests:
-        raise DraftcountError(f"batch size {max(batch_sizes)} is larger than the {args.requests} prompts (--requests)")
+        raise DraftcountError(f"batch size {max(batch_sizes)} is larger than the {args.requests} prompts "
+                              "(--requests)")
     if args.target:
         target = load_model(args.target, args.dtype, args.device, with_tokenizer=args.prompts is not None)
     else:
