@@ -21,7 +21,7 @@ import torch
 
 from harness.backend.device import Stopwatch
 from harness.backend.forward import ForwardTally, count_forward, run_model
-from harness.backend.kv_cache import new_cache
+from harness.backend.kv_cache import new_cache, rollback_refusal
 from harness.backend.models import LoadedModel
 from harness.engine.adapter import NoDrafts, StepContext
 from harness.engine.counters import GenerationCounters
@@ -251,6 +251,10 @@ def generate_batch(
     tokens at T = 0). A row's ``wall_seconds`` is the time from the batch's start to its last token, its
     ``phase_seconds["target"]`` the time of the verify forwards it was part of."""
     drafter = batch_drafter(adapter)
+    why = rollback_refusal(target.config)
+    if why:  # a recurrent state reads every token fed, the masked ones too (padding, rejected drafts)
+        raise DraftcountError(f"batches mask their padding and rejected drafts in the KV cache, which this target's "
+                              f"recurrent state does not see: its {why}. Run it one request at a time")
     if len(generators) != len(prompts):
         raise DraftcountError(f"{len(prompts)} prompts need as many generators, got {len(generators)}")
     if max_new_tokens < 1:

@@ -12,6 +12,7 @@ from harness import SamplingConfig, generate, wrap_model
 from harness.backend.kv_cache import cache_argument, crop_cache, new_cache, rollback_refusal
 from harness.catalog import entry, method_names
 from harness.engine.adapter import NoDrafts
+from harness.engine.batched import generate_batch
 from harness.engine.draft_lm import DraftLMAdapter
 from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.engine.runtime import EngineOptions, EngineRuntime
@@ -89,3 +90,11 @@ def test_crop_refuses_to_drop_entries_of_a_recurrent_cache(hybrid):
     crop_cache(cache, length)  # nothing to drop: what `ar` does each step
     with pytest.raises(DraftcountError, match="keeps recurrent state"):
         crop_cache(cache, length - 2)
+
+
+def test_batches_are_refused_with_one_line(hybrid):
+    """Left padding and rejected drafts are masked, not removed: a recurrent state would read them (`ar` too)."""
+    _, target = hybrid
+    with pytest.raises(DraftcountError, match="keeps recurrent state.*one request at a time") as refusal:
+        generate_batch(target, NoDrafts(), [PROMPT, PROMPT[:, :3]], 4, SamplingConfig(), [None, None])
+    assert "\n" not in str(refusal.value)
