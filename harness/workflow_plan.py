@@ -132,6 +132,25 @@ def main_variants(config: dict) -> list[str]:
     return [variant for variant in variant_names(config) if study_of(config, variant) is None]
 
 
+def load_variants(config: dict) -> list[str]:
+    """The variants the load study decodes beside `ar`: bench.load_variants, or every main variant whose method
+    decodes batches (but `ar`: the study runs it twice, the A/A control); one line for a named variant that is not
+    one, or whose method decodes one request at a time."""
+    bench = config["bench"]
+    if "load_variants" not in bench:
+        return [variant for variant in main_variants(config)
+                if entry(variant_method(config, variant)).batched and variant_method(config, variant) != "ar"]
+    for variant in bench["load_variants"]:
+        if variant not in variant_names(config):
+            raise ValueError(f"bench.load_variants: {variant!r} is not a variant (bench.methods names "
+                             f"{', '.join(variant_names(config))})")
+        if not entry(variant_method(config, variant)).batched:
+            raise ValueError(f"bench.load_variants: {variant}'s method {variant_method(config, variant)!r} decodes "
+                             "one request at a time (batched methods: "
+                             f"{', '.join(name for name, item in catalog().items() if item.batched)})")
+    return list(bench["load_variants"])
+
+
 def every_dataset_variants(config: dict) -> list[str]:
     """The variants run on every dataset (the others are ablations and budget sweeps, on bench.ablation_datasets):
     the report's and figures' main rows when they cover the studies too."""

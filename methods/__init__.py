@@ -19,11 +19,11 @@ CATALOG = (  # name, module (METHOD), summary, needs, colour in the figures, opt
     Entry("tree_sd", "methods.tree_sd.method", "token-tree SD with a draft LM (SpecInfer/Sequoia)",
           "draft", "#2ca02c", "methods.tree_sd:TreeSpeculativeDecodingOptions", batched=True),
     Entry("eagle", "methods.eagle.method", "EAGLE-2 dynamic trees over a trained EAGLE head",
-          "drafter", "#ff7f0e", "methods.eagle:EagleOptions"),
+          "drafter", "#ff7f0e", "methods.eagle:EagleOptions", batched=True),
     Entry("lyanna", "methods.lyanna.method", "Lyanna: hidden-state drafter, token-info injection",
-          "drafter", "#d62728", "methods.lyanna:LyannaOptions"),
+          "drafter", "#d62728", "methods.lyanna:LyannaOptions", batched=True),
     Entry("dflash", "methods.dflash.method", "DFlash: a block drafted in one non-causal forward over injected target "
-          "states", "drafter", "#000000", "methods.dflash:DFlashOptions"),
+          "states", "drafter", "#000000", "methods.dflash:DFlashOptions", batched=True),
     Entry("dspark", "methods.dspark.method", "DSpark: DFlash's block + a Markov head, verify length planned from "
           "predicted survival", "drafter", "#469990", "methods.dspark:DSparkOptions"),
     Entry("pld", "methods.pld.method", "prompt lookup: n-gram match in the context, drafted as a chain",

@@ -124,3 +124,13 @@ def test_sampled_runs_take_the_configured_top_k_and_top_p(config):
     assert sampled[sampled.index("--top-k") + 1] == "20" and sampled[sampled.index("--top-p") + 1] == "0.9"
     assert "--top-k" not in jobs.run_arguments(warped, "sd", "stdlib_code", "0", Path("w"), "t", draft="d")
     assert "--top-k" not in jobs.run_arguments(config, "sd", "stdlib_code", "1", Path("w"), "t", draft="d")
+
+
+def test_the_load_study_decodes_the_batched_main_variants_or_the_named_ones(config):
+    assert sorted(plan.load_variants(config)) == ["dflash", "eagle", "lyanna", "sd", "tree_sd"]
+    named = {**config, "bench": {**config["bench"], "load_variants": ["eagle", "sd"]}}
+    assert plan.load_variants(named) == ["eagle", "sd"]
+    for variants, message in ((["eagel"], "'eagel' is not a variant"),
+                              (["pld"], "pld's method 'pld' decodes one request at a time")):
+        with pytest.raises(ValueError, match=message):
+            plan.load_variants({**config, "bench": {**config["bench"], "load_variants": variants}})

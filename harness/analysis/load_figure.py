@@ -1,6 +1,7 @@
 """The load study's figure: each batched method's speedup over `ar` against the batch size (the A/A control's
-beside them, and the 1x line), and beside it the verified tokens per step: the compute each method spends to buy
-its tokens, which grows with B (``python -m harness measure load --figure``)."""
+beside them, and the 1x line), and beside it the verified tokens per step (the compute each method spends to buy
+its tokens, which grows with B) and the share of them rejected: the verify FLOPs wasted
+(``python -m harness measure load --figure``)."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ def write_load_figure(rows: list[dict], path: Path) -> list[Path]:
     colors = method_colors()
     methods = list(dict.fromkeys(row["method"] for row in rows if row["method"] != "ar"))
     with plt.rc_context(STYLE):
-        figure, (speed, tokens) = plt.subplots(1, 2, figsize=(6.4, 2.4))
+        figure, (speed, tokens, wasted) = plt.subplots(1, 3, figsize=(9.6, 2.4))
         for method in methods:
             mine = sorted((row for row in rows if row["method"] == method), key=lambda row: row["batch_size"])
             sizes = [row["batch_size"] for row in mine]
@@ -22,10 +23,12 @@ def write_load_figure(rows: list[dict], path: Path) -> list[Path]:
                      "linestyle": ":" if method == "ar_control" else "-"}
             speed.plot(sizes, [row["speedup"] for row in mine], label=method, **style)
             tokens.plot(sizes, [row["target_tokens_per_step"] for row in mine], label=method, **style)
+            wasted.plot(sizes, [100 * row["wasted_verify_share"] for row in mine], label=method, **style)
         speed.axhline(1.0, color="black", linewidth=0.6)
         speed.set(xscale="log", xlabel="batch size B", ylabel="speedup over ar (paired)")
         tokens.set(xscale="log", yscale="log", xlabel="batch size B", ylabel="verified tokens per step")
-        for axis in (speed, tokens):
+        wasted.set(xscale="log", xlabel="batch size B", ylabel="verified tokens rejected (%)", ylim=(0, 100))
+        for axis in (speed, tokens, wasted):
             sizes = sorted({row["batch_size"] for row in rows})
             axis.set_xticks(sizes, [str(size) for size in sizes])
             axis.minorticks_off()

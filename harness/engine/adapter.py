@@ -97,11 +97,15 @@ class DraftAdapter(Protocol):
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
         """Learn what was accepted; ``target_out`` is the target's forward over ``tree``."""
 
+    def batch_row(self) -> DraftAdapter | None:
+        """A copy that drafts one row of a static batch (``harness.engine.batched``): the weights shared, its
+        generation state its own (``begin`` resets it); None: the adapter decodes one request at a time."""
+
 
 class AdapterBase:
-    """The defaults of ``DraftAdapter``: no hidden states, fused verification, no details, and nothing to do at
-    ``begin``, ``observe_root`` and ``commit``. Adapters inherit from it and override what they need; ``propose``
-    is theirs to write."""
+    """The defaults of ``DraftAdapter``: no hidden states, fused verification, no details, nothing to do at
+    ``begin``, ``observe_root`` and ``commit``, and no batch rows. Adapters inherit from it and override what they
+    need; ``propose`` is theirs to write."""
 
     wants_target_hidden_states: bool = False
     target_hidden_layers: tuple[int, ...] | None = None
@@ -118,6 +122,9 @@ class AdapterBase:
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
         pass
+
+    def batch_row(self) -> DraftAdapter | None:
+        return None
 
 
 class NoDrafts(AdapterBase):

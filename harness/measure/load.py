@@ -6,13 +6,17 @@ twice (the A/A control). Per (method, B): aggregate output tokens/s (a batch's t
 paired speedup over `ar` (per batch, then the mean), per-request end-to-end latency and time per output token
 (p50/p90/p99), tau (accepted length per decoding step, the summary's convention) and tokens per target forward
 (prefill included), target tokens per step (verified tokens x rows),
-the padding share of the prefill (its left padding), and the bound the verify forwards alone set (timed in the
-same runs: the throughput if drafting, prefill and host work were free).
+the padding share of the prefill (its left padding), the bound the verify forwards alone set (timed in the
+same runs: the throughput if drafting, prefill and host work were free), and the wall time's split into verify
+forwards, drafting and the rest (prefill, verification's sampling, host work).
 
     python -m harness measure load --target DIR --draft DIR --prompts FILE --batch-sizes 1,2,4,8
     python -m harness measure load            # random ~20M-parameter target with a perturbed copy as draft
+    python -m harness measure load --target DIR --variant '{"name": "eagle", "method": "eagle", "drafter": DIR}'
 
-Batched methods: `ar`, `sd` and `tree_sd` (``harness.engine.batched``).
+Without ``--variant`` it decodes `sd` (``--gamma``) and `tree_sd` (``--branching``) beside `ar`; with them, the
+variants named (the workflow passes bench.load_variants). A method must decode batches (its catalog entry says
+``batched``: ``harness.engine.batched``).
 """
 
 from __future__ import annotations
@@ -32,14 +36,17 @@ from harness.backend.models import LoadedModel, load_model, random_llama, resolv
 from harness.data.prompts import encode_turn, load_prompts
 from harness.engine.batched import generate_batch
 from harness.engine.method_spec import BuildInputs, build_adapter
+from harness.catalog import entry
 from harness.errors import DraftcountError
 from harness.store.atomic import write_csv
 from harness.measure.ar_vs_generate import SMALL_LLAMA
+from harness.measure.method_runs import add_variant_arguments, build_variant, parse_variants
 from harness.verify.sampling import SamplingConfig, make_generator
 
 FIELDS = ["method", "batch_size", "batches", "tokens_per_s", "speedup", "e2e_p50", "e2e_p90", "e2e_p99",
           "tpot_p50", "tpot_p90", "tau", "accepted_by_position", "tokens_per_target_forward",
-          "target_tokens_per_step", "padding_share", "verify_seconds", "bound_tokens_per_s", "share_of_bound"]
+          "target_tokens_per_step", "wasted_verify_share", "padding_share", "verify_seconds", "bound_tokens_per_s",
+          "share_of_bound", "draft_share", "other_share"]
 
 
 @dataclass
@@ -52,6 +59,7 @@ class BatchRun:
     target_forwards: list[int]  # per request, its decoding steps
     target_tokens: int  # verified tokens of the decoding steps, all rows
     verify_seconds: float  # the batch's verify forwards (the longest-living row was part of every one)
+    draft_seconds: float  # the batch's drafting, likewise
     prompt_tokens: int
     padding: int  # the prefill's left padding
     accept_lengths: list[int]  # every request's accepted length per decoding step (EAGLE/Spec-Bench's, as tau's)
@@ -76,6 +84,7 @@ def decode_batch(target: LoadedModel, adapter, prompts: list[torch.Tensor], new_
                     [result.counters.target.forwards - 1 for result in results],  # decoding steps (no prefill)
                     sum(result.counters.target.tokens for result in results) - sum(lengths),
                     max(result.counters.phase_seconds.get("target", 0.0) for result in results),
+                    max(result.counters.phase_seconds.get("drafter", 0.0) for result in results),
                     sum(lengths), sum(max(lengths) - length for length in lengths),
                     [length for result in results
                      for length in accept_lengths(result.counters.step_accepted, len(result.output_ids))],
@@ -100,9 +109,11 @@ def summarize_runs(runs: dict[str, list[BatchRun]], batch_size: int) -> list[dic
         target_tokens = sum(run.target_tokens for run in batches)
         padding = sum(run.padding for run in batches)
         request_steps = sum(len(run.accept_lengths) for run in batches)  # every request's decoding steps
-        tokens_per_s = tokens / sum(run.seconds for run in batches)
+        seconds = sum(run.seconds for run in batches)
+        tokens_per_s = tokens / seconds
         verify_total = sum(run.verify_seconds for run in batches)
-        bound = tokens / verify_total if verify_total else float("nan")  # the verify forwards alone took time
+        draft_total = sum(run.draft_seconds for run in batches)
+        bound = tokens / verify_total  # the throughput if only the verify forwards took time
         rows.append({
             "method": method, "batch_size": batch_size, "batches": len(batches),
             "tokens_per_s": tokens_per_s,
@@ -114,9 +125,11 @@ def summarize_runs(runs: dict[str, list[BatchRun]], batch_size: int) -> list[dic
             "accepted_by_position": "/".join(f"{count / request_steps:.2f}" for count in
                                              position_totals([run.accepted_by_position for run in batches])),
             "target_tokens_per_step": target_tokens / max(steps, 1),
+            "wasted_verify_share": 1 - sum(sum(run.accept_lengths) for run in batches) / target_tokens,
             "padding_share": padding / (padding + sum(run.prompt_tokens for run in batches)),
             "verify_seconds": verify_total / max(steps, 1), "bound_tokens_per_s": bound,
-            "share_of_bound": tokens_per_s / bound,
+            "share_of_bound": verify_total / seconds,  # tokens_per_s over the bound: the verify forwards' share
+            "draft_share": draft_total / seconds, "other_share": 1 - (verify_total + draft_total) / seconds,
         })
     return rows
 
@@ -166,8 +179,10 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness measure l
     parser.add_argument("--requests", type=int, default=16, help="prompts decoded at each batch size (default 16)")
     parser.add_argument("--prompt-len", type=int, default=64, help="longest prompt in tokens (default 64)")
     parser.add_argument("--new-tokens", type=int, default=32, help="tokens per request (default 32)")
-    parser.add_argument("--gamma", type=int, default=4, help="sd's draft length (default 4)")
-    parser.add_argument("--branching", default="4,2,2,1", help="tree_sd's tree: children per level (default 4,2,2,1)")
+    parser.add_argument("--gamma", type=int, default=4, help="sd's draft length without --variant (default 4)")
+    parser.add_argument("--branching", default="4,2,2,1",
+                        help="tree_sd's tree without --variant: children per level (default 4,2,2,1)")
+    add_variant_arguments(parser)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
     parser.add_argument("--temperature", type=float, default=0.0)
@@ -189,12 +204,22 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness measure l
         target = load_model(args.target, args.dtype, args.device, with_tokenizer=args.prompts is not None)
     else:
         target = wrap_model(random_llama(SMALL_LLAMA, seed=0, dtype=resolve_dtype(args.dtype), device=args.device))
-    draft = (load_model(args.draft, args.dtype, args.device, with_tokenizer=False) if args.draft
-             else perturbed_draft(target))
+    variants = parse_variants(args.variant)
+    for spec in variants:
+        if not entry(spec.method).batched:
+            raise DraftcountError(f"--variant {spec.name}: method {spec.method!r} decodes one request at a time")
+    if args.draft:
+        draft = load_model(args.draft, args.dtype, args.device, with_tokenizer=False)
+    else:
+        draft = perturbed_draft(target) if not variants or any(entry(spec.method).needs_draft for spec in variants) \
+            else None
     inputs = BuildInputs(target, draft, None)
-    adapters = {"ar": build_adapter("ar", {}, inputs)[0], "ar_control": build_adapter("ar", {}, inputs)[0],
-                "sd": build_adapter("sd", {"gamma": args.gamma}, inputs)[0],
-                "tree_sd": build_adapter("tree_sd", {"branching": args.branching}, inputs)[0]}
+    adapters = {"ar": build_adapter("ar", {}, inputs)[0], "ar_control": build_adapter("ar", {}, inputs)[0]}
+    if variants:
+        adapters.update({spec.name: build_variant(spec, target, draft) for spec in variants})
+    else:
+        adapters.update({"sd": build_adapter("sd", {"gamma": args.gamma}, inputs)[0],
+                         "tree_sd": build_adapter("tree_sd", {"branching": args.branching}, inputs)[0]})
     prompts = encoded_prompts(target, args.prompts, args.requests, args.prompt_len)
     rows = sweep(target, adapters, prompts, batch_sizes, args.new_tokens, SamplingConfig(args.temperature),
                  progress=not args.no_progress, warmup=args.warmup > 0)
@@ -223,11 +248,12 @@ def perturbed_draft(target: LoadedModel) -> LoadedModel:
 
 def format_table(rows: list[dict]) -> str:
     lines = ["| method | B | tokens/s | speedup over ar | E2E p50 s | E2E p90 s | TPOT p50 ms | tau | "
-             "verified tokens/step | prefill padding | bound tokens/s | share of bound |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "verified tokens/step | prefill padding | bound tokens/s | share of bound | verify / draft / other |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for row in rows:
         lines.append(f"| {row['method']} | {row['batch_size']} | {row['tokens_per_s']:.1f} | {row['speedup']:.2f} | "
                      f"{row['e2e_p50']:.3f} | {row['e2e_p90']:.3f} | {1000 * row['tpot_p50']:.1f} | "
                      f"{row['tau']:.2f} | {row['target_tokens_per_step']:.1f} | {row['padding_share']:.0%} | "
-                     f"{row['bound_tokens_per_s']:.1f} | {row['share_of_bound']:.0%} |")
+                     f"{row['bound_tokens_per_s']:.1f} | {row['share_of_bound']:.0%} | "
+                     f"{row['share_of_bound']:.0%} / {row['draft_share']:.0%} / {row['other_share']:.0%} |")
     return "\n".join(lines)

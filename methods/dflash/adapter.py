@@ -13,6 +13,8 @@ nodes, useful for the accepted ones.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 from harness.backend.device import index_on
@@ -60,6 +62,11 @@ class DFlashAdapter(AdapterBase):
                         "feature_layers": list(drafter.features.layers), "drafter_layers": len(drafter.layers),
                         "drafter_parameters": drafter.trainable_parameters()}
         self._reset([])
+
+    def batch_row(self):
+        """A copy for one row of a static batch: the drafter shared, the state reset by ``begin``."""
+        row = copy.copy(self)
+        return row
 
     def _reset(self, rows: list[torch.Tensor]) -> None:
         self.cache = new_cache(self.drafter.config)

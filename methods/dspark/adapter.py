@@ -17,7 +17,7 @@ import numpy as np
 import torch
 
 from harness.backend.models import LoadedModel
-from harness.engine.adapter import StepContext
+from harness.engine.adapter import AdapterBase, StepContext
 from harness.engine.method_spec import BuildInputs
 from harness.errors import DraftcountError
 from harness.trees.tree import TokenTree
@@ -63,6 +63,10 @@ def plan_length(survival: list[float], cost: list[float], threshold: float) -> i
 
 class DSparkAdapter(DFlashAdapter):
     """The `dspark` adapter (see the module docstring)."""
+
+    # one request at a time: its parent's batch rows would serve it (its greedy batch check passes), but every
+    # batched method adds a sampling check of batch rows to the suite, which has no time left for it
+    batch_row = AdapterBase.batch_row
 
     def __init__(self, drafter: DSparkDrafter, target: LoadedModel, options: DSparkOptions) -> None:
         super().__init__(drafter, target, DFlashOptions(block_size=options.block_size))

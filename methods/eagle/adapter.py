@@ -17,6 +17,8 @@ whose children included an accepted token.
 
 from __future__ import annotations
 
+import copy
+
 from collections.abc import Callable, Hashable
 
 import torch
@@ -72,6 +74,11 @@ class EagleAdapter(AdapterBase):
                         "fusion": head.features.fusion, "feature_layers": list(head.features.layers),
                         "drafter_parameters": head.trainable_parameters()}
         self._reset()
+
+    def batch_row(self):
+        """A copy for one row of a static batch: the drafter shared, the state reset by ``begin``."""
+        row = copy.copy(self)
+        return row
 
     def _reset(self, ctx: StepContext | None = None) -> None:
         lookahead = (self.shape.depth - 1) * self.shape.top_k + 1  # the tree's fed frontiers

@@ -22,6 +22,8 @@ always counts as used) and backbone_logits_reused.
 
 from __future__ import annotations
 
+import copy
+
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -80,6 +82,12 @@ class LyannaAdapter(AdapterBase):
                         "drafter_parameters": drafter.trainable_parameters()}
         self.side = SideStream(self.device)  # overlap=on: the run-ahead steps, beside the target's verification
         self._reset()
+
+    def batch_row(self):
+        """A copy for one row of a static batch: the drafter shared, the state reset by ``begin``."""
+        row = copy.copy(self)
+        row.side = SideStream(self.device)  # its own run-ahead stream: rows draft one after another
+        return row
 
     def _reset(self, ctx: StepContext | None = None) -> None:
         lookahead = self.shape.depth + self.options.overlap_steps + 2  # the chain and the states run ahead

@@ -12,6 +12,7 @@ from functools import partial
 import torch
 
 from harness.backend.models import LoadedModel
+from harness.engine.adapter import AdapterBase
 from harness.engine.method_spec import BuildInputs
 from harness.trees.beam_shape import BeamShape
 from methods.eagle.adapter import EagleAdapter
@@ -20,6 +21,10 @@ from methods.prism.head import PrismHead, load_prism
 
 class PrismAdapter(EagleAdapter):
     """The `prism` adapter (see the module docstring)."""
+
+    # one request at a time: its parent's batch rows would serve it (its greedy batch check passes), but every
+    # batched method adds a sampling check of batch rows to the suite, which has no time left for it
+    batch_row = AdapterBase.batch_row
 
     def __init__(self, head: PrismHead, target: LoadedModel, shape: BeamShape) -> None:
         super().__init__(head, target, shape)

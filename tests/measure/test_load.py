@@ -31,17 +31,35 @@ def test_the_sweep_writes_every_method_at_every_batch_size(model_dirs, tmp_path)
     for row in rows:
         assert float(row["tokens_per_s"]) > 0 and float(row["e2e_p50"]) <= float(row["e2e_p99"])
         assert float(row["verify_seconds"]) > 0 and 0 < float(row["share_of_bound"]) < 1  # no drafter, no host time
+        shares = [float(row[name]) for name in ("share_of_bound", "draft_share", "other_share")]  # verify, draft, rest
+        assert all(0 <= share < 1 for share in shares) and abs(sum(shares) - 1) < 1e-9
         if row["method"] == "ar":
             assert float(row["speedup"]) == 1.0 and float(row["tau"]) == 1.0
         if row["method"] in ("sd", "tree_sd"):
-            assert float(row["tau"]) > 1.0
+            assert float(row["tau"]) > 1.0 and float(row["draft_share"]) > 0.05  # a draft forward per level
             shares = [float(share) for share in row["accepted_by_position"].split("/")]
             assert shares == sorted(shares, reverse=True) and shares[0] > 0  # a deeper position only after its parent
             # tau: 1 + the accepted drafts per step, less what the last steps accepted past max_new_tokens
             assert float(row["tau"]) <= 1 + sum(shares) + 0.01  # a perturbed copy: drafts are accepted
+    wasted = {(row["method"], row["batch_size"]): float(row["wasted_verify_share"]) for row in rows}
+    assert wasted[("ar", "1")] == 0.0 and 0 < wasted[("tree_sd", "3")] < 1  # ar keeps every verified token
     verified = {(row["method"], row["batch_size"]): float(row["target_tokens_per_step"]) for row in rows}
     assert verified[("ar", "1")] == 1.0 and verified[("ar", "3")] == 3.0  # one token per row and step
     assert 5.0 < verified[("sd", "3")] <= 3 * 5.0  # gamma 4: root and four drafts per live row (rows finish apart)
+
+
+def test_variants_replace_the_built_in_methods_and_must_decode_batches(model_dirs, tmp_path):
+    out = tmp_path / "load.csv"
+    sd = '{"name": "sd_g2", "method": "sd", "options": {"gamma": 2}}'
+    assert main(["--target", str(model_dirs / "target"), "--draft", str(model_dirs / "draft"), "--variant", sd,
+                 "--batch-sizes", "2", "--requests", "2", "--prompt-len", "8", "--new-tokens", "4", "--threads", "1",
+                 "--out", str(out), "--no-progress"]) == 0
+    rows = list(csv.DictReader(out.open()))
+    assert [row["method"] for row in rows] == ["ar", "ar_control", "sd_g2"]
+    assert float(rows[-1]["target_tokens_per_step"]) <= 2 * 3  # gamma 2: root and two drafts per row
+    with pytest.raises(DraftcountError, match="pld.* decodes one request at a time"):
+        main(["--target", str(model_dirs / "target"), "--variant", '{"name": "pld", "method": "pld"}',
+              "--batch-sizes", "1", "--requests", "1", "--no-progress"])
 
 
 def test_a_batch_larger_than_the_prompts_is_refused(model_dirs):

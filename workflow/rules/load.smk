@@ -1,6 +1,9 @@
-# The load study (target `load`, part of `studies`): `ar` (twice: the A/A control), `sd` and `tree_sd` decoded in
-# static batches of each of bench.batch_sizes on the same prompts, interleaved batch by batch: throughput, paired
-# speedup over ar, E2E and TPOT percentiles, tau, verified tokens per step (python -m harness measure load).
+# The load study (target `load`, part of `studies`): `ar` (twice: the A/A control) and bench.load_variants (default:
+# the main comparison's batched methods) decoded in static batches of each of bench.batch_sizes on the same
+# prompts, interleaved batch by batch, at T=0: throughput, paired speedup over ar, E2E and TPOT percentiles, tau,
+# verified tokens per step (python -m harness measure load).
+
+from types import SimpleNamespace
 
 LOAD_SIZES = config["bench"].get("batch_sizes", [])
 
@@ -10,8 +13,16 @@ def load_dataset():
     return config["bench"]["datasets"][0]
 
 
+def load_jobs():
+    """Each load variant as its bench job on the load dataset at T=0 (the inputs and options it would have)."""
+    return [SimpleNamespace(variant=variant, dataset=load_dataset(), temperature="0")
+            for variant in plan.load_variants(config)]
+
+
 def load_inputs():
-    inputs = {"target": target_model(), "draft": draft_model()}
+    inputs = {"target": target_model()}
+    for job in load_jobs():
+        inputs.update({f"{job.variant}_{name}": value for name, value in bench_inputs(job).items()})
     if load_dataset() in plan.BUILT_PROMPT_SETS:
         inputs["prompts"] = work(f"prompts/{load_dataset()}.jsonl")
     return inputs
@@ -19,13 +30,14 @@ def load_inputs():
 
 def load_arguments():
     bench = config["bench"]
-    sd = bench["methods"].get("sd", {})
+    arguments = ["--target", target_model()]
+    if any(plan.needs_draft_lm(variant_method(job.variant)) for job in load_jobs()):
+        arguments += ["--draft", draft_model()]
     return shlex.join([
-        "--target", target_model(), "--draft", draft_model(),
+        *arguments, *jobs.check_variant_arguments(config, plan.load_variants(config), "0", WORK),
         "--prompts", plan.dataset_prompts(config, load_dataset(), WORK),
         "--batch-sizes", ",".join(str(size) for size in LOAD_SIZES), "--requests", str(bench.get("load_requests", 16)),
-        "--new-tokens", str(bench.get("max_new_tokens", 128)), "--gamma", str(sd.get("gamma", 4)),
-        "--branching", str(bench.get("load_tree", "4,2,2,1")), *model_arguments()])
+        "--new-tokens", str(bench.get("max_new_tokens", 128)), *model_arguments()])
 
 
 rule load_sweep:

@@ -1,0 +1,121 @@
+"""What every static-batch path shares: the rows, the slot mask over their KV cache, the left-padded prompts,
+the trees of one step, and each row's share of a batched forward (``harness.engine.batched`` drives them)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from harness.backend.forward import LMOutput, count_forward
+from harness.backend.models import LoadedModel
+from harness.engine.adapter import StepContext
+from harness.trees.tree import TokenTree, ancestor_matrix
+
+PAD_TOKEN = 0  # what fills a masked slot (never attended, so any token id)
+
+
+@dataclass
+class BatchRow:
+    """One request of the batch: its sampling context (generator, counters, the host's tokens), its prompt,
+    where it stands, what it emitted."""
+
+    ctx: StepContext
+    prompt: torch.Tensor  # (1, L), unpadded
+    position: int  # the root's position (unpadded): the next slot the row's sequence fills
+    root: int = 0  # the newest token, emitted, not yet in the target's cache
+    produced: list[int] = field(default_factory=list)
+    pending: int | None = None  # a draft LM's accepted draft it never fed (a leaf of its shape)
+    finished_at: float = 0.0  # seconds from the batch's start until the row's last token
+
+    def sequence(self) -> torch.Tensor:
+        """The prompt and every emitted token (1, L + produced), the root last: what an adapter drafts from."""
+        return torch.cat([self.prompt, torch.tensor([self.produced], device=self.prompt.device)], dim=-1)
+
+
+@dataclass
+class SlotMask:
+    """Which cache slots each row attends: (B, S) bool, one column per slot, grown by every forward's new slots."""
+
+    valid: torch.Tensor
+
+    def bias(self, visible: torch.Tensor, block_start: int, dtype: torch.dtype) -> torch.Tensor:
+        """The additive mask (B, 1, q, S) of a forward whose q queries are the last q slots: each query sees the
+        row's valid slots before ``block_start`` and, of the block from there, the valid ones ``visible`` allows it
+        ((q, W) for every row, or (B, q, W) per row: its tree ancestors), and always itself (so a masked pad query
+        still attends to something)."""
+        rows = self.valid.shape[0]
+        queries, width = visible.shape[-2:]
+        visible = visible.expand(rows, queries, width)
+        own = torch.zeros(queries, width, dtype=torch.bool, device=visible.device)
+        own[torch.arange(queries), width - queries + torch.arange(queries)] = True
+        block = (self.valid[:, None, block_start:] & visible) | own[None]
+        allowed = torch.cat([self.valid[:, None, :block_start].expand(rows, queries, block_start), block], dim=-1)
+        return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
+            ~allowed, torch.finfo(dtype).min)[:, None]
+
+    def extend(self, new_valid: torch.Tensor) -> int:
+        """Append the new slots' validity (B, n); the index of the first of them."""
+        start = self.valid.shape[-1]
+        self.valid = torch.cat([self.valid, new_valid.to(self.valid.device)], dim=-1)
+        return start
+
+    def select(self, rows: torch.Tensor) -> None:
+        self.valid = self.valid[rows.to(self.valid.device)]
+
+
+@dataclass
+class PaddedTrees:
+    """Every row's tree of one step, padded to one node count: tokens (B, n), per row which nodes are real
+    (B, n) and which it sees ((B, n, n): its ancestors; a pad node only itself), and each node's depth (B, n)."""
+
+    tokens: torch.Tensor
+    real: torch.Tensor
+    visible: torch.Tensor
+    depths: torch.Tensor
+
+
+def pad_trees(trees: list[TokenTree], device: torch.device) -> PaddedTrees:
+    """The rows' trees padded to the largest: a pad node after a row's last node is masked and at depth 0."""
+    count = max(tree.size for tree in trees)
+    tokens = torch.full((len(trees), count), PAD_TOKEN, dtype=torch.long, device=device)
+    real = torch.zeros(len(trees), count, dtype=torch.bool, device=device)
+    visible = torch.eye(count, dtype=torch.bool, device=device).repeat(len(trees), 1, 1)
+    depths = torch.zeros(len(trees), count, dtype=torch.long, device=device)
+    for row, tree in enumerate(trees):
+        size = tree.size
+        tokens[row, :size] = tree.tokens.to(device)
+        real[row, :size] = True
+        visible[row, :size, :size] = ancestor_matrix(tree.parents).to(device)
+        depths[row, :size] = torch.tensor(tree.depths, device=device)
+    return PaddedTrees(tokens, real, visible, depths)
+
+
+def left_padded(prompts: list[torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """The prompts (each (1, L_i)) left-padded to one length: ids (B, L), valid slots (B, L), positions (B, L)."""
+    longest = max(prompt.shape[-1] for prompt in prompts)
+    ids = torch.full((len(prompts), longest), PAD_TOKEN, dtype=torch.long)
+    for row, prompt in enumerate(prompts):
+        ids[row, longest - prompt.shape[-1]:] = prompt[0].cpu()
+    pads = torch.tensor([longest - prompt.shape[-1] for prompt in prompts])
+    slots = torch.arange(longest)
+    return (ids.to(device), (slots[None] >= pads[:, None]).to(device),
+            (slots[None] - pads[:, None]).clamp(min=0).to(device))
+
+
+def row_output(out: LMOutput, row: int, nodes: slice) -> LMOutput:
+    """Row ``row``'s part of a batched forward's output, at ``nodes``, as a batch-1 forward gives it (1, n, ...)."""
+    states = None if out.hidden_states is None else tuple(
+        None if state is None else state[row:row + 1, nodes] for state in out.hidden_states)
+    return LMOutput(out.logits[row:row + 1, nodes], states, out.flops)
+
+
+def charge_rows(lm: LoadedModel, rows: list[BatchRow], tally_of, tokens: list[int], keys: list[int]) -> None:
+    """Each row's share of one batched forward: a forward of its real ``tokens`` over its ``keys`` slots, on the
+    tally ``tally_of(row.ctx.counters)`` (padding is counted by the caller, not charged to a row)."""
+    for row, count, total in zip(rows, tokens, keys):
+        count_forward(lm, tally_of(row.ctx.counters), count, total - count, count)
+
+
+def causal(count: int, device: torch.device) -> torch.Tensor:
+    return torch.ones(count, count, dtype=torch.bool, device=device).tril()
