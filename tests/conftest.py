@@ -11,6 +11,11 @@ SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 if os.environ.get("PYTEST_XDIST_WORKER"):  # `pytest -n N`: one torch thread per worker, no oversubscription
     torch.set_num_threads(1)
+    # and in every process a test starts (the CLI, Snakemake's jobs, a fresh interpreter): a second OpenMP thread
+    # spins while the other worker computes, which cost `tests/test_cli.py`'s sd run 20-25% more CPU time for
+    # nothing; a job that asks for threads (`--threads N`) still sets its own
+    for name in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+        os.environ.setdefault(name, "1")
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -19,6 +19,8 @@ MEASUREMENTS: dict[str, tuple[str, str]] = {
                                                           "drafts per step"),
     "tree-shape": ("harness.measure.tree_shape", "the depth and budget of highest estimated tokens/s for eagle or "
                                                  "lyanna on this machine (budget: auto)"),
-    "load": ("harness.measure.load", "batch sizes against throughput and latency, ar and sd on the same batches"),
+    "load": ("harness.measure.load", "batch sizes against throughput and latency, ar and the batched methods on the "
+                                     "same batches"),
     "project-8b": ("harness.measure.project_8b", "latencies at Llama-3.1-8B shapes and projected speedups"),
+    "project-load": ("harness.measure.project_load", "the load study projected to a GPU latency table, per batch size"),
 }

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import copy
+import json
 import statistics
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,13 +41,13 @@ from harness.catalog import entry
 from harness.errors import DraftcountError
 from harness.store.atomic import write_csv
 from harness.measure.ar_vs_generate import SMALL_LLAMA
-from harness.measure.method_runs import add_variant_arguments, build_variant, parse_variants
+from harness.measure.method_runs import VariantSpec, add_variant_arguments, build_variant, parse_variants
 from harness.verify.sampling import SamplingConfig, make_generator
 
 FIELDS = ["method", "batch_size", "batches", "tokens_per_s", "speedup", "e2e_p50", "e2e_p90", "e2e_p99",
           "tpot_p50", "tpot_p90", "tau", "accepted_by_position", "tokens_per_target_forward",
           "target_tokens_per_step", "wasted_verify_share", "padding_share", "verify_seconds", "bound_tokens_per_s",
-          "share_of_bound", "draft_share", "other_share"]
+          "share_of_bound", "draft_share", "other_share", "catalog_method", "options"]
 
 
 @dataclass
@@ -214,15 +215,19 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness measure l
         draft = perturbed_draft(target) if not variants or any(entry(spec.method).needs_draft for spec in variants) \
             else None
     inputs = BuildInputs(target, draft, None)
+    if not variants:
+        variants = [VariantSpec("sd", "sd", {"gamma": args.gamma}), VariantSpec("tree_sd", "tree_sd",
+                                                                                  {"branching": args.branching})]
     adapters = {"ar": build_adapter("ar", {}, inputs)[0], "ar_control": build_adapter("ar", {}, inputs)[0]}
-    if variants:
-        adapters.update({spec.name: build_variant(spec, target, draft) for spec in variants})
-    else:
-        adapters.update({"sd": build_adapter("sd", {"gamma": args.gamma}, inputs)[0],
-                         "tree_sd": build_adapter("tree_sd", {"branching": args.branching}, inputs)[0]})
+    adapters.update({spec.name: build_variant(spec, target, draft) for spec in variants})
     prompts = encoded_prompts(target, args.prompts, args.requests, args.prompt_len)
     rows = sweep(target, adapters, prompts, batch_sizes, args.new_tokens, SamplingConfig(args.temperature),
                  progress=not args.no_progress, warmup=args.warmup > 0)
+    decoded = {"ar": ("ar", {}), "ar_control": ("ar", {}), **{spec.name: (spec.method, spec.options)
+                                                               for spec in variants}}
+    for row in rows:  # what each row ran, for measure project-load's cost models
+        row["catalog_method"], options = decoded[row["method"]]
+        row["options"] = json.dumps(options, sort_keys=True)
     print(format_table(rows))
     if args.out:
         write_csv(args.out, rows, FIELDS)

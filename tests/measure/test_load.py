@@ -31,7 +31,8 @@ def test_the_sweep_writes_every_method_at_every_batch_size(model_dirs, tmp_path)
     for row in rows:
         assert float(row["tokens_per_s"]) > 0 and float(row["e2e_p50"]) <= float(row["e2e_p99"])
         assert float(row["verify_seconds"]) > 0 and 0 < float(row["share_of_bound"]) < 1  # no drafter, no host time
-        shares = [float(row[name]) for name in ("share_of_bound", "draft_share", "other_share")]  # verify, draft, rest
+        # the wall time's split: verify forwards, drafting, the rest
+        shares = [float(row[name]) for name in ("share_of_bound", "draft_share", "other_share")]
         assert all(0 <= share < 1 for share in shares) and abs(sum(shares) - 1) < 1e-9
         if row["method"] == "ar":
             assert float(row["speedup"]) == 1.0 and float(row["tau"]) == 1.0
@@ -56,6 +57,7 @@ def test_variants_replace_the_built_in_methods_and_must_decode_batches(model_dir
                  "--out", str(out), "--no-progress"]) == 0
     rows = list(csv.DictReader(out.open()))
     assert [row["method"] for row in rows] == ["ar", "ar_control", "sd_g2"]
+    assert (rows[-1]["catalog_method"], rows[-1]["options"]) == ("sd", '{"gamma": 2}')  # for measure project-load
     assert float(rows[-1]["target_tokens_per_step"]) <= 2 * 3  # gamma 2: root and two drafts per row
     with pytest.raises(DraftcountError, match="pld.* decodes one request at a time"):
         main(["--target", str(model_dirs / "target"), "--variant", '{"name": "pld", "method": "pld"}',

@@ -1,7 +1,8 @@
 # The load study (target `load`, part of `studies`): `ar` (twice: the A/A control) and bench.load_variants (default:
 # the main comparison's batched methods) decoded in static batches of each of bench.batch_sizes on the same
 # prompts, interleaved batch by batch, at T=0: throughput, paired speedup over ar, E2E and TPOT percentiles, tau,
-# verified tokens per step (python -m harness measure load).
+# verified tokens per step (python -m harness measure load); with bench.load_latency (a measure project-8b latency
+# table) its projection to that GPU per batch size (python -m harness measure project-load).
 
 from types import SimpleNamespace
 
@@ -63,6 +64,31 @@ rule load_sweep:
         " --figure {output.figure} > {log} 2>&1"
 
 
+LOAD_LATENCY = config["bench"].get("load_latency")
+
+
+rule load_projection:
+    input:
+        load=results("load/load.csv"),
+        latency=LOAD_LATENCY or [],
+    output:
+        table=results("load/projection/projection.csv"),
+        figure=results("load/projection/projection.pdf"),
+        png=results("load/projection/projection.png"),
+    params:
+        out_dir=lambda wildcards, output: str(Path(output.table).parent),
+        label=f"Llama-3.1-8B shapes, {LOAD_LATENCY}",
+    log:
+        results("load/projection/projection.log"),
+    resources:
+        mem_mb=2000,
+        runtime=5,
+    shell:
+        "python -m harness measure project-load --load {input.load} --latency {input.latency} --label {params.label:q}"
+        " --out-dir {params.out_dir} > {log} 2>&1"
+
+
 rule load:
     input:
         results("load/load.csv") if LOAD_SIZES else [],
+        results("load/projection/projection.csv") if LOAD_SIZES and LOAD_LATENCY else [],
