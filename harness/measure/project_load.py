@@ -68,6 +68,7 @@ def project_load(load: pd.DataFrame, latencies: Latencies, basis: str) -> pd.Dat
 
 
 def plot(projection: pd.DataFrame, out_dir: Path, label: str) -> list[Path]:
+    """Projected speedup against B per method (solid), beside the CPU load study's measured one (dotted)."""
     from harness.analysis.figures import STYLE, method_colors, plt, save_figure
 
     colors = method_colors()
@@ -75,17 +76,20 @@ def plot(projection: pd.DataFrame, out_dir: Path, label: str) -> list[Path]:
         figure, axis = plt.subplots(figsize=(3.6, 2.6))
         for method, rows in projection[projection.method != "ar"].groupby("method", sort=False):
             rows = rows.sort_values("batch_size")
-            axis.plot(rows.batch_size, rows.projected_speedup, marker="o", markersize=3, color=colors.get(method),
-                      label=f"{method}")
+            projected = rows.projected_speedup.notna().any()
+            if projected:
+                axis.plot(rows.batch_size, rows.projected_speedup, marker="o", markersize=3,
+                          color=colors.get(method), label=method)
             axis.plot(rows.batch_size, rows.measured_speedup, marker="o", markersize=2, linestyle=":",
-                      color=colors.get(method))
+                      color=colors.get(method), label=None if projected else f"{method} (measured only)")
         sizes = sorted(projection.batch_size.unique())
         axis.axhline(1.0, color="black", linewidth=0.6)
-        axis.set(xscale="log", xlabel="batch size B", ylabel="speedup over ar",
-                 title=f"projected ({label}); dotted: measured on CPU")
+        axis.set(xscale="log", xlabel="batch size B", ylabel="speedup over ar")
+        axis.set_title("solid: projected; dotted: measured (CPU)", fontsize="small")
         axis.set_xticks(sizes, [str(size) for size in sizes])
         axis.minorticks_off()
-        axis.legend(frameon=False, fontsize="small")
+        axis.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize="small",
+                    title=label.replace(", ", "\n"), title_fontsize="x-small")
         return save_figure(figure, out_dir, "projection")
 
 
