@@ -1,7 +1,7 @@
 """The load study's figure: each batched method's speedup over `ar` against the batch size (the A/A control's
 beside them, and the 1x line), and beside it the verified tokens per step (the compute each method spends to buy
-its tokens, which grows with B) and how many of them were rejected: the verify FLOPs wasted
-(``python -m harness measure load --figure``)."""
+its tokens, which grows with B), how many of them were rejected (the verify FLOPs wasted), and for each method run
+at several tree sizes the size that was fastest at each B (``python -m harness measure load --figure``)."""
 
 from __future__ import annotations
 
@@ -10,27 +10,59 @@ from pathlib import Path
 from harness.analysis.figures import STYLE, method_colors, plt, save_figure
 
 
+def chosen_families(rows: list[dict]) -> list[str]:
+    """The catalog methods the study ran at more than one size (variant)."""
+    variants: dict[str, set[str]] = {}
+    for row in rows:
+        if row["catalog_method"] != "ar":
+            variants.setdefault(row["catalog_method"], set()).add(row["method"])
+    return [family for family, names in variants.items() if len(names) > 1]
+
+
+LINESTYLES = ("-", "--", "-.", (0, (1, 1)))  # a method's first, second, ... variant in the study
+
+
+def variant_rank(rows: list[dict], method: str) -> int:
+    """Which of its catalog method's variants ``method`` is, in the rows' order (0: the first)."""
+    family = next(row["catalog_method"] for row in rows if row["method"] == method)
+    return list(dict.fromkeys(row["method"] for row in rows if row["catalog_method"] == family)).index(method)
+
+
+def line_style(method: str, family: str, rank: int, colors: dict) -> dict:
+    """The method's colour, a line style per variant of it (the A/A control: ar's colour, dotted)."""
+    if method == "ar_control":
+        return {"color": colors.get("ar"), "marker": "o", "markersize": 3, "linestyle": ":"}
+    return {"color": colors.get(family), "marker": "o", "markersize": 3, "linestyle": LINESTYLES[rank % 4]}
+
+
 def write_load_figure(rows: list[dict], path: Path) -> list[Path]:
     """Draw the rows ``harness.measure.load.sweep`` returned; ``path``'s stem names the PDF and PNG."""
     colors = method_colors()
     methods = list(dict.fromkeys(row["method"] for row in rows if row["method"] != "ar"))
     with plt.rc_context(STYLE):
-        figure, (speed, tokens, wasted) = plt.subplots(1, 3, figsize=(9.6, 2.4))
+        figure, (speed, tokens, wasted, chosen) = plt.subplots(1, 4, figsize=(12.8, 2.4))
         for method in methods:
             mine = sorted((row for row in rows if row["method"] == method), key=lambda row: row["batch_size"])
             sizes = [row["batch_size"] for row in mine]
-            style = {"color": colors.get("ar" if method == "ar_control" else method), "marker": "o", "markersize": 3,
-                     "linestyle": ":" if method == "ar_control" else "-"}
+            style = line_style(method, mine[0]["catalog_method"], variant_rank(rows, method), colors)
             speed.plot(sizes, [row["speedup"] for row in mine], label=method, **style)
             tokens.plot(sizes, [row["target_tokens_per_step"] for row in mine], label=method, **style)
             if method != "ar_control":  # ar rejects nothing: no point on a log axis
                 wasted.plot(sizes, [row["wasted_verify_share"] * row["target_tokens_per_step"] for row in mine],
                             label=method, **style)
+        for family in chosen_families(rows):
+            picked = sorted((row for row in rows if row["catalog_method"] == family and row["chosen"]),
+                            key=lambda row: row["batch_size"])
+            chosen.plot([row["batch_size"] for row in picked], [row["tree_tokens"] for row in picked], marker="s",
+                        markersize=3, color=colors.get(family), label=family)
+        chosen.set(xscale="log", xlabel="batch size B", ylabel="chosen tree tokens per row",
+                   ylim=(0, 1.25 * max([row["tree_tokens"] for row in rows if row["chosen"]], default=1)))
+        chosen.set_title("fastest size of each method run at several", fontsize="small")
         speed.axhline(1.0, color="black", linewidth=0.6)
         speed.set(xscale="log", xlabel="batch size B", ylabel="speedup over ar (paired)")
         tokens.set(xscale="log", yscale="log", xlabel="batch size B", ylabel="verified tokens per step")
         wasted.set(xscale="log", yscale="log", xlabel="batch size B", ylabel="verified tokens rejected per step")
-        for axis in (speed, tokens, wasted):
+        for axis in (speed, tokens, wasted, chosen):
             sizes = sorted({row["batch_size"] for row in rows})
             axis.set_xticks(sizes, [str(size) for size in sizes])
             axis.minorticks_off()

@@ -46,8 +46,8 @@ from harness.verify.sampling import SamplingConfig, make_generator
 
 FIELDS = ["method", "batch_size", "batches", "tokens_per_s", "speedup", "e2e_p50", "e2e_p90", "e2e_p99",
           "tpot_p50", "tpot_p90", "tau", "accepted_by_position", "tokens_per_target_forward",
-          "target_tokens_per_step", "wasted_verify_share", "padding_share", "verify_seconds", "bound_tokens_per_s",
-          "share_of_bound", "draft_share", "other_share", "catalog_method", "options"]
+          "target_tokens_per_step", "tree_tokens", "wasted_verify_share", "padding_share", "verify_seconds",
+          "bound_tokens_per_s", "share_of_bound", "draft_share", "other_share", "catalog_method", "options", "chosen"]
 
 
 @dataclass
@@ -126,6 +126,7 @@ def summarize_runs(runs: dict[str, list[BatchRun]], batch_size: int) -> list[dic
             "accepted_by_position": "/".join(f"{count / request_steps:.2f}" for count in
                                              position_totals([run.accepted_by_position for run in batches])),
             "target_tokens_per_step": target_tokens / max(steps, 1),
+            "tree_tokens": target_tokens / request_steps,  # one row's verified tokens per step (its tree size)
             "wasted_verify_share": 1 - sum(sum(run.accept_lengths) for run in batches) / target_tokens,
             "padding_share": padding / (padding + sum(run.prompt_tokens for run in batches)),
             "verify_seconds": verify_total / max(steps, 1), "bound_tokens_per_s": bound,
@@ -133,6 +134,18 @@ def summarize_runs(runs: dict[str, list[BatchRun]], batch_size: int) -> list[dic
             "draft_share": draft_total / seconds, "other_share": 1 - (verify_total + draft_total) / seconds,
         })
     return rows
+
+
+def mark_chosen(rows: list[dict]) -> None:
+    """Per method of the catalog and batch size, the variant with the highest paired speedup (``chosen``): where a
+    method runs at several tree sizes (budgets, gammas), the size this machine favours at each B."""
+    best: dict[tuple[str, int], dict] = {}
+    for row in rows:
+        key = (row["catalog_method"], row["batch_size"])
+        if row["method"] != "ar_control" and (key not in best or row["speedup"] > best[key]["speedup"]):
+            best[key] = row
+    for row in rows:
+        row["chosen"] = best.get((row["catalog_method"], row["batch_size"])) is row
 
 
 def sweep(target: LoadedModel, adapters: dict, prompts: list[torch.Tensor], batch_sizes: list[int], new_tokens: int,
@@ -228,6 +241,7 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness measure l
     for row in rows:  # what each row ran, for measure project-load's cost models
         row["catalog_method"], options = decoded[row["method"]]
         row["options"] = json.dumps(options, sort_keys=True)
+    mark_chosen(rows)
     print(format_table(rows))
     if args.out:
         write_csv(args.out, rows, FIELDS)

@@ -51,14 +51,23 @@ def test_the_sweep_writes_every_method_at_every_batch_size(model_dirs, tmp_path)
 
 def test_variants_replace_the_built_in_methods_and_must_decode_batches(model_dirs, tmp_path):
     out = tmp_path / "load.csv"
-    sd = '{"name": "sd_g2", "method": "sd", "options": {"gamma": 2}}'
-    assert main(["--target", str(model_dirs / "target"), "--draft", str(model_dirs / "draft"), "--variant", sd,
-                 "--batch-sizes", "2", "--requests", "2", "--prompt-len", "8", "--new-tokens", "4", "--threads", "1",
-                 "--out", str(out), "--no-progress"]) == 0
+    variants = ['{"name": "sd_g1", "method": "sd", "options": {"gamma": 1}}',
+                '{"name": "sd_g3", "method": "sd", "options": {"gamma": 3}}']
+    assert main(["--target", str(model_dirs / "target"), "--draft", str(model_dirs / "draft"),
+                 *(item for variant in variants for item in ("--variant", variant)), "--batch-sizes", "1,2",
+                 "--requests", "2", "--prompt-len", "8", "--new-tokens", "6", "--threads", "1", "--out", str(out),
+                 "--figure", str(tmp_path / "load.pdf"), "--no-progress"]) == 0
     rows = list(csv.DictReader(out.open()))
-    assert [row["method"] for row in rows] == ["ar", "ar_control", "sd_g2"]
-    assert (rows[-1]["catalog_method"], rows[-1]["options"]) == ("sd", '{"gamma": 2}')  # for measure project-load
-    assert float(rows[-1]["target_tokens_per_step"]) <= 2 * 3  # gamma 2: root and two drafts per row
+    assert [row["method"] for row in rows] == ["ar", "ar_control", "sd_g1", "sd_g3"] * 2
+    assert {(row["method"], row["catalog_method"], row["options"]) for row in rows if row["method"] == "sd_g3"} == {
+        ("sd_g3", "sd", '{"gamma": 3}')}  # what measure project-load reads
+    for row in rows:  # a row's tree: the root and gamma drafts (fewer at the end, where max_new_tokens cuts it)
+        gamma = {"sd_g1": 1, "sd_g3": 3}.get(row["method"], 0)
+        assert 1 <= float(row["tree_tokens"]) <= gamma + 1
+    for size in ("1", "2"):  # one chosen sd size per B: the faster of the two
+        sd = [row for row in rows if row["batch_size"] == size and row["catalog_method"] == "sd"]
+        chosen = [row for row in sd if row["chosen"] == "True"]
+        assert len(chosen) == 1 and float(chosen[0]["speedup"]) == max(float(row["speedup"]) for row in sd)
     with pytest.raises(DraftcountError, match="pld.* decodes one request at a time"):
         main(["--target", str(model_dirs / "target"), "--variant", '{"name": "pld", "method": "pld"}',
               "--batch-sizes", "1", "--requests", "1", "--no-progress"])
