@@ -16,7 +16,8 @@ from harness.store.hub import is_hub_id
 
 BUILT_PROMPT_SETS = ("stdlib_code", "stdlib_domains", "stdlib_long")  # prompt files the workflow builds (zoo.smk)
 BUILTIN_DATASETS = ("humaneval", *BUILT_PROMPT_SETS)
-WORKFLOW_ONLY_KEYS = ("method", "drafter", "ablation", "study", "verifier", "samples", "temperatures", "datasets")
+WORKFLOW_ONLY_KEYS = ("method", "drafter", "ablation", "study", "verifier", "samples", "temperatures", "datasets",
+                      "load")
 DATASTORE_FILE = "datastore/train.pt"  # `datastore: auto`: the retrieval datastore over the zoo's training split
 LATENCY_FILE = "tree/latency.json"  # `latency_file: auto`: the target's latency per verified tokens (dspark's planner)
 
@@ -134,21 +135,31 @@ def main_variants(config: dict) -> list[str]:
 
 def load_variants(config: dict) -> list[str]:
     """The variants the load study decodes beside `ar`: bench.load_variants, or every main variant whose method
-    decodes batches (but `ar`: the study runs it twice, the A/A control); one line for a named variant that is not
-    one, or whose method decodes one request at a time."""
+    decodes batches (but `ar`: the study runs it twice, the A/A control) and every variant marked ``load: true``
+    (another size of a batched method, say); one line for a named or marked variant that is not one, or whose
+    method decodes one request at a time."""
     bench = config["bench"]
     if "load_variants" not in bench:
-        return [variant for variant in main_variants(config)
+        main = [variant for variant in main_variants(config)
                 if entry(variant_method(config, variant)).batched and variant_method(config, variant) != "ar"]
-    for variant in bench["load_variants"]:
+        marked = [variant for variant in variant_names(config)
+                  if variant_settings(config, variant).get("load") and variant not in main]
+        check_batched(config, marked, "load: true")
+        return main + marked
+    check_batched(config, bench["load_variants"], "bench.load_variants")
+    return list(bench["load_variants"])
+
+
+def check_batched(config: dict, variants: list[str], where: str) -> None:
+    """Each of ``variants`` (named at ``where``) is a variant whose method decodes batches, or one line."""
+    for variant in variants:
         if variant not in variant_names(config):
-            raise ValueError(f"bench.load_variants: {variant!r} is not a variant (bench.methods names "
+            raise ValueError(f"{where}: {variant!r} is not a variant (bench.methods names "
                              f"{', '.join(variant_names(config))})")
         if not entry(variant_method(config, variant)).batched:
-            raise ValueError(f"bench.load_variants: {variant}'s method {variant_method(config, variant)!r} decodes "
+            raise ValueError(f"{where}: {variant}'s method {variant_method(config, variant)!r} decodes "
                              "one request at a time (batched methods: "
                              f"{', '.join(name for name, item in catalog().items() if item.batched)})")
-    return list(bench["load_variants"])
 
 
 def every_dataset_variants(config: dict) -> list[str]:

@@ -127,9 +127,13 @@ def test_sampled_runs_take_the_configured_top_k_and_top_p(config):
 
 
 def test_the_load_study_decodes_the_batched_main_variants_or_the_named_ones(config):
-    assert "eagle_b12" in plan.load_variants(config)  # the default names eagle's budgets too
-    automatic = {**config, "bench": {key: value for key, value in config["bench"].items() if key != "load_variants"}}
-    assert sorted(plan.load_variants(automatic)) == ["dflash", "eagle", "lyanna", "sd", "tree_sd"]
+    assert sorted(plan.load_variants(config)) == [  # the batched main variants, and eagle's sizes marked load: true
+        "dflash", "eagle", "eagle_b12", "eagle_b48", "lyanna", "sd", "tree_sd"]
+    assert "load" not in plan.variant_options(config, "eagle_b12", "0", Path("w"))  # a workflow key, not an option
+    marked = {**config, "bench": {**config["bench"], "methods": {**config["bench"]["methods"],
+                                                                 "pld": {"load": True}}}}
+    with pytest.raises(ValueError, match="load: true: pld's method 'pld' decodes one request at a time"):
+        plan.load_variants(marked)
     for variants, message in ((["eagel"], "'eagel' is not a variant"),
                               (["pld"], "pld's method 'pld' decodes one request at a time")):
         with pytest.raises(ValueError, match=message):
