@@ -9,7 +9,7 @@ from harness.backend.forward import ForwardTally, LMOutput, run_model
 from harness.backend.kv_cache import new_cache
 from harness.engine.batch_slots import PAD_TOKEN, BatchRow, SlotMask, causal, charge_rows
 from harness.engine.draft_lm import DraftLMAdapter
-from harness.trees.tree import TokenTree, ancestor_matrix
+from harness.trees.tree import TokenTree, ancestor_matrix, root_only
 from harness.verify.verdict import Verdict
 
 
@@ -43,7 +43,7 @@ class DraftLMRows:
         each later one the level's nodes that have children, every row at once."""
         drafter, lm, device = self.adapter, self.lm, self.lm.device
         if not drafter.shape_children[0]:
-            return [TokenTree(torch.tensor([row.root]), (-1,)) for row in rows]
+            return [root_only(torch.tensor(row.root)) for row in rows]
         has_pending = torch.tensor([row.pending is not None for row in rows], device=device)
         inputs = torch.tensor([[PAD_TOKEN if row.pending is None else row.pending, row.root] for row in rows],
                               device=device)

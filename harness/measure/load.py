@@ -36,7 +36,6 @@ from harness.backend.device import Stopwatch
 from harness.backend.models import LoadedModel, load_model, random_llama, resolve_dtype, wrap_model
 from harness.data.prompts import encode_turn, load_prompts
 from harness.engine.batched import generate_batch
-from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.catalog import entry
 from harness.errors import DraftcountError
 from harness.store.atomic import write_csv
@@ -218,29 +217,24 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness measure l
         target = load_model(args.target, args.dtype, args.device, with_tokenizer=args.prompts is not None)
     else:
         target = wrap_model(random_llama(SMALL_LLAMA, seed=0, dtype=resolve_dtype(args.dtype), device=args.device))
-    variants = parse_variants(args.variant)
+    variants = parse_variants(args.variant) or [VariantSpec("sd", "sd", {"gamma": args.gamma}),
+                                                VariantSpec("tree_sd", "tree_sd", {"branching": args.branching})]
     for spec in variants:
         if not entry(spec.method).batched:
             raise DraftcountError(f"--variant {spec.name}: method {spec.method!r} decodes one request at a time")
     if args.draft:
         draft = load_model(args.draft, args.dtype, args.device, with_tokenizer=False)
     else:
-        draft = perturbed_draft(target) if not variants or any(entry(spec.method).needs_draft for spec in variants) \
-            else None
-    inputs = BuildInputs(target, draft, None)
-    if not variants:
-        variants = [VariantSpec("sd", "sd", {"gamma": args.gamma}), VariantSpec("tree_sd", "tree_sd",
-                                                                                  {"branching": args.branching})]
-    adapters = {"ar": build_adapter("ar", {}, inputs)[0], "ar_control": build_adapter("ar", {}, inputs)[0]}
-    adapters.update({spec.name: build_variant(spec, target, draft) for spec in variants})
+        draft = perturbed_draft(target) if any(entry(spec.method).needs_draft for spec in variants) else None
+    specs = [VariantSpec("ar", "ar", {}), VariantSpec("ar_control", "ar", {}), *variants]
+    adapters = {spec.name: build_variant(spec, target, draft) for spec in specs}
     prompts = encoded_prompts(target, args.prompts, args.requests, args.prompt_len)
     rows = sweep(target, adapters, prompts, batch_sizes, args.new_tokens, SamplingConfig(args.temperature),
                  progress=not args.no_progress, warmup=args.warmup > 0)
-    decoded = {"ar": ("ar", {}), "ar_control": ("ar", {}), **{spec.name: (spec.method, spec.options)
-                                                               for spec in variants}}
+    decoded = {spec.name: spec for spec in specs}
     for row in rows:  # what each row ran, for measure project-load's cost models
-        row["catalog_method"], options = decoded[row["method"]]
-        row["options"] = json.dumps(options, sort_keys=True)
+        row["catalog_method"] = decoded[row["method"]].method
+        row["options"] = json.dumps(decoded[row["method"]].options, sort_keys=True)
     mark_chosen(rows)
     print(format_table(rows))
     if args.out:
