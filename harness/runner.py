@@ -26,7 +26,7 @@ from typing import Any
 import torch
 from tqdm import tqdm
 
-from harness.engine.adapter import DraftAdapter
+from harness.engine.adapter import WARM_UP_KEY, DraftAdapter
 from harness.verify import DEFAULT_VERIFIER, get_verifier
 from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.engine.loop import Generation, generation_steps, run_interleaved
@@ -201,7 +201,7 @@ def run(config: RunConfig, progress: bool = True) -> int:
     def warm_turn(contender: _Contender, index: int) -> Generation:
         prompt = prompts[index % len(prompts)]
         return run_turn(contender, encode_turn(target.tokenizer, [], prompt.turns[0], config.prompt_format), config.seed,
-                        f"{prompt.id} (warm-up)", min(16, config.max_new_tokens), "(warm-up)")
+                        f"{prompt.id} (warm-up)", min(16, config.max_new_tokens), WARM_UP_KEY)
 
     for contender in contenders:  # until a warm-up captures no new CUDA graph (at most SETTLING_WARMUPS more)
         warm_up(lambda index: warm_turn(contender, index), lambda: runtimes[contender.role].captures, config.warmup)

@@ -28,6 +28,8 @@ CATALOG = (  # name, module (METHOD), summary, needs, colour in the figures, opt
           "predicted survival", "drafter", "#469990", "methods.dspark:DSparkOptions"),
     Entry("pld", "methods.pld.method", "prompt lookup: n-gram match in the context, drafted as a chain",
           None, "#8c564b", "methods.pld:PromptLookupOptions"),
+    Entry("suffix", "methods.suffix.method", "Suffix Decoding: frequency-scored trees from suffix trees over the request "
+          "and the run's earlier outputs", None, "#800000", "methods.suffix:SuffixOptions"),
     Entry("stand", "methods.stand.method", "STAND: drafts sampled from a store of the target's n-gram distributions",
           None, "#e377c2", "methods.stand:StandOptions"),
     Entry("reader", "methods.reader.method", "READER: a drafter's tree grafted with retrieved continuations",
@@ -38,6 +40,8 @@ CATALOG = (  # name, module (METHOD), summary, needs, colour in the figures, opt
           "drafter", "#6b3fa0", "methods.owl:OwlOptions"),
     Entry("prism", "methods.prism.method", "PRISM: M EAGLE modules, one per draft step, over one shared KV cache",
           "drafter", "#393b79", "methods.prism:PrismOptions"),
+    Entry("medusa", "methods.medusa.method", "Medusa heads on the last hidden state (Hydra: heads see the drafted "
+          "path), EAGLE-2-style trees", "drafter", "#fabed4", "methods.medusa:MedusaOptions"),
     Entry("polybasic", "methods.polybasic.method", "Polybasic SD: target <- trained mid LM <- draft LM, staged "
           "verification", ("draft", "drafter"), "#b5651d", "methods.polybasic:PolybasicOptions"),
 )

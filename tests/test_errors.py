@@ -71,7 +71,7 @@ def test_cli_errors_are_one_line(model_dirs, tmp_path, capsys, case):
     args, expected = {
         "missing_target": (["run", "--method", "ar", "--target", str(tmp_path / "missing"), "--prompts", str(prompts),
                             "--out", str(tmp_path / "o.jsonl")], "does not exist"),
-        "unknown_method": (base + ["--method", "medusa"], "unknown method 'medusa'"),
+        "unknown_method": (base + ["--method", "lookahead"], "unknown method 'lookahead'"),
         "unknown_option": (base + ["--method", "sd", "--draft", str(model_dirs["draft"]), "--opt", "gama=2"],
                            "unknown option 'gama'"),
         "unknown_verifier": (base + ["--method", "ar", "--verifier", "exact"], "unknown verifier 'exact'"),

@@ -28,6 +28,9 @@ if TYPE_CHECKING:
     from harness.engine.runtime import EngineRuntime
 
 
+WARM_UP_KEY = "(warm-up)"  # the prompt key of untimed warm-up generations (a method that learns across requests skips them)
+
+
 @dataclass
 class StepContext:
     """What a method may read while it drafts: sampling settings, the random generator, the counters, the

@@ -100,6 +100,27 @@ def test_domain_prompts_cut_from_each_domain(tmp_path):
         write_code_prompts(tmp_path / "heldout.jsonl", tmp_path / "out.jsonl", 3, 6, 0, domains={"x": ["nope/*"]})
 
 
+def test_edit_prompts_are_successive_edits_of_one_cut_in_order(tmp_path):
+    from harness.data.corpus import Document, write_documents
+    from harness.data.edit_prompts import write_edit_prompts
+
+    body = "\n".join(f"x{i} = {i}" for i in range(12)) + "\n" + "\n".join(
+        f"def f{i}(a):\n    return a + {i}" for i in range(6)) + "\n"
+    write_documents(tmp_path / "heldout.jsonl", [Document(f"m{k}.py", body) for k in range(3)])
+    assert write_edit_prompts(tmp_path / "heldout.jsonl", tmp_path / "edits.jsonl", 2, 4, 8, 0) == 8
+    prompts = load_prompts(str(tmp_path / "edits.jsonl"))
+    assert {prompt.category for prompt in prompts} == {"edits"}
+    for module in (prompts[:4], prompts[4:]):
+        assert [prompt.id.rsplit("#", 1)[1] for prompt in module] == ["v0", "v1", "v2", "v3"]
+        lines = [prompt.turns[0].splitlines() for prompt in module]
+        assert [len(rows) for rows in lines] == [8, 7, 6, 5] and len({rows[-1] for rows in lines}) == 1  # the header
+        assert all(set(later) < set(earlier) for earlier, later in zip(lines, lines[1:]))  # one more line deleted
+    with pytest.raises(DraftcountError, match="edited modules"):
+        write_edit_prompts(tmp_path / "heldout.jsonl", tmp_path / "edits.jsonl", 4, 4, 8, 0)
+    with pytest.raises(DraftcountError, match="too few"):
+        write_edit_prompts(tmp_path / "heldout.jsonl", tmp_path / "edits.jsonl", 1, 9, 8, 0)
+
+
 def test_stratified_limit_spreads_over_every_category(shared_data):
     """Spec-Bench's first 80 lines are MT-Bench; a stratified limit of 80 covers all 13 categories evenly, in file
     order, and the plan (torch-free) predicts the same selection."""

@@ -1,5 +1,7 @@
-"""What the conformance suite does not see of the model-free methods (`pld`, `stand`, `reader`): that they draft
-what they should, keep the state they should, and that the enumeration test catches a wrong STAND q."""
+"""What the conformance suite does not see of the model-free methods (`pld`, `stand`, `reader`, `suffix`): that they
+draft what they should, keep the state they should (`suffix`: its global tree carries a request's output to the
+requests after it, not a warm-up's, and not with ``max_cached_requests: 0``), and that the enumeration test catches
+a wrong STAND q."""
 
 from __future__ import annotations
 
@@ -10,7 +12,9 @@ import torch
 
 from harness import SamplingConfig, generate, wrap_model
 from harness.data.token_streams import save_tokens
+from harness.engine.adapter import WARM_UP_KEY
 from harness.engine.method_spec import BuildInputs, build_adapter, method_spec
+from harness.errors import DraftcountError
 from harness.measure import static_tree
 from harness.retrieval.datastore import build_datastore, save_datastore
 from harness.training.drafters import DrafterTrainRequest
@@ -42,7 +46,7 @@ def test_pld_drafts_the_continuation_of_a_repeated_pattern(markov_target):
     assert tree.tokens.tolist() == [3, 4, 5, 6, 7] and tree.parents == (-1, 0, 1, 2, 3)
 
 
-@pytest.mark.parametrize("method", ["pld", "stand", "reader"])
+@pytest.mark.parametrize("method", ["pld", "stand", "reader", "suffix"])
 def test_greedy_equals_ar_on_20_prompts_and_drafts_cost_no_flops(markov_target, method):
     ar, _ = build_adapter("ar", {}, BuildInputs(markov_target, None, None))
     adapter, _ = build_adapter(method, {}, BuildInputs(markov_target, None, None))
@@ -168,3 +172,36 @@ def test_static_tree_measurement_writes_a_tree_stand_runs(tmp_path):
     adapter, _ = build_adapter("stand", {"tree_file": str(out)}, BuildInputs(wrap_model(make_llama(vocab=300)),
                                                                                None, None))
     assert adapter.max_draft_nodes == saved["budget"]
+
+
+def _repeat_twice(target, options: dict, first_key: str = "a") -> tuple:
+    """One prompt answered twice by one adapter (as two requests of a run), and `ar`'s answer."""
+    adapter, _ = build_adapter("suffix", options, BuildInputs(target, None, None))
+    ar, _ = build_adapter("ar", {}, BuildInputs(target, None, None))
+    prompt = next(markov_batches(48, 1, 10, seed=3))[:1]
+    first = generate(target, adapter, prompt, 40, GREEDY, prompt_key=first_key)
+    second = generate(target, adapter, prompt, 40, GREEDY, prompt_key="b")
+    return first, second, generate(target, ar, prompt, 40, GREEDY)
+
+
+def test_a_repeated_request_drafts_the_earlier_output_from_the_global_tree(markov_target):
+    first, second, ar = _repeat_twice(markov_target, {})
+    assert first.output_ids == second.output_ids == ar.output_ids
+    assert second.counters.extra["suffix_cached_requests"] == 1 and second.counters.extra["suffix_global_drafts"] > 0
+    assert second.counters.tokens_per_forward > max(2.0 * first.counters.tokens_per_forward, 4.0)
+
+
+@pytest.mark.parametrize("case", ["warm-up", "no global tree"])
+def test_warm_ups_and_max_cached_requests_0_leave_the_next_request_alone(markov_target, case):
+    options, key = ({}, WARM_UP_KEY) if case == "warm-up" else ({"max_cached_requests": 0}, "a")
+    first, second, _ = _repeat_twice(markov_target, options, key)
+    assert "suffix_global_drafts" not in second.counters.extra
+    assert second.counters.step_accepted == first.counters.step_accepted
+
+
+@pytest.mark.parametrize("options, message", [({"max_depth": 1}, "max_depth"), ({"min_token_prob": 2}, "min_token_prob"),
+                                              ({"max_cached_requests": -2}, "max_cached_requests")])
+def test_bad_options_are_one_line(markov_target, options, message):
+    with pytest.raises(DraftcountError, match=message) as error:
+        build_adapter("suffix", options, BuildInputs(markov_target, None, None))
+    assert "\n" not in str(error.value)

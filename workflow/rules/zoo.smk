@@ -126,6 +126,24 @@ rule code_prompts:
         "../scripts/make_code_prompts.py"
 
 
+rule edit_prompts:
+    # successive edits of held-out modules, each answered after the one before: the prompt set `stdlib_edits`
+    input:
+        heldout=work("data/corpus/heldout.jsonl"),
+    output:
+        work("prompts/stdlib_edits.jsonl"),
+    params:
+        modules=config["prompts"].get("edit_modules", 4),
+        versions=config["prompts"].get("edit_versions", 4),
+        lines=config["prompts"].get("code_prompt_lines", 12),
+        seed=config["prompts"].get("seed", 0),
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    script:
+        "../scripts/make_edit_prompts.py"
+
+
 rule long_prompts:
     # whole held-out files (or cuts of them) in buckets of target tokens: the long-context set `stdlib_long`
     input:

@@ -1,0 +1,105 @@
+"""`medusa`: Medusa or Hydra heads drafting EAGLE-2-style trees, verified by the shared verifier.
+
+Each round starts from the target's last hidden state h_p at the newest accepted position (the one whose LM head
+chose the root). Head 1 gives the root's children; the tree grows beam-style (``harness.trees.beam``), head d + 1
+giving the children of the depth-d frontier. A Medusa head reads h_p alone, so every frontier node of a depth gets
+the same distribution (one row per head and round); a Hydra head reads h_p and the target's embeddings of the node's
+path (the root and its drafted ancestors), one row per frontier node. No KV cache, no attention.
+
+Drafts are deterministic top-k tokens (q = 1). Drafter FLOPs: a Medusa head's row is useful when a node of its depth
+was accepted; a Hydra head's row when one of its node's children was (head 1's: when a depth-1 node was).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from harness.backend.forward import LMOutput
+from harness.backend.models import LoadedModel
+from harness.engine.adapter import AdapterBase, StepContext
+from harness.engine.counters import DrafterWork
+from harness.engine.method_spec import BuildInputs
+from harness.errors import DraftcountError
+from harness.trees.beam import BeamTree, Frontier, grow_beam_tree
+from harness.trees.tree import TokenTree
+from harness.verify.verdict import Verdict
+from methods.medusa import MedusaOptions
+from methods.medusa.model import MedusaHeads, load_heads
+
+FIRST_HEAD = ("head", 1)  # the DrafterWork unit of head 1 (the root's children)
+
+
+class MedusaAdapter(AdapterBase):
+    """The `medusa` adapter (see the module docstring)."""
+
+    wants_target_hidden_states = True
+    target_hidden_layers = (-1,)
+
+    def __init__(self, heads: MedusaHeads, target: LoadedModel, options: MedusaOptions) -> None:
+        self.shape = options.shape()
+        if self.shape.depth > heads.arch.heads:
+            raise DraftcountError(f"method 'medusa': depth {self.shape.depth} needs as many heads; the drafter has "
+                                  f"{heads.arch.heads}")
+        self.heads = heads.to(target.device, target.dtype).eval()
+        self.lm_head = target.model.get_output_embeddings()
+        self.embed = target.model.get_input_embeddings()
+        self.costs = [heads.cost(head, self.lm_head.weight.numel()) for head in range(1, heads.arch.heads + 1)]
+        self.max_draft_nodes = self.shape.max_nodes
+        self.details = {"top_k": self.shape.top_k, "depth": self.shape.depth, "budget": self.shape.budget,
+                        "heads": heads.arch.heads, "hydra": heads.arch.hydra,
+                        "own_lm_heads": heads.arch.own_lm_heads, "drafter_parameters": heads.trainable_parameters()}
+        self._reset()
+
+    def _reset(self) -> None:
+        self.last_hidden = torch.empty(0)  # (H,) the target's last hidden state at the newest accepted position
+        self.beam: BeamTree | None = None
+        self.work = DrafterWork()
+
+    def _head(self, ctx: StepContext, head: int, path: torch.Tensor | None, rows: int) -> tuple[torch.Tensor, float]:
+        """Head ``head``'s log-probabilities over ``rows`` rows (Hydra: their path tokens (rows, head))."""
+        with ctx.counters.phase("drafter"), torch.no_grad():
+            state = self.last_hidden.expand(rows, -1)
+            hidden = self.heads.hidden(head, state, self.embed(path) if path is not None else None)
+            logprobs = torch.log_softmax(self.heads.logits(head, hidden, self.lm_head).float(), dim=-1)
+        flops = self.costs[head - 1].forward_flops(rows, rows, rows)
+        ctx.counters.drafter.add(rows, flops)
+        return logprobs, flops
+
+    def begin(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> None:
+        self._reset()
+        self.last_hidden = prefill.hidden_states[-1][0, -1]
+
+    def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
+        root = sequence[0, -1]
+        hydra = self.heads.arch.hydra
+        paths = [root.reshape(1, 1)]  # Hydra: per expanded depth, the frontier's paths (root first)
+        root_logprobs, flops = self._head(ctx, 1, paths[0] if hydra else None, 1)
+        self.work.charge([FIRST_HEAD], flops)
+
+        def expand(frontier: Frontier) -> torch.Tensor:
+            rows, head = frontier.tokens.shape[0], frontier.depth + 1
+            if not hydra:  # one row: every node of the depth gets the head's one distribution
+                logprobs, cost = self._head(ctx, head, None, 1)
+                self.work.charge([("head", head)], cost)
+                return logprobs.expand(rows, -1)
+            paths.append(torch.cat([paths[-1].index_select(0, frontier.parent_rows), frontier.tokens[:, None]], 1))
+            logprobs, cost = self._head(ctx, head, paths[-1], rows)
+            self.work.charge([(frontier.depth, row) for row in range(rows)], cost)
+            return logprobs
+
+        self.beam = grow_beam_tree(root, root_logprobs[0], expand, self.shape)
+        return self.beam.tree
+
+    def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
+        slots = self.beam.parent_slots  # nodes past them were grafted on by a composing method (hedgespec)
+        accepted = [node for node in verdict.path[1:] if node < len(slots)]
+        if self.heads.arch.hydra:
+            useful = [slots[node] or FIRST_HEAD for node in accepted]
+        else:
+            useful = [("head", tree.depths[node]) for node in accepted]
+        self.work.settle(ctx.counters, useful)
+        self.last_hidden = target_out.hidden_states[-1][0, verdict.path[-1]]
+
+
+def build(options: MedusaOptions, inputs: BuildInputs) -> MedusaAdapter:
+    return MedusaAdapter(load_heads(inputs.drafter_dir, inputs.target.model), inputs.target, options)

@@ -1,0 +1,88 @@
+"""Training Medusa or Hydra heads: ``python -m harness train --method medusa --target T --data D --out DIR``.
+
+Self-distillation on the frozen target (Medusa's recipe for a model without its training data): at every position
+p of a window, head k is trained by soft cross-entropy (the ``objective``) against the target's distribution
+softmax(lm_head(h_{p+k})) for x_{p+1+k}, weighted by ``step_decay``**(k-1) (Medusa: 0.8^k). Hydra heads are fed the
+true tokens x_{p+1..p+k} (teacher forcing). Features come from a dump or the target on the fly, through the shared
+loop (``fit_drafter``); 0 steps writes fresh heads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+from harness.errors import DraftcountError
+from harness.options import parse_options
+from harness.training.drafters import (
+    DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, train_drafter,
+)
+from harness.training.objectives import token_loss
+from methods.medusa.model import MedusaHeads, arch_for, new_heads, save_heads
+
+LAYERS: list[int | str] = ["last"]
+
+
+@dataclass(frozen=True)
+class MedusaTrainOptions(DrafterLoopOptions):
+    heads: int = 5  # K heads: drafts up to depth K
+    hydra: bool = False  # Hydra heads (conditioned on the drafted path)
+    own_lm_heads: bool = True  # each head its own LM head started from the target's (Medusa-1)
+    step_decay: float = 0.8
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.heads < 1:
+            raise DraftcountError(f"option 'heads' of medusa training must be >= 1, got {self.heads}")
+        if self.seq_len <= self.heads + 1:
+            raise DraftcountError(f"option 'seq_len' of medusa training must exceed heads + 1, got {self.seq_len}")
+
+
+def head_logits(heads: MedusaHeads, embed: nn.Module, lm_head: nn.Module,
+                batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
+    """Per head k = 1..K: logits (B, T - k, V); row p drafts x_{p+1+k} from h_p (and, Hydra, x_{p+1..p+k})."""
+    tokens, features = batch["input_ids"], batch["last"]
+    length = tokens.shape[1]
+    out = []
+    for head in range(1, heads.arch.heads + 1):
+        path = None
+        if heads.arch.hydra:
+            path = embed(torch.stack([tokens[:, j: length - head + j] for j in range(1, head + 1)], dim=2))
+        out.append(heads.logits(head, heads.hidden(head, features[:, : length - head], path), lm_head))
+    return out
+
+
+def medusa_loss(heads: MedusaHeads, embed: nn.Module, lm_head: nn.Module, batch: dict[str, torch.Tensor],
+                options: MedusaTrainOptions) -> torch.Tensor:
+    features = batch["last"]
+    total = features.new_zeros(())
+    for head, logits in enumerate(head_logits(heads, embed, lm_head, batch), start=1):
+        with torch.no_grad():
+            target_probs = torch.softmax(lm_head(features[:, head:]).float(), dim=-1)
+        total = total + options.step_decay ** (head - 1) * token_loss(options.objective)(logits, target_probs, None)
+    return total
+
+
+@torch.no_grad()
+def head_agreement(heads: MedusaHeads, embed: nn.Module, lm_head: nn.Module,
+                   batch: dict[str, torch.Tensor]) -> list[float]:
+    """Per head: how often its top-1 equals the target's (true tokens on the path)."""
+    wanted = lm_head(batch["last"]).argmax(-1)
+    return [float((logits.argmax(-1) == wanted[:, head:]).float().mean())
+            for head, logits in enumerate(head_logits(heads, embed, lm_head, batch), start=1)]
+
+
+def train_medusa(request: DrafterTrainRequest) -> dict:
+    """Train (or, with 0 steps, just initialise) Medusa or Hydra heads and save them to ``request.out``."""
+    options = parse_options(MedusaTrainOptions, request.options, "medusa training")
+    target = frozen_target(request)
+    source = feature_source(request, target, LAYERS, options.seq_len)
+    lm_head, embed = target.model.get_output_embeddings(), target.model.get_input_embeddings()
+    heads = new_heads(arch_for(target.model, options.heads, options.hydra, options.own_lm_heads), lm_head,
+                      options.seed).to(target.device)
+    batch_loss = lambda batch: medusa_loss(heads, embed, lm_head, batch, options)  # noqa: E731
+    return train_drafter(request, options, target, source,
+                         lambda: Fitted(heads, fit_drafter(heads, batch_loss, source, target, request, options)),
+                         lambda module, batch: head_agreement(module, embed, lm_head, batch), save_heads)

@@ -1,0 +1,105 @@
+"""`medusa`: Medusa heads draft from the newest accepted position's hidden state alone (one distribution per depth),
+Hydra heads also from the drafted path; training beats fresh heads and keeps `ar`'s output; a tree deeper than the
+heads is a one-line error."""
+
+import pytest
+import torch
+
+from harness import SamplingConfig
+from harness.backend.forward import LMOutput
+from harness.backend.models import load_model
+from harness.engine.adapter import NoDrafts, StepContext
+from harness.engine.counters import GenerationCounters
+from harness.engine.loop import generate
+from harness.engine.method_spec import BuildInputs, build_adapter
+from harness.errors import DraftcountError
+from harness.training.drafters import DrafterTrainRequest
+from methods.medusa.training import train_medusa
+from tests.helpers import markov_batches, save_markov_target
+
+GREEDY = SamplingConfig()
+KINDS = {"medusa": {}, "hydra": {"hydra": "true"}}
+
+
+@pytest.fixture(scope="module")
+def medusa_setup(tmp_path_factory):
+    """A briefly trained Markov-language target; Medusa and Hydra heads, trained and fresh (3 heads)."""
+    root = tmp_path_factory.mktemp("medusa")
+    save_markov_target(root, layers=3)
+    metrics = {}
+    for kind, extra in KINDS.items():
+        for name, steps in [("trained", 60), ("fresh", 0)]:
+            request = DrafterTrainRequest(method="medusa", target=str(root / "target"), data=root / "tokens.pt",
+                                          out=root / f"{kind}-{name}", steps=steps, progress=False,
+                                          heldout=root / "tokens.pt",
+                                          options={"seq_len": "32", "batch_size": "8", "lr": "3e-2", "heads": "3",
+                                                   **extra})
+            metrics[f"{kind}-{name}"] = train_medusa(request)
+    return load_model(str(root / "target"), with_tokenizer=False), root, metrics
+
+
+def _expand_logprobs(adapter, target, hidden: torch.Tensor, sequence: torch.Tensor):
+    """The tree the adapter drafts and the distributions it gave each expanded depth's frontier nodes."""
+    ctx = StepContext(GREEDY, None, GenerationCounters(), target.vocab_size)
+    adapter.begin(ctx, sequence[:, :-1], LMOutput(torch.zeros(1, hidden.shape[1], target.vocab_size), (hidden,)))
+    seen = []
+    original = adapter._head
+
+    def recording(ctx, head, path, rows):
+        out = original(ctx, head, path, rows)
+        seen.append(out[0])
+        return out
+
+    adapter._head = recording
+    tree = adapter.propose(ctx, sequence)
+    tree.resolve()
+    return tree, seen, ctx.counters
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_medusa_heads_ignore_the_path_and_hydra_heads_read_it(medusa_setup, kind):
+    target, root, _ = medusa_setup
+    adapter, _ = build_adapter("medusa", {"top_k": 3, "depth": 3, "budget": 9}, BuildInputs(target, None,
+                                                                                            root / f"{kind}-trained"))
+    generator = torch.Generator().manual_seed(0)
+    hidden = torch.randn(1, 8, target.config.hidden_size, generator=generator)
+    sequence = torch.randint(48, (1, 9), generator=generator)
+    tree, seen, counters = _expand_logprobs(adapter, target, hidden, sequence)
+    assert tree.size == 10 and max(tree.depths) <= 3
+    depth_two = seen[1]  # head 2's distributions for the three depth-1 frontier nodes
+    assert counters.drafter.forwards == 3  # one evaluation per head
+    if kind == "medusa":
+        assert [rows.shape[0] for rows in seen] == [1, 1, 1]  # one row per head: the path plays no part
+    else:
+        assert [rows.shape[0] for rows in seen] == [1, 3, 3]
+        assert not torch.allclose(depth_two[0], depth_two[1])  # different paths, different children
+    changed = hidden.clone()
+    changed[:, :-1] = torch.randn(1, 7, target.config.hidden_size, generator=generator)
+    assert _expand_logprobs(adapter, target, changed, sequence)[0].tokens.tolist() == tree.tokens.tolist()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_training_beats_fresh_heads_and_keeps_ar_output(medusa_setup, kind):
+    target, root, metrics = medusa_setup
+    trained, fresh = (metrics[f"{kind}-{name}"]["heldout_top1_agreement_by_step"] for name in ("trained", "fresh"))
+    losses = metrics[f"{kind}-trained"]["train"]["losses"]
+    assert len(trained) == 3 and losses[-1] < 0.97 * losses[0]
+    if kind == "hydra":  # a Medusa head cannot know the root its target drew, a Hydra head reads it
+        assert trained[0] > fresh[0] + 0.12 and losses[-1] < metrics["medusa-trained"]["train"]["losses"][-1]
+    adapter, _ = build_adapter("medusa", {"top_k": 3, "depth": 3, "budget": 8},
+                               BuildInputs(target, None, root / f"{kind}-trained"))
+    ar, accepted = NoDrafts(), 0
+    for prompt in [row[None] for row in next(markov_batches(48, 4, 10, seed=7))]:
+        result = generate(target, adapter, prompt, 24, GREEDY)
+        assert result.output_ids == generate(target, ar, prompt, 24, GREEDY).output_ids
+        accepted += result.counters.accepted_tokens
+        assert 0 < result.counters.extra.get("drafter_useful_flops", 0) <= result.counters.drafter.flops
+    assert accepted > 4 * 24 * (0.3 if kind == "hydra" else 0.1), accepted
+    assert adapter.details["hydra"] == (kind == "hydra") and adapter.details["heads"] == 3
+
+
+def test_a_tree_deeper_than_the_heads_is_one_line(medusa_setup):
+    target, root, _ = medusa_setup
+    with pytest.raises(DraftcountError, match="depth 4 needs as many heads; the drafter has 3") as error:
+        build_adapter("medusa", {"depth": 4}, BuildInputs(target, None, root / "medusa-fresh"))
+    assert "\n" not in str(error.value)
