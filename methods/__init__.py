@@ -42,6 +42,8 @@ CATALOG = (  # name, module (METHOD), summary, needs, colour in the figures, opt
           "drafter", "#393b79", "methods.prism:PrismOptions"),
     Entry("medusa", "methods.medusa.method", "Medusa heads on the last hidden state (Hydra: heads see the drafted "
           "path), EAGLE-2-style trees", "drafter", "#fabed4", "methods.medusa:MedusaOptions"),
+    Entry("mtp", "methods.mtp.method", "MTP modules (DeepSeek-V3's multi-token prediction) bolted on post hoc, a "
+          "chain by default", "drafter", "#808000", "methods.mtp:MtpOptions"),
     Entry("polybasic", "methods.polybasic.method", "Polybasic SD: target <- trained mid LM <- draft LM, staged "
           "verification", ("draft", "drafter"), "#b5651d", "methods.polybasic:PolybasicOptions"),
 )

@@ -24,7 +24,8 @@ from harness.trees.beam import BeamTree, Frontier, grow_beam_tree
 from harness.trees.tree import TokenTree
 from harness.verify.verdict import Verdict
 from methods.medusa import MedusaOptions
-from methods.medusa.model import MedusaHeads, load_heads
+from methods.medusa.checkpoint import load_heads
+from methods.medusa.model import MedusaHeads
 
 FIRST_HEAD = ("head", 1)  # the DrafterWork unit of head 1 (the root's children)
 

@@ -7,21 +7,20 @@ Head k (1-based, predicting x_{p+1+k} from h_p) is Medusa's residual block follo
     logits_k = L_k u_k
 
 W_k starts at zero, so an untrained head predicts what the target's LM head does; L_k is the head's own LM head,
-started from the target's (Medusa-1), or the target's frozen one (``own_lm_heads: false``).
+started from the target's (Medusa-1), or the target's frozen one (``own_lm_heads: false``). A Medusa head may apply
+its block ``block_repeats`` times (the released code's ``medusa_num_layers`` repeats one block). Directories (ours
+and Medusa's released layout): ``methods.medusa.checkpoint``.
 """
 
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from pathlib import Path
-
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from harness.backend.models import ModelCost
 from harness.errors import DraftcountError
-from harness.training.drafters import check_target_fit, check_weights, read_drafter, write_drafter
 
 
 @dataclass(frozen=True)
@@ -31,10 +30,13 @@ class MedusaArch:
     heads: int = 5  # K: the deepest draft it can make
     hydra: bool = False  # heads conditioned on the drafted path's embeddings
     own_lm_heads: bool = True  # each head its own LM head (Medusa-1), else the target's
+    block_repeats: int = 1  # times a Medusa head applies its block (released Medusa: medusa_num_layers)
 
     def __post_init__(self) -> None:
-        if self.hidden_size < 1 or self.vocab_size < 1 or self.heads < 1:
+        if self.hidden_size < 1 or self.vocab_size < 1 or self.heads < 1 or self.block_repeats < 1:
             raise DraftcountError(f"Medusa heads need positive sizes, got {asdict(self)}")
+        if self.hydra and self.block_repeats != 1:
+            raise DraftcountError("Hydra heads apply their block once (block_repeats 1)")
 
     def block_inputs(self, head: int) -> int:
         return self.hidden_size * (1 + head if self.hydra else 1)
@@ -54,8 +56,11 @@ class MedusaHeads(nn.Module):
     def hidden(self, head: int, state: torch.Tensor, path: torch.Tensor | None = None) -> torch.Tensor:
         """Head ``head``'s residual block on rows ``state`` (..., H); Hydra: ``path`` (..., head, H) holds the
         embeddings of the root and the drafted tokens above the predicted one."""
-        inputs = torch.cat([state, path.flatten(-2)], dim=-1) if self.arch.hydra else state
-        return state + F.silu(self.blocks[head - 1](inputs))
+        if self.arch.hydra:
+            return state + F.silu(self.blocks[head - 1](torch.cat([state, path.flatten(-2)], dim=-1)))
+        for _ in range(self.arch.block_repeats):
+            state = state + F.silu(self.blocks[head - 1](state))
+        return state
 
     def logits(self, head: int, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
         return (self.lm_heads[head - 1] if self.arch.own_lm_heads else lm_head)(hidden)
@@ -65,7 +70,7 @@ class MedusaHeads(nn.Module):
 
     def cost(self, head: int, lm_head_params: int) -> ModelCost:
         """FLOPs of head ``head`` per row: its block and its LM head; no attention (the heads see no context)."""
-        body = self.arch.block_inputs(head) * self.arch.hidden_size
+        body = self.arch.block_inputs(head) * self.arch.hidden_size * self.arch.block_repeats
         return ModelCost(body_params=body, head_params=lm_head_params, num_layers=0, attention_width=0)
 
 
@@ -85,19 +90,3 @@ def new_heads(arch: MedusaArch, lm_head: nn.Module, seed: int) -> MedusaHeads:
 def arch_for(target_model: nn.Module, heads: int, hydra: bool, own_lm_heads: bool) -> MedusaArch:
     weight = target_model.get_output_embeddings().weight
     return MedusaArch(int(weight.shape[1]), int(weight.shape[0]), heads, hydra, own_lm_heads)
-
-
-def save_heads(heads: MedusaHeads, out_dir: Path, provenance: dict) -> None:
-    meta = {"arch": asdict(heads.arch), "trainable_parameters": heads.trainable_parameters(), **provenance}
-    write_drafter(out_dir, "medusa", heads.state_dict(), meta)
-
-
-def load_heads(source: str | Path, target_model: nn.Module) -> MedusaHeads:
-    """Medusa or Hydra heads trained here for ``target_model``, in eval mode."""
-    files = read_drafter(source, "medusa", with_config=False)
-    arch, label = MedusaArch(**files.meta["arch"]), f"Medusa heads {files.directory}"
-    check_target_fit(label, arch.hidden_size, arch.vocab_size, target_model)
-    heads = MedusaHeads(arch)
-    check_weights(heads, files.state, label)
-    heads.load_state_dict(files.state)
-    return heads.eval()

@@ -20,7 +20,8 @@ from harness.training.drafters import (
     DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, train_drafter,
 )
 from harness.training.objectives import token_loss
-from methods.medusa.model import MedusaHeads, arch_for, new_heads, save_heads
+from methods.medusa.checkpoint import save_heads
+from methods.medusa.model import MedusaHeads, arch_for, new_heads
 
 LAYERS: list[int | str] = ["last"]
 

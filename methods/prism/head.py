@@ -59,43 +59,27 @@ class PrismBlock(nn.Module):
         self.layer = head_decoder_layer(config)
 
 
-class PrismHead(nn.Module):
-    """The drafter (see the module docstring). ``forward(..., step=k)`` runs module ``f_map(k)``."""
+class StepModulesHead(nn.Module):
+    """What a drafter of M modules, one per draft step over one KV cache, shares (PRISM's, and `mtp`'s): its
+    feature input, its logits through the target's frozen LM head, and the cost of one step (one module). A
+    subclass builds ``blocks``, ``config`` and ``features`` and picks a step's module (``module_index``)."""
 
-    def __init__(self, config: LlamaConfig, step_modules: tuple[int, ...] = MAIN_STEP_MODULES) -> None:
-        super().__init__()
-        config._attn_implementation = "sdpa"
-        self.config = config
-        self.features = FeatureSpec("none", ("last",))
-        self.step_modules = tuple(int(module) for module in step_modules)
-        count = check_step_modules(self.step_modules)
-        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
-        self.embed_tokens.weight.requires_grad_(False)
-        self.blocks = nn.ModuleList([PrismBlock(config) for _ in range(count)])
-        self.rotary_emb = LlamaRotaryEmbedding(config)
+    blocks: nn.ModuleList
+    config: LlamaConfig
 
     @property
     def module_count(self) -> int:
         return len(self.blocks)
 
     def module_index(self, step: int) -> int:
-        return module_of_step(self.step_modules, step)
+        raise NotImplementedError
 
     def input_features(self, rows: list[torch.Tensor]) -> torch.Tensor:
         """The drafter's feature input: the target's last layer."""
         return rows[0]
 
-    def forward(self, features: torch.Tensor, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                cache: DynamicCache | None = None, attention_bias: torch.Tensor | None = None,
-                step: int = 1) -> torch.Tensor:
-        """(B, q, H) predicted next features for pairs (feature at p, token at p + 1), by draft step ``step``'s
-        module, appending to (and attending over) the shared ``cache``."""
-        block = self.blocks[self.module_index(step)]
-        return fused_layer_forward(self.embed_tokens, self.rotary_emb, block.fc, block.layer, features, input_ids,
-                                   position_ids, cache, attention_bias)
-
     def logits(self, hidden: torch.Tensor, target_lm_head: nn.Module) -> torch.Tensor:
-        """PRISM drafts through the target's own (frozen) LM head."""
+        """Drafts through the target's own (frozen) LM head."""
         return target_lm_head(hidden)
 
     def trainable_parameters(self) -> int:
@@ -110,6 +94,34 @@ class PrismHead(nn.Module):
         """The FLOPs of one draft step: one module, as an EAGLE head step."""
         return ModelCost(body_params=self.step_parameters(), head_params=lm_head_params, num_layers=1,
                          attention_width=self.config.num_attention_heads * self.config.head_dim)
+
+
+class PrismHead(StepModulesHead):
+    """The drafter (see the module docstring). ``forward(..., step=k)`` runs module ``f_map(k)``."""
+
+    def __init__(self, config: LlamaConfig, step_modules: tuple[int, ...] = MAIN_STEP_MODULES) -> None:
+        super().__init__()
+        config._attn_implementation = "sdpa"
+        self.config = config
+        self.features = FeatureSpec("none", ("last",))
+        self.step_modules = tuple(int(module) for module in step_modules)
+        count = check_step_modules(self.step_modules)
+        self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
+        self.embed_tokens.weight.requires_grad_(False)
+        self.blocks = nn.ModuleList([PrismBlock(config) for _ in range(count)])
+        self.rotary_emb = LlamaRotaryEmbedding(config)
+
+    def module_index(self, step: int) -> int:
+        return module_of_step(self.step_modules, step)
+
+    def forward(self, features: torch.Tensor, input_ids: torch.Tensor, position_ids: torch.Tensor,
+                cache: DynamicCache | None = None, attention_bias: torch.Tensor | None = None,
+                step: int = 1) -> torch.Tensor:
+        """(B, q, H) predicted next features for pairs (feature at p, token at p + 1), by draft step ``step``'s
+        module, appending to (and attending over) the shared ``cache``."""
+        block = self.blocks[self.module_index(step)]
+        return fused_layer_forward(self.embed_tokens, self.rotary_emb, block.fc, block.layer, features, input_ids,
+                                   position_ids, cache, attention_bias)
 
 
 def new_prism_head(target: PreTrainedModel, step_modules: tuple[int, ...], seed: int) -> PrismHead:

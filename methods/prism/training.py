@@ -29,7 +29,7 @@ from harness.training.loop import TrainResult
 from harness.training.objectives import token_loss, uses_tree_loss
 from methods.eagle.training import EagleTrainOptions, eagle_loss
 from methods.prism.head import (
-    MAIN_STEP_MODULES, PrismHead, check_step_modules, new_prism_head, replicate_module, save_prism,
+    MAIN_STEP_MODULES, PrismHead, StepModulesHead, check_step_modules, new_prism_head, replicate_module, save_prism,
 )
 
 
@@ -64,9 +64,9 @@ def phase1_options(options: PrismTrainOptions) -> EagleTrainOptions:
                              ce_weight=options.ce_weight)
 
 
-def switching_outputs(head: PrismHead, batch: dict[str, torch.Tensor], steps: int) -> list[torch.Tensor]:
+def switching_outputs(head: StepModulesHead, batch: dict[str, torch.Tensor], steps: int) -> list[torch.Tensor]:
     """Outputs (B, T-1, H) of ``steps`` unrolled steps for pairs (feature p, token p + 1); step k (1-based) runs
-    module f_map(k), all on one KV cache."""
+    the module ``head.module_index(k)`` picks (PRISM: f_map(k)), all on one KV cache."""
     tokens = batch["input_ids"][:, 1:]
     step_numbers = iter(range(1, steps + 1))
 
@@ -90,7 +90,7 @@ def switching_loss(head: PrismHead, lm_head: torch.nn.Module, batch: dict[str, t
 
 
 @torch.no_grad()
-def step_agreement(head: PrismHead, lm_head: torch.nn.Module, batch: dict[str, torch.Tensor],
+def step_agreement(head: StepModulesHead, lm_head: torch.nn.Module, batch: dict[str, torch.Tensor],
                    steps: int) -> list[float]:
     """Per unrolled step (module f_map(k)): how often the drafter's top-1 equals the target's."""
     wanted = lm_head(batch["last"][:, 1:]).argmax(-1)

@@ -24,7 +24,7 @@ def test_the_views_are_one_list_in_the_reports_order():
     assert names.index("polybasic_cost_rule") == names.index("head_to_head") + 1
     assert names[-1] == "hedgespec" and names[0] == "regime"
     assert table_names() == ["depth_acceptance", "categories", "context_length", "polybasic_cost_rule", "samples",
-                             "hedgespec"]
+                             "suffix", "hedgespec"]
     for view in all_views():
         assert not view.after or view.after in names, view.name
         assert bool(view.figure) == bool(view.caption) and bool(view.section) == bool(view.title), view.name

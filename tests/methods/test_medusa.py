@@ -1,9 +1,14 @@
 """`medusa`: Medusa heads draft from the newest accepted position's hidden state alone (one distribution per depth),
-Hydra heads also from the drafted path; training beats fresh heads and keeps `ar`'s output; a tree deeper than the
-heads is a one-line error."""
+Hydra heads also from the drafted path; training beats fresh heads and keeps `ar`'s output; Medusa's released layout
+reads as the heads it holds; a tree deeper than the heads is a one-line error."""
+
+import json
 
 import pytest
 import torch
+import torch.nn.functional as F
+from safetensors.torch import save_file
+from torch import nn
 
 from harness import SamplingConfig
 from harness.backend.forward import LMOutput
@@ -14,6 +19,7 @@ from harness.engine.loop import generate
 from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.errors import DraftcountError
 from harness.training.drafters import DrafterTrainRequest
+from methods.medusa.checkpoint import load_heads
 from methods.medusa.training import train_medusa
 from tests.helpers import markov_batches, save_markov_target
 
@@ -96,6 +102,49 @@ def test_training_beats_fresh_heads_and_keeps_ar_output(medusa_setup, kind):
         assert 0 < result.counters.extra.get("drafter_useful_flops", 0) <= result.counters.drafter.flops
     assert accepted > 4 * 24 * (0.3 if kind == "hydra" else 0.1), accepted
     assert adapter.details["hydra"] == (kind == "hydra") and adapter.details["heads"] == 3
+
+
+class ReleasedResBlock(nn.Module):
+    """The released code's block (FasterDecoding/Medusa ``ResBlock``), to write its layout from."""
+
+    def __init__(self, hidden: int) -> None:
+        super().__init__()
+        self.linear = nn.Linear(hidden, hidden)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return x + F.silu(self.linear(x))
+
+
+@pytest.mark.parametrize("layers, suffix", [(1, ".pt"), (2, ".safetensors")])
+def test_the_released_layout_reads_as_the_heads_it_holds(medusa_setup, tmp_path, layers, suffix):
+    target, _, _ = medusa_setup
+    hidden, vocab = target.config.hidden_size, target.vocab_size
+    torch.manual_seed(3)
+    released = nn.ModuleList(nn.Sequential(*([ReleasedResBlock(hidden)] * layers), nn.Linear(hidden, vocab, bias=False))
+                             for _ in range(3))  # one block instance repeated, as the released code builds it
+    (tmp_path / "config.json").write_text(json.dumps({"medusa_num_heads": 3, "medusa_num_layers": layers,
+                                                      "base_model_name_or_path": "target"}))
+    state = {name: tensor.clone() for name, tensor in released.state_dict().items()}  # safetensors: no sharing
+    if suffix == ".pt":
+        torch.save(state, tmp_path / "medusa_lm_head.pt")
+    else:
+        save_file(state, str(tmp_path / "medusa_lm_head.safetensors"))
+    heads = load_heads(tmp_path, target.model)
+    assert heads.arch.heads == 3 and heads.arch.block_repeats == layers and not heads.arch.hydra
+    states = torch.randn(5, hidden)
+    with torch.no_grad():
+        for k in range(3):
+            torch.testing.assert_close(heads.logits(k + 1, heads.hidden(k + 1, states), None), released[k](states))
+    adapter, _ = build_adapter("medusa", {"top_k": 2, "depth": 3, "budget": 6}, BuildInputs(target, None, tmp_path))
+    prompt = next(markov_batches(48, 1, 10, seed=5))[:1]
+    assert generate(target, adapter, prompt, 12, GREEDY).output_ids == generate(target, NoDrafts(), prompt, 12,
+                                                                                 GREEDY).output_ids
+    state.pop("2.0.linear.bias")
+    (tmp_path / "medusa_lm_head.pt").unlink(missing_ok=True)
+    torch.save(state, tmp_path / "medusa_lm_head.pt")
+    (tmp_path / "medusa_lm_head.safetensors").unlink(missing_ok=True)
+    with pytest.raises(DraftcountError, match="lacks 2.0.linear.bias"):
+        load_heads(tmp_path, target.model)
 
 
 def test_a_tree_deeper_than_the_heads_is_one_line(medusa_setup):

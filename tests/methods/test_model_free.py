@@ -205,3 +205,28 @@ def test_bad_options_are_one_line(markov_target, options, message):
     with pytest.raises(DraftcountError, match=message) as error:
         build_adapter("suffix", options, BuildInputs(markov_target, None, None))
     assert "\n" not in str(error.value)
+
+
+def test_suffix_table_from_records(tmp_path):
+    from harness.analysis.summary import records_frame
+    from harness.store.records import SCHEMA_VERSION
+    from methods.suffix.view import suffix_table
+
+    def record(pair: str, steps: int, extra: dict) -> dict:
+        return {"schema_version": SCHEMA_VERSION, "method": "suffix", "variant": "suffix_edits", "role": "method",
+                "compared_method": "suffix", "dataset": "stdlib_edits", "sampling": {"temperature": 0.0},
+                "pair_id": pair, "prompt_tokens": 4,
+                "counters": {"new_tokens": 10, "wall_seconds": 1.0, "accepted_tokens": 4, "drafted_tokens": 8,
+                             "step_accepted": [1] * steps, "accepted_by_depth": [],
+                             "target": {"forwards": steps + 1, "tokens": 20, "flops": 1.0},
+                             "drafter": {"forwards": 0, "tokens": 0, "flops": 0.0}, "extra": extra, "trace": {}}}
+
+    path = tmp_path / "suffix.jsonl"
+    rows = [record("a#0", 4, {"suffix_cached_requests": 0, "suffix_request_drafts": 3, "suffix_match_tokens": 6}),
+            record("b#0", 6, {"suffix_cached_requests": 1, "suffix_global_drafts": 5, "suffix_request_drafts": 1,
+                              "suffix_match_tokens": 24})]
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    table = suffix_table(records_frame([path])).iloc[0]
+    assert table.steps == 10 and table.global_share == pytest.approx(0.5) and table.request_share == pytest.approx(0.4)
+    assert table.no_draft_share == pytest.approx(0.1) and table.mean_match_tokens == pytest.approx(30 / 9)
+    assert table.mean_cached_requests == pytest.approx(0.5)
