@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from harness import wrap_model
-from tests.helpers import build_tokenizer, make_llama, perturbed_copy, save_model_dir, train_briefly
+from tests.helpers import build_tokenizer, make_llama, markov_llama, perturbed_copy, save_model_dir
 
 SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
@@ -57,8 +57,8 @@ def random_pair():
 @pytest.fixture(scope="session")
 def trained_pair():
     """A briefly trained target (2 layers, width 48) and draft (1 layer, width 24): different depth and width."""
-    target = train_briefly(make_llama(vocab=48, hidden=48, layers=2, heads=4, seed=2), steps=150, seed=0)
-    draft = train_briefly(make_llama(vocab=48, hidden=24, layers=1, heads=2, seed=3), steps=150, seed=0)
+    target = markov_llama(layers=2)
+    draft = markov_llama(hidden=24, layers=1, heads=2, seed=3)
     return wrap_model(target), wrap_model(draft)
 
 

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import copy
 import itertools
 from collections import Counter
-from functools import partial
+from functools import lru_cache, partial
 from pathlib import Path
 
 import torch
@@ -76,11 +77,26 @@ def train_briefly(model: LlamaForCausalLM, steps: int, seed: int = 0) -> LlamaFo
     return model.eval()
 
 
+@lru_cache(maxsize=8)
+def _trained_markov_llama(vocab: int, hidden: int, layers: int, heads: int, seed: int, steps: int,
+                          train_seed: int) -> LlamaForCausalLM:
+    return train_briefly(make_llama(vocab=vocab, hidden=hidden, layers=layers, heads=heads, seed=seed), steps,
+                         train_seed)
+
+
+def markov_llama(vocab: int = 48, hidden: int = 48, layers: int = 3, heads: int = 4, seed: int = 2, steps: int = 150,
+                 train_seed: int = 0) -> LlamaForCausalLM:
+    """``train_briefly(make_llama(...), steps, train_seed)``, trained once per test process and copied to each
+    caller (the same seeds give the same model, so a copy is what a fresh training would return): the Markov
+    targets and draft LMs many test files train."""
+    return copy.deepcopy(_trained_markov_llama(vocab, hidden, layers, heads, seed, steps, train_seed))
+
+
 def save_markov_target(root: Path, layers: int = 3) -> None:
     """A briefly trained Markov-language target (vocabulary 48, width 48, ``layers`` layers) saved to
     ``root / "target"``, and a token stream of the same language at ``root / "tokens.pt"``: what a drafter trainer
     reads."""
-    target_model = train_briefly(make_llama(vocab=48, hidden=48, layers=layers, heads=4, seed=2), steps=150, seed=0)
+    target_model = markov_llama(layers=layers)
     target_model.save_pretrained(root / "target")
     batches = markov_batches(48, 64, 48, seed=5)
     save_tokens(root / "tokens.pt", torch.cat([next(batches).flatten() for _ in range(4)]))

@@ -25,7 +25,7 @@ from harness.verify.verdict import Verdict
 from methods.hedgespec.adapter import Expert, HedgeSpecAdapter
 from methods.hedgespec.learner import NormalHedge, normalhedge_scale, normalhedge_weights
 from methods.hedgespec.view import hedge_table
-from tests.helpers import make_llama, markov_batches, train_briefly
+from tests.helpers import markov_batches, markov_llama
 
 GREEDY = SamplingConfig()
 
@@ -94,7 +94,7 @@ def test_an_expert_not_picked_commits_its_own_tree_with_the_accepted_text_grafte
 @pytest.fixture(scope="module")
 def target_and_head(tmp_path_factory):
     root = tmp_path_factory.mktemp("hedgespec")
-    target = wrap_model(train_briefly(make_llama(vocab=48, hidden=48, layers=3, heads=4, seed=2), steps=150, seed=0))
+    target = wrap_model(markov_llama())
     target.model.save_pretrained(root / "target")
     save_tokens(root / "tokens.pt", torch.cat([next(markov_batches(48, 32, 48, seed=5)).flatten() for _ in range(2)]))
     method_spec("eagle").train(DrafterTrainRequest(method="eagle", target=str(root / "target"), data=root / "tokens.pt",

@@ -20,8 +20,8 @@ from harness.retrieval.datastore import build_datastore, save_datastore
 from harness.training.drafters import DrafterTrainRequest
 from harness.verify.sampling import make_generator
 from tests.helpers import (
-    build_tokenizer, chi_square_pvalue, exact_distribution, make_llama, markov_batches, sampled_distribution,
-    save_model_dir, train_briefly,
+    build_tokenizer, chi_square_pvalue, exact_distribution, make_llama, markov_batches, markov_llama,
+    sampled_distribution, save_model_dir, train_briefly,
 )
 
 GREEDY = SamplingConfig()
@@ -29,7 +29,7 @@ GREEDY = SamplingConfig()
 
 @pytest.fixture(scope="module")
 def markov_target():
-    return wrap_model(train_briefly(make_llama(vocab=48, hidden=48, layers=3, heads=4, seed=2), steps=150, seed=0))
+    return wrap_model(markov_llama())
 
 
 def _prompts(count: int = 20) -> list[torch.Tensor]:

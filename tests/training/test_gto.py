@@ -25,7 +25,7 @@ from methods.eagle.training import EAGLE_GTO, EagleTrainOptions, train_eagle
 from methods.lyanna.model import load_drafter
 from methods.lyanna.training import LYANNA_GTO, train_lyanna
 from harness.trees.beam_shape import BeamShape
-from tests.helpers import make_llama, markov_batches, train_briefly
+from tests.helpers import markov_batches, markov_llama
 
 PARENTS = (-1, 0, 0, 1, 1, 3)  # root; 1, 2 below it; 3, 4 below 1; 5 below 3
 
@@ -128,7 +128,7 @@ def one_thread():
 def gto_setup(tmp_path_factory):
     """A briefly trained target, its token stream, and an EAGLE head and a Lyanna drafter trained on it."""
     root = tmp_path_factory.mktemp("gto")
-    train_briefly(make_llama(vocab=48, hidden=48, layers=3, heads=4, seed=2), steps=150, seed=0).save_pretrained(
+    markov_llama().save_pretrained(
         root / "target")
     batches = markov_batches(48, 64, 48, seed=5)
     save_tokens(root / "tokens.pt", torch.cat([next(batches).flatten() for _ in range(4)]))

@@ -40,7 +40,7 @@ from harness.training.drafters import DrafterTrainRequest
 from harness.verify.sampling import make_generator
 from methods.hedgespec import UNSUPPORTED
 from tests.helpers import (
-    chi_square_pvalue, exact_distribution, make_llama, markov_batches, sampled_distribution, train_briefly,
+    chi_square_pvalue, exact_distribution, make_llama, markov_batches, markov_llama, sampled_distribution,
 )
 
 METHODS = method_names()
@@ -108,8 +108,8 @@ class Zoo:
 
 def build_markov_zoo(root: Path) -> Zoo:
     """A briefly trained Markov-language target (3 layers, width 48) and a smaller trained draft LM."""
-    target = train_briefly(make_llama(vocab=48, hidden=48, layers=3, heads=4, seed=2), steps=150, seed=0)
-    draft = train_briefly(make_llama(vocab=48, hidden=24, layers=1, heads=2, seed=3), steps=150, seed=0)
+    target = markov_llama()
+    draft = markov_llama(hidden=24, layers=1, heads=2, seed=3)
     return Zoo(root, target, draft, 48, train_steps=60)
 
 
