@@ -1,6 +1,7 @@
 """`medusa`: Medusa heads draft from the newest accepted position's hidden state alone (one distribution per depth),
-Hydra heads also from the drafted path; training beats fresh heads and keeps `ar`'s output; Medusa's released layout
-reads as the heads it holds; a tree deeper than the heads is a one-line error."""
+Hydra heads also from the drafted path; training beats fresh heads and keeps `ar`'s output; Hydra's heads keep the
+target's distribution (the conformance suite samples Medusa's); Medusa's released layout reads as the heads it holds;
+a tree deeper than the heads is a one-line error."""
 
 import json
 
@@ -21,7 +22,10 @@ from harness.errors import DraftcountError
 from harness.training.drafters import DrafterTrainRequest
 from methods.medusa.checkpoint import load_heads
 from methods.medusa.training import train_medusa
-from tests.helpers import markov_batches, save_markov_target
+from tests.helpers import (
+    chi_square_pvalue, exact_distribution, markov_batches, sampled_distribution, save_markov_target,
+)
+from tests.methods.conformance import ALPHA, SAMPLES, build_small_vocab_zoo
 
 GREEDY = SamplingConfig()
 KINDS = {"medusa": {}, "hydra": {"hydra": "true"}}
@@ -145,6 +149,24 @@ def test_the_released_layout_reads_as_the_heads_it_holds(medusa_setup, tmp_path,
     (tmp_path / "medusa_lm_head.safetensors").unlink(missing_ok=True)
     with pytest.raises(DraftcountError, match="lacks 2.0.linear.bias"):
         load_heads(tmp_path, target.model)
+
+
+def test_hydra_heads_keep_the_target_distribution(tmp_path):
+    """The conformance suite samples `medusa` with its default (Medusa) heads; Hydra's path-conditioned heads go
+    through the same enumeration here: on the suite's 6-token zoo, heads trained a few steps away from their zero
+    start (so each node's children depend on its path)."""
+    zoo = build_small_vocab_zoo(tmp_path)
+    request = DrafterTrainRequest(method="medusa", target=str(tmp_path / "target"), data=tmp_path / "tokens.pt",
+                                  out=tmp_path / "hydra", steps=8, progress=False,
+                                  options={"seq_len": "16", "batch_size": "4", "lr": "0.1", "heads": "3",
+                                           "hydra": "true", "warmup_steps": "1"})
+    train_medusa(request)
+    adapter, _ = build_adapter("medusa", {"top_k": 2, "depth": 3, "budget": 5},
+                               BuildInputs(zoo.target, None, tmp_path / "hydra"))
+    assert adapter.heads.arch.hydra and adapter.heads.blocks[1].weight.abs().sum() > 0
+    sampling = SamplingConfig(1.0)
+    counts = sampled_distribution(zoo.target, adapter, [1, 2, 3], 3, sampling, SAMPLES, seed=0)
+    assert chi_square_pvalue(counts, exact_distribution(zoo.target, [1, 2, 3], 3, sampling)) > ALPHA
 
 
 def test_a_tree_deeper_than_the_heads_is_one_line(medusa_setup):
