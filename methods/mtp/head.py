@@ -6,7 +6,8 @@ A module's output is its ``head_norm``-ed state, which the LM head reads and the
 state (DeepSeek-V3's next module reads it before that norm; its own ``hnorm`` normalises it again, so the two differ
 by ``head_norm``'s weights alone). Every module's layer is layer 0 of one KV cache (one module, the default, drafts
 as DeepSeek-V3's does; with several, a later module attends to the keys an earlier one wrote, as PRISM's modules do,
-where DeepSeek-V3 trains each module with attention of its own). Parameter names: ``blocks.{m}.{enorm,hnorm,eh_proj,layer,head_norm}.*``.
+where DeepSeek-V3 trains each module with attention of its own). Parameter names:
+``blocks.{m}.{enorm,hnorm,eh_proj,layer,head_norm}.*``.
 """
 
 from __future__ import annotations
@@ -20,11 +21,10 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMS
 
 from harness.backend.kv_cache import cache_argument
 from harness.errors import DraftcountError
-from harness.training.drafters import (
-    check_target_fit, check_weights, head_config, init_linear_layers, read_drafter, write_drafter,
-)
 from harness.training.features import FeatureSpec
-from methods.prism.head import StepModulesHead
+from methods.prism.head import (
+    StepModulesHead, load_step_modules_head, new_step_modules_head, save_step_modules_head,
+)
 
 
 class MtpBlock(nn.Module):
@@ -75,29 +75,14 @@ class MtpHead(StepModulesHead):
 def new_mtp_head(target: PreTrainedModel, modules: int, seed: int) -> MtpHead:
     """Fresh modules for ``target`` (EAGLE's initialisation of the linear layers, norms at one; the target's
     embedding, frozen)."""
-    torch.manual_seed(seed)
-    vocab = int(target.get_output_embeddings().weight.shape[0])
-    head = MtpHead(head_config(target.config, vocab), modules)
-    init_linear_layers(head, head.config.initializer_range)
-    with torch.no_grad():
-        head.embed_tokens.weight.copy_(target.get_input_embeddings().weight)
-    return head
+    return new_step_modules_head(target, seed, lambda config: MtpHead(config, modules))
 
 
 def save_mtp(head: MtpHead, out_dir: Path, provenance: dict) -> None:
-    state = {name: tensor for name, tensor in head.state_dict().items() if name != "embed_tokens.weight"}
-    meta = {"fusion": "none", "feature_layers": ["last"], "modules": head.module_count,
-            "trainable_parameters": head.trainable_parameters(), "step_parameters": head.step_parameters(),
-            **provenance}
-    write_drafter(out_dir, "mtp", state, meta, head.config)
+    save_step_modules_head(head, out_dir, provenance, "mtp")
 
 
 def load_mtp(source: str | Path, target: PreTrainedModel) -> MtpHead:
     """MTP modules trained here for ``target``, in eval mode."""
-    files = read_drafter(source, "mtp")
-    config, label = files.llama_config(), f"MTP drafter {files.directory}"
-    check_target_fit(label, config.hidden_size, config.vocab_size, target)
-    head = MtpHead(config, int(files.meta.get("modules", 1)))
-    check_weights(head, files.state, label, frozenset({"embed_tokens.weight"}))
-    head.load_state_dict({**files.state, "embed_tokens.weight": target.get_input_embeddings().weight.detach().cpu()})
-    return head.eval()
+    return load_step_modules_head(source, target, "mtp", "MTP drafter",
+                                  lambda config, meta: MtpHead(config, int(meta.get("modules", 1))))

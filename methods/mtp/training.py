@@ -5,8 +5,8 @@ DeepSeek-V3 trains its MTP modules with the model: module k, fed module k-1's hi
 token i + k, predicts token i + k + 1. On a frozen target the same chain is a training-time-test unrolling
 (PRISM's ``switching_outputs`` over ``harness.training.drafters.unrolled_forward``): step k feeds module
 ((k - 1) mod M) the previous step's outputs shifted by one, and is trained by soft cross-entropy (the ``objective``)
-against the target's next-token distribution, weighted by ``step_decay``**(k-1); no feature regression (an MTP module predicts
-tokens, not the target's next state). 0 steps writes fresh modules.
+against the target's next-token distribution, weighted by ``step_decay``**(k-1) (PRISM's ``unrolled_token_loss``); no
+feature regression (an MTP module predicts tokens, not the target's next state). 0 steps writes fresh modules.
 """
 
 from __future__ import annotations
@@ -19,11 +19,10 @@ from harness.errors import DraftcountError
 from harness.options import parse_options
 from harness.training.drafters import (
     DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, train_drafter,
-    unrolled_step_mask,
 )
-from harness.training.objectives import token_loss, uses_tree_loss
+from harness.training.objectives import uses_tree_loss
 from methods.mtp.head import MtpHead, new_mtp_head, save_mtp
-from methods.prism.training import step_agreement, switching_outputs  # PRISM's unrolling, any step-module drafter
+from methods.prism.training import step_agreement, unrolled_token_loss  # PRISM's unrolling and its loss
 
 
 @dataclass(frozen=True)
@@ -44,13 +43,7 @@ class MtpTrainOptions(DrafterLoopOptions):
 
 def mtp_loss(head: MtpHead, lm_head: torch.nn.Module, batch: dict[str, torch.Tensor],
              options: MtpTrainOptions) -> torch.Tensor:
-    with torch.no_grad():
-        target_probs = torch.softmax(lm_head(batch["last"][:, 1:]).float(), dim=-1)
-    total = target_probs.new_zeros(())
-    for index, out in enumerate(switching_outputs(head, batch, options.unroll_steps)):
-        loss = token_loss(options.objective)(head.logits(out, lm_head), target_probs, unrolled_step_mask(out, index))
-        total = total + options.step_decay**index * loss
-    return total
+    return unrolled_token_loss(head, lm_head, batch, options.unroll_steps, options.step_decay, options.objective)
 
 
 def train_mtp(request: DrafterTrainRequest) -> dict:

@@ -13,6 +13,7 @@ shared KV cache). Parameter names: ``blocks.{m}.fc.*`` and ``blocks.{m}.layer.*`
 from __future__ import annotations
 
 import copy
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
@@ -124,15 +125,22 @@ class PrismHead(StepModulesHead):
                                    position_ids, cache, attention_bias)
 
 
-def new_prism_head(target: PreTrainedModel, step_modules: tuple[int, ...], seed: int) -> PrismHead:
-    """A freshly initialised drafter for ``target`` (EAGLE's initialisation; the target's embedding, frozen)."""
+def new_step_modules_head(target: PreTrainedModel, seed: int,
+                          build: Callable[[LlamaConfig], StepModulesHead]) -> StepModulesHead:
+    """A freshly initialised step-module drafter for ``target``, ``build`` given its one-layer Llama config (EAGLE's
+    initialisation of the linear layers; the target's embedding, frozen)."""
     torch.manual_seed(seed)
     vocab = int(target.get_output_embeddings().weight.shape[0])
-    head = PrismHead(head_config(target.config, vocab), step_modules)
+    head = build(head_config(target.config, vocab))
     init_linear_layers(head, head.config.initializer_range)
     with torch.no_grad():
         head.embed_tokens.weight.copy_(target.get_input_embeddings().weight)
     return head
+
+
+def new_prism_head(target: PreTrainedModel, step_modules: tuple[int, ...], seed: int) -> PrismHead:
+    """A freshly initialised drafter for ``target`` (EAGLE's initialisation; the target's embedding, frozen)."""
+    return new_step_modules_head(target, seed, lambda config: PrismHead(config, step_modules))
 
 
 def replicate_module(head: PrismHead, step_modules: tuple[int, ...]) -> PrismHead:
@@ -148,24 +156,36 @@ def replicate_module(head: PrismHead, step_modules: tuple[int, ...]) -> PrismHea
     return grown
 
 
-# The drafter directory: config.json (every module's one-layer Llama shape), model.safetensors (blocks.{m}.fc.*,
-# blocks.{m}.layer.*; the token embedding is the target's and is not stored) and our metadata (step_modules).
+# A step-module drafter's directory: config.json (every module's one-layer Llama shape), model.safetensors (the
+# modules' weights; the token embedding is the target's and is not stored) and our metadata (the method's own keys).
 
-def save_prism(head: PrismHead, out_dir: Path, provenance: dict) -> None:
+def save_step_modules_head(head: StepModulesHead, out_dir: Path, provenance: dict, method: str, **meta) -> None:
     state = {name: tensor for name, tensor in head.state_dict().items() if name != "embed_tokens.weight"}
-    meta = {"fusion": "none", "feature_layers": ["last"], "step_modules": list(head.step_modules),
-            "modules": head.module_count, "trainable_parameters": head.trainable_parameters(),
-            "step_parameters": head.step_parameters(), **provenance}
-    write_drafter(out_dir, "prism", state, meta, head.config)
+    meta = {"fusion": "none", "feature_layers": ["last"], **meta, "modules": head.module_count,
+            "trainable_parameters": head.trainable_parameters(), "step_parameters": head.step_parameters(),
+            **provenance}
+    write_drafter(out_dir, method, state, meta, head.config)
 
 
-def load_prism(source: str | Path, target: PreTrainedModel) -> PrismHead:
-    """A PRISM drafter trained here for ``target``, in eval mode."""
-    files = read_drafter(source, "prism")
-    config, label = files.llama_config(), f"PRISM drafter {files.directory}"
+def load_step_modules_head(source: str | Path, target: PreTrainedModel, method: str, label: str,
+                           build: Callable[[LlamaConfig, dict], StepModulesHead]) -> StepModulesHead:
+    """A step-module drafter trained here for ``target`` with ``method``, ``build`` given its config and our
+    metadata, in eval mode."""
+    files = read_drafter(source, method)
+    config, label = files.llama_config(), f"{label} {files.directory}"
     check_target_fit(label, config.hidden_size, config.vocab_size, target)
-    head = PrismHead(config, tuple(files.meta.get("step_modules", ())))
+    head = build(config, files.meta)
     check_weights(head, files.state, label, frozenset({"embed_tokens.weight"}))
     head.load_state_dict({**files.state, "embed_tokens.weight": target.get_input_embeddings().weight.detach().cpu()})
     return head.eval()
 
+
+def save_prism(head: PrismHead, out_dir: Path, provenance: dict) -> None:
+    """PRISM's directory: ``blocks.{m}.fc.*``, ``blocks.{m}.layer.*`` and ``step_modules`` in the metadata."""
+    save_step_modules_head(head, out_dir, provenance, "prism", step_modules=list(head.step_modules))
+
+
+def load_prism(source: str | Path, target: PreTrainedModel) -> PrismHead:
+    """A PRISM drafter trained here for ``target``, in eval mode."""
+    return load_step_modules_head(source, target, "prism", "PRISM drafter",
+                                  lambda config, meta: PrismHead(config, tuple(meta.get("step_modules", ()))))

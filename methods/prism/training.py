@@ -76,17 +76,25 @@ def switching_outputs(head: StepModulesHead, batch: dict[str, torch.Tensor], ste
     return unrolled_forward(step_forward, batch["last"][:, :-1], shift_right, steps, head.config)
 
 
-def switching_loss(head: PrismHead, lm_head: torch.nn.Module, batch: dict[str, torch.Tensor],
-                   options: PrismTrainOptions) -> torch.Tensor:
-    """Phase 2: soft cross-entropy of every unrolled step against the target's next-token distribution."""
+def unrolled_token_loss(head: StepModulesHead, lm_head: torch.nn.Module, batch: dict[str, torch.Tensor], steps: int,
+                        step_decay: float, objective: str, weight: float = 1.0) -> torch.Tensor:
+    """The ``objective``'s soft cross-entropy of every unrolled step (``switching_outputs``) against the target's
+    next-token distribution, step k weighted ``weight`` x ``step_decay``**(k-1): PRISM's phase 2 and MTP's loss."""
     with torch.no_grad():
         target_probs = torch.softmax(lm_head(batch["last"][:, 1:]).float(), dim=-1)
     total = target_probs.new_zeros(())
-    for index, out in enumerate(switching_outputs(head, batch, options.unroll_steps)):
+    for index, out in enumerate(switching_outputs(head, batch, steps)):
         mask = unrolled_step_mask(out, index)
-        loss = options.ce_weight * token_loss(options.objective)(head.logits(out, lm_head), target_probs, mask)
-        total = total + options.step_decay**index * loss
+        loss = weight * token_loss(objective)(head.logits(out, lm_head), target_probs, mask)
+        total = total + step_decay**index * loss
     return total
+
+
+def switching_loss(head: PrismHead, lm_head: torch.nn.Module, batch: dict[str, torch.Tensor],
+                   options: PrismTrainOptions) -> torch.Tensor:
+    """Phase 2: soft cross-entropy of every unrolled step against the target's next-token distribution."""
+    return unrolled_token_loss(head, lm_head, batch, options.unroll_steps, options.step_decay, options.objective,
+                               options.ce_weight)
 
 
 @torch.no_grad()
