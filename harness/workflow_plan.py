@@ -11,10 +11,11 @@ from harness.errors import DraftcountError
 from harness.options import parse_options
 from harness.trees.beam_shape import SHAPE_FIELDS, beam_methods
 from harness.analysis.context_length import CATEGORY_PREFIX as LONG_CONTEXT_PREFIX
+from harness.data.edit_prompts import CATEGORY as EDITS_CATEGORY
 from harness.data.prompts import load_prompts
 from harness.store.hub import is_hub_id
 
-BUILT_PROMPT_SETS = ("stdlib_code", "stdlib_domains", "stdlib_long", "stdlib_edits")  # prompt files the workflow builds (zoo.smk)
+BUILT_PROMPT_SETS = ("stdlib_code", "stdlib_domains", "stdlib_long", "stdlib_edits")  # the workflow builds (zoo.smk)
 BUILTIN_DATASETS = ("humaneval", *BUILT_PROMPT_SETS)
 WORKFLOW_ONLY_KEYS = ("method", "drafter", "ablation", "study", "verifier", "samples", "temperatures", "datasets",
                       "load")
@@ -357,8 +358,8 @@ def planned_categories(config: dict, dataset: str,
         return (dataset,)
     if dataset == "stdlib_domains":  # zoo.smk's domain_prompts: the domains are the categories
         return tuple(config.get("domains", {}))
-    if dataset == "stdlib_edits":  # zoo.smk's edit_prompts (harness.data.edit_prompts)
-        return ("edits",)
+    if dataset == "stdlib_edits":  # zoo.smk's edit_prompts: one category
+        return (EDITS_CATEGORY,)
     if dataset == "stdlib_long":  # zoo.smk's long_prompts: one category ctx<L> per bucket (harness.data.long_context)
         buckets = config["prompts"].get("long_buckets")
         return tuple(f"{LONG_CONTEXT_PREFIX}{bucket}" for bucket in buckets) if buckets else None

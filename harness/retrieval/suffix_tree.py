@@ -138,7 +138,7 @@ def grow_draft(node: Node, budget: int, min_token_prob: float, tree: bool) -> Dr
     draft = Draft()
     if not tree:
         prob, index = 1.0, -1
-        while len(draft.tokens) < budget and node.children and node.count > 0:
+        while len(draft.tokens) < budget and node.children:
             token, child = max(node.children.items(), key=lambda item: item[1].count)
             prob *= child.count / node.count
             if prob < min_token_prob:

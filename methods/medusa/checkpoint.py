@@ -31,7 +31,7 @@ def save_heads(heads: MedusaHeads, out_dir: Path, provenance: dict) -> None:
     write_drafter(out_dir, "medusa", heads.state_dict(), meta)
 
 
-def released_heads(directory: Path, target_model: nn.Module) -> tuple[MedusaArch, dict[str, torch.Tensor]]:
+def released_heads(directory: Path) -> tuple[MedusaArch, dict[str, torch.Tensor]]:
     """The arch and our state dict of a released Medusa directory (see the module docstring)."""
     label = f"Medusa heads {directory}"
     fields = json.loads((directory / "config.json").read_text()) if (directory / "config.json").is_file() else {}
@@ -55,22 +55,21 @@ def released_heads(directory: Path, target_model: nn.Module) -> tuple[MedusaArch
     if missing:
         raise DraftcountError(f"{label}: {path.name} lacks {', '.join(missing[:4])}")
     weight = state["lm_heads.0.weight"]
-    arch = MedusaArch(int(weight.shape[1]), int(weight.shape[0]), heads, hydra=False, own_lm_heads=True,
-                      block_repeats=layers)
-    check_target_fit(label, arch.hidden_size, arch.vocab_size, target_model)
-    return arch, state
+    return MedusaArch(int(weight.shape[1]), int(weight.shape[0]), heads, hydra=False, own_lm_heads=True,
+                      block_repeats=layers), state
 
 
 def load_heads(source: str | Path, target_model: nn.Module) -> MedusaHeads:
     """Medusa or Hydra heads for ``target_model`` (trained here, or Medusa's released layout), in eval mode."""
     directory = drafter_directory(source)
     if not (directory / META_FILE).is_file() and any((directory / name).is_file() for name in RELEASED_WEIGHTS):
-        arch, state = released_heads(directory, target_model)
+        arch, state = released_heads(directory)
     else:
         files = read_drafter(directory, "medusa", with_config=False)
         arch, state = MedusaArch(**files.meta["arch"]), files.state
-        check_target_fit(f"Medusa heads {directory}", arch.hidden_size, arch.vocab_size, target_model)
+    label = f"Medusa heads {directory}"
+    check_target_fit(label, arch.hidden_size, arch.vocab_size, target_model)
     heads = MedusaHeads(arch)
-    check_weights(heads, state, f"Medusa heads {directory}")
+    check_weights(heads, state, label)
     heads.load_state_dict(state)
     return heads.eval()

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from dataclasses import asdict
+
 import torch
 
 from harness.backend.forward import LMOutput
@@ -23,10 +25,7 @@ class SuffixAdapter(AdapterBase):
                                         options.min_token_prob, options.tree)
         self.max_draft_nodes = options.max_spec_tokens
         self.seen = 0  # tokens of ctx.tokens already in the trees
-        self.details = {"max_depth": options.max_depth, "max_spec_tokens": options.max_spec_tokens,
-                        "max_spec_factor": options.max_spec_factor, "max_spec_offset": options.max_spec_offset,
-                        "min_token_prob": options.min_token_prob, "max_cached_requests": options.max_cached_requests,
-                        "tree": options.tree}
+        self.details = asdict(options)
 
     def begin(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> None:
         prompt_len = prompt_ids.shape[-1]
