@@ -9,10 +9,13 @@ from pathlib import Path
 from typing import Any
 
 from harness.catalog import entry
+from harness.errors import DraftcountError
 from harness.trees.beam_shape import SHAPE_FIELDS
-from harness.workflow_plan import (WORKFLOW_ONLY_KEYS, dataset_limit, dataset_prompts, drafter_path, shape_variant,
-                                   variant_drafter, variant_method, variant_options, variant_settings,
+from harness.workflow_plan import (WORKFLOW_ONLY_KEYS, dataset_limit, dataset_prompts, drafter_path, local_source,
+                                   shape_variant, variant_drafter, variant_method, variant_options, variant_settings,
                                    variant_temperatures)
+
+DRAFT_LM = "draft"  # `init_from: draft`: a drafter that starts from the draft LM (PARD adapts it)
 
 
 def _option_arguments(options: dict[str, Any]) -> list[str]:
@@ -117,9 +120,20 @@ def train_arguments(config: dict, drafter: str, target: str, data: str, heldout:
         "--device", str(config["bench"].get("device", "cpu")),
         *_option_arguments(settings.get("options", {})),
         *(["--opt", f"objective={settings['objective']}"] if "objective" in settings else []),
-        *(["--opt", f"init={drafter_path(config, settings['init_from'], Path(work_dir))}"]
+        *(["--opt", f"init={init_path(config, settings['init_from'], Path(work_dir))}"]
           if "init_from" in settings else []),
     ]
+
+
+def init_path(config: dict, source: str, work_dir: Path) -> str:
+    """Where a fine-tuning entry starts: the draft LM (`init_from: draft`) or a configured drafter's directory."""
+    if source != DRAFT_LM:
+        return drafter_path(config, source, work_dir)
+    if "models" not in config:
+        return str(work_dir / "models" / "draft")
+    if "draft" not in config["models"]:
+        raise DraftcountError("a drafter with `init_from: draft` needs models.draft in the config")
+    return local_source(config["models"]["draft"], work_dir)
 
 
 REGENERATE_FLAGS = ("sequences", "prompt_len", "new_tokens", "greedy_share", "batch_size", "seed")

@@ -26,6 +26,8 @@ CATALOG = (  # name, module (METHOD), summary, needs, colour in the figures, opt
           "states", "drafter", "#000000", "methods.dflash:DFlashOptions", batched=True),
     Entry("dspark", "methods.dspark.method", "DSpark: DFlash's block + a Markov head, verify length planned from "
           "predicted survival", "drafter", "#469990", "methods.dspark:DSparkOptions"),
+    Entry("pard", "methods.pard.method", "PARD: a draft LM adapted with mask tokens drafts a chain of k in one "
+          "forward", "drafter", "#9a6324", "methods.pard:PardOptions"),
     Entry("pld", "methods.pld.method", "prompt lookup: n-gram match in the context, drafted as a chain",
           None, "#8c564b", "methods.pld:PromptLookupOptions"),
     Entry("suffix", "methods.suffix.method", "Suffix Decoding: frequency-scored trees from suffix trees over the request "

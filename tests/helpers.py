@@ -102,14 +102,15 @@ def save_markov_target(root: Path, layers: int = 3) -> None:
     save_tokens(root / "tokens.pt", torch.cat([next(batches).flatten() for _ in range(4)]))
 
 
-def train_test_drafter(method: str, root: Path, name: str, steps: int, **options: str) -> dict:
+def train_test_drafter(method: str, root: Path, name: str, steps: int, heldout: bool = False, **options: str) -> dict:
     """Train drafter ``name`` of ``method`` for ``steps`` steps on ``save_markov_target(root)``'s target and tokens
-    (small batches of 48-token windows; ``options`` over those) into ``root / name``; its training metrics."""
+    (small batches of 48-token windows; ``options`` over those) into ``root / name``; its training metrics (with
+    ``heldout``, its held-out figures on the same tokens too)."""
     from harness.engine.method_spec import method_spec
     from harness.training.drafters import DrafterTrainRequest
 
     request = DrafterTrainRequest(method=method, target=str(root / "target"), data=root / "tokens.pt", out=root / name,
-                                  steps=steps, progress=False,
+                                  steps=steps, progress=False, heldout=root / "tokens.pt" if heldout else None,
                                   options={"seq_len": "48", "batch_size": "8", "lr": "3e-3", **options})
     return method_spec(method).train(request)
 

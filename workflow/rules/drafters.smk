@@ -40,8 +40,11 @@ def drafter_data(wildcards):
 
 
 def drafter_inputs(wildcards):
-    """The drafter a fine-tuning entry (`init_from`, e.g. GTO) starts from: trained first, then an input."""
+    """The drafter a fine-tuning entry (`init_from`, e.g. GTO) starts from: trained first, then an input; `draft`:
+    the draft LM (PARD adapts it)."""
     source = drafter_settings(wildcards.drafter).get("init_from")
+    if source == jobs.DRAFT_LM:
+        return {"init": draft_model()}
     return {"init": drafter_dir(source)} if source else {}
 
 

@@ -1,0 +1,117 @@
+"""`pard`: the training forward's blocks see what drafting sees, adapting a draft LM teaches its masks, a drafter
+drafts k tokens from ONE forward and keeps `ar`'s output, a released layout (``pard_token`` in config.json) is read,
+and `init_from: draft` starts from the workflow's draft LM."""
+
+import json
+
+import pytest
+import torch
+
+from harness import SamplingConfig
+from harness.backend.models import load_model
+from harness.data.token_streams import save_tokens
+from harness.engine.adapter import NoDrafts
+from harness.engine.loop import generate
+from harness.engine.method_spec import BuildInputs, build_adapter
+from harness.errors import DraftcountError
+from harness.workflow_jobs import train_arguments
+from methods.pard.training import block_inputs, block_layout, with_mask_token
+from tests.helpers import make_llama, markov_batches, markov_llama, save_markov_target, train_test_drafter
+
+GREEDY = SamplingConfig()
+
+
+def test_each_block_sees_its_prefix_only():
+    """The training forward's window logits equal a plain forward, and each block's mask logits equal feeding its
+    anchor's prefix and the masks alone: what the adapter feeds when it drafts."""
+    model = with_mask_token(make_llama(vocab=32, hidden=16, layers=2, heads=2, seed=0, init_range=0.5), 32)
+    windows = torch.randint(32, (2, 20), generator=torch.Generator().manual_seed(0))
+    layout = block_layout(20, [3, 9, 15], 4)
+    with torch.no_grad():
+        out = model(**block_inputs(windows, layout, 32, torch.float32)).logits
+        assert torch.allclose(out[:, :20], model(input_ids=windows).logits, atol=1e-5)
+        for block, anchor in enumerate([3, 9, 15]):
+            alone = torch.cat([windows[:, : anchor + 1], torch.full((2, 3), 32)], dim=1)
+            expected = model(input_ids=alone).logits[:, anchor + 1:]
+            assert torch.allclose(out[:, 20 + 3 * block: 23 + 3 * block], expected, atol=1e-5)
+    assert layout.labels[20:23].tolist() == [5, 6, 7]  # mask j after anchor 3 learns x_{3 + 1 + j}
+
+
+@torch.no_grad()
+def greedy_stream(model, prompts: int, length: int, seed: int) -> torch.Tensor:
+    """The model's greedy continuations of random 2-token prompts, flattened: text whose every next token, and so
+    every k-th next token, is a function of the text before it."""
+    ids = torch.randint(48, (prompts, 2), generator=torch.Generator().manual_seed(seed))
+    for _ in range(length - 2):
+        ids = torch.cat([ids, model(input_ids=ids).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return ids.flatten()
+
+
+@pytest.fixture(scope="module")
+def pard_setup(tmp_path_factory):
+    """A Markov target, a draft LM, and PARD drafters adapted from it (on the target's greedy text, the stream
+    PARD's recipe reads: its masks can learn 2nd..k-th next tokens there) and not adapted."""
+    root = tmp_path_factory.mktemp("pard")
+    save_markov_target(root, layers=3)
+    target = load_model(str(root / "target"), with_tokenizer=False)
+    save_tokens(root / "tokens.pt", greedy_stream(target.model, 64, 48, seed=0))
+    markov_llama(hidden=24, layers=1, heads=2, seed=3).save_pretrained(root / "draft")
+    options = {"init": str(root / "draft"), "anchors": "8"}
+    metrics = {name: train_test_drafter("pard", root, name, steps, heldout=True, **options)
+               for name, steps in [("adapted", 150), ("unadapted", 0)]}
+    return target, root, metrics
+
+
+def test_adapting_teaches_the_masks_and_one_forward_drafts_k_tokens(pard_setup):
+    target, root, metrics = pard_setup
+    adapted, unadapted = (metrics[name]["heldout_top1_agreement_by_step"] for name in ("adapted", "unadapted"))
+    assert len(adapted) == 4 and sum(adapted[1:]) > 1.5 * sum(unadapted[1:]) + 0.3, (adapted, unadapted)
+    adapter, _ = build_adapter("pard", {}, BuildInputs(target, None, root / "adapted"))
+    accepted = 0
+    for prompt in [row[None] for row in next(markov_batches(48, 4, 10, seed=7))]:
+        result = generate(target, adapter, prompt, 24, GREEDY)
+        assert result.output_ids == generate(target, NoDrafts(), prompt, 24, GREEDY).output_ids
+        steps = len(result.counters.step_accepted)
+        assert result.counters.drafter.forwards == steps and max(result.counters.step_accepted) <= 4
+        accepted += result.counters.accepted_tokens
+        assert 0 < result.counters.extra.get("drafter_useful_flops", 0) <= result.counters.drafter.flops
+    assert accepted > 4 * 24 * 0.2
+
+
+def test_a_released_layout_is_read_and_a_plain_lm_is_refused(pard_setup, tmp_path):
+    """AMD's PARD models are plain causal LMs whose config names the mask token (`pard_token`, as vLLM reads it),
+    a token of their own vocabulary."""
+    target, root, _ = pard_setup
+    released = markov_llama(hidden=24, layers=1, heads=2, seed=3)
+    released.config.pard_token = 47
+    released.save_pretrained(tmp_path / "released")
+    adapter, _ = build_adapter("pard", {"k": 3}, BuildInputs(target, None, tmp_path / "released"))
+    assert adapter.mask_token == 47 and adapter.max_draft_nodes == 3
+    prompt = next(markov_batches(48, 1, 10, seed=8))
+    assert generate(target, adapter, prompt, 16, GREEDY).output_ids == generate(target, NoDrafts(), prompt, 16,
+                                                                                  GREEDY).output_ids
+    with pytest.raises(DraftcountError, match="no `pard_token`"):
+        build_adapter("pard", {}, BuildInputs(target, None, root / "draft"))
+    assert json.loads((root / "adapted" / "config.json").read_text())["pard_token"] == 48  # a new last row
+
+
+def test_init_from_draft_starts_from_the_draft_lm():
+    config = {"drafters": {"pard": {"init_from": "draft", "data": "tokens", "steps": 5}}, "bench": {}}
+    arguments = train_arguments(config, "pard", "work/models/target", "work/data/tokens/train.pt", "h.pt", "work")
+    assert arguments[arguments.index("--opt") + 1] == "init=work/models/draft"
+    external = {**config, "models": {"target": "t", "draft": "/models/draft-lm"}}
+    assert "init=/models/draft-lm" in train_arguments(external, "pard", "t", "d", "h", "work")
+    hub = {**config, "models": {"target": "t", "draft": "amd/PARD-Llama-3.2-1B"}}  # a hub id: the fetched copy
+    assert "init=work/hub/amd--PARD-Llama-3.2-1B" in train_arguments(hub, "pard", "t", "d", "h", "work")
+    with pytest.raises(DraftcountError, match="needs models.draft"):
+        train_arguments({**config, "models": {"target": "t"}}, "pard", "t", "d", "h", "work")
+
+
+def test_bad_options_are_one_line_errors(pard_setup):
+    target, root, _ = pard_setup
+    with pytest.raises(DraftcountError, match="'k' of method 'pard' must be >= 1"):
+        build_adapter("pard", {"k": 0}, BuildInputs(target, None, root / "adapted"))
+    with pytest.raises(DraftcountError, match="k >= 2"):
+        train_test_drafter("pard", root, "bad", 0, k="1")
+    with pytest.raises(DraftcountError, match="not a directory"):
+        train_test_drafter("pard", root, "bad", 0, init=str(root / "missing"))
