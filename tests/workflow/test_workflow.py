@@ -64,8 +64,8 @@ def test_dry_run_lists_every_rule(tmp_path):
     # eagle, lyanna, stand}_tv x 2 datasets at T = 1, 7 ablations x 2, stand_samples x 2, domains {eagle_net,
     # eagle_gui, hedgespec_domains} x 2, GTO {eagle_gto, eagle_more, lyanna_gto, lyanna_b24} x 2, budgets {lyanna,
     # eagle} x {12, 48} and 3 tree_sd trees x 2, edits {suffix, suffix_local, suffix_path, pld, eagle, lyanna,
-    # dflash}_edits x stdlib_edits x 2
-    assert studies["bench"] == 76 + 16 + 6 + 12 + 6 + 8 + 14 + 2 + 6 + 8 + 14 + 14
+    # dflash, pard}_edits x stdlib_edits x 2
+    assert studies["bench"] == 76 + 16 + 6 + 12 + 6 + 8 + 14 + 2 + 6 + 8 + 14 + 16
     assert studies["edit_prompts"] == 1 and studies["long_prompts"] == 1 and studies["tokenize_domain"] == 2 and studies["domain_prompts"] == 1
     assert studies["train_drafter"] == 23 and studies["sequoia_tree"] == 6  # per T: the chosen budget, 16 and 32
     assert studies["regenerate"] == 1  # the target's continuations, for the three _regen drafters
