@@ -102,6 +102,17 @@ def save_markov_target(root: Path, layers: int = 3) -> None:
     save_tokens(root / "tokens.pt", torch.cat([next(batches).flatten() for _ in range(4)]))
 
 
+@torch.no_grad()
+def greedy_stream(model, prompts: int, length: int, seed: int) -> torch.Tensor:
+    """A Markov-vocabulary (48) model's greedy continuations of random 2-token prompts, flattened: text whose every
+    next token, and so every k-th next token, is a function of the text before it (what parallel drafters, whose
+    later drafts cannot see the earlier ones, can learn to draft)."""
+    ids = torch.randint(48, (prompts, 2), generator=torch.Generator().manual_seed(seed))
+    for _ in range(length - 2):
+        ids = torch.cat([ids, model(input_ids=ids).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
+    return ids.flatten()
+
+
 def train_test_drafter(method: str, root: Path, name: str, steps: int, heldout: bool = False, **options: str) -> dict:
     """Train drafter ``name`` of ``method`` for ``steps`` steps on ``save_markov_target(root)``'s target and tokens
     (small batches of 48-token windows; ``options`` over those) into ``root / name``; its training metrics (with

@@ -25,6 +25,8 @@ import torch
 from transformers import DynamicCache
 
 from harness.engine.adapter import AdapterBase, StepContext
+from harness.engine.drafting import choose_children
+from harness.errors import DraftcountError
 from harness.trees.beam import (
     BeamTree, Frontier, frontier_attention_bias, grow_beam_tree,
 )
@@ -102,13 +104,18 @@ class EagleAdapter(AdapterBase):
         return self.head, "head"
 
     def _forward(self, ctx: StepContext, features: torch.Tensor, tokens: torch.Tensor, position_ids: torch.Tensor,
-                 bias: torch.Tensor | None, logits_rows: int, step: int = 1) -> tuple[torch.Tensor, float]:
+                 bias: torch.Tensor | None, logits_rows: int, step: int = 1,
+                 masks: int = 0) -> tuple[torch.Tensor, float]:
+        """The head over (features, tokens) at ``position_ids``; the last ``masks`` slots are P-EAGLE's mask slots
+        (their inputs are placeholders the head replaces)."""
         past = self.cache.get_seq_length()
         head, key = self.step_head(step)
+        extra = {"masks": masks} if masks else {}
+        key = (key, masks) if masks else key
 
         def call(inputs: dict[str, torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
             return head(inputs["features"][None], inputs["tokens"][None], inputs["position_ids"], self.cache,
-                        mask)[0]
+                        mask, **extra)[0]
 
         with ctx.counters.phase("drafter"):
             hidden = run_drafter(call, self.cache, {"features": features, "tokens": tokens,
@@ -160,7 +167,57 @@ class EagleAdapter(AdapterBase):
         self.pending = self._features(target_out.hidden_states, index)
 
 
+class ParallelEagleAdapter(EagleAdapter):
+    """P-EAGLE (vLLM's ``parallel_drafting`` for EAGLE heads): the catch-up forward over the accepted tokens also
+    reads k - 1 mask slots (the head's learned mask embedding and feature, at the next positions), so ONE forward
+    drafts a chain of k: draft 1 from the last accepted slot, draft j + 1 from mask j. Each draft is drawn from the
+    distribution it carries to the verifier (exact speculative sampling along the chain); the masks' cache entries
+    are dropped after the forward, and a mask's FLOPs are useful iff its draft is accepted."""
+
+    def __init__(self, head: EagleHead, target: LoadedModel, k: int) -> None:
+        super().__init__(head, target, BeamShape(top_k=1, depth=k, budget=k))
+        self.k = k
+        self.details = {**self.details, "parallel": k}
+
+    def batch_row(self):
+        raise DraftcountError("eagle with `parallel` (P-EAGLE) decodes one request at a time (batch size 1)")
+
+    def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
+        count, masks = self.pending.shape[0], self.k - 1
+        tokens = sequence[0, self.fed_len + 1 : self.fed_len + 1 + count]
+        features = torch.cat([self.pending, self.pending.new_zeros(masks, self.pending.shape[-1])])
+        slot_tokens = torch.cat([tokens, tokens.new_zeros(masks)])  # the mask slots' inputs are replaced
+        hidden, flops = self._forward(ctx, features, slot_tokens, positions(self.fed_len, count + masks,
+                                                                            self.runner.device),
+                                      None, logits_rows=self.k, step=1, masks=masks)
+        per_slot = flops / (count + masks)
+        count_useful_drafter_flops(ctx.counters, per_slot * count)  # the accepted tokens' entries: kept
+        self.fed_len += count
+        crop_cache(self.cache, self.fed_len)  # the mask slots' entries go
+        root = sequence[0, -1]
+        drafted, probs = [root], [None]
+        with ctx.counters.phase("drafter"):
+            logits = self.head.logits(hidden[count - 1:], self.runner.lm_head)
+            for position in range(self.k):
+                token, q = choose_children(logits[position], 1, ctx, True)[0]
+                drafted.append(token.to(root.device))
+                probs.append(q)
+                if position:
+                    self.work.charge([position + 1], per_slot)  # mask `position` drafted node position + 1
+        return TokenTree(torch.stack(drafted), tuple(range(-1, self.k)), probs)
+
+    def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
+        self.work.settle(ctx.counters, verdict.path[1:])
+        index = index_on(verdict.path, target_out.logits.device)
+        self.pending = self._features(target_out.hidden_states, index)
+
+
 def build(options: EagleOptions, inputs: BuildInputs) -> EagleAdapter:
     target = inputs.target
     head = load_head(inputs.drafter_dir, target.model)
-    return EagleAdapter(head, target, options.shape())
+    if not options.parallel:
+        return EagleAdapter(head, target, options.shape())
+    if not getattr(head, "parallel", False):
+        raise DraftcountError(f"eagle: option `parallel` needs a head trained for it (P-EAGLE's mask inputs); "
+                              f"{inputs.drafter_dir} has none (train one with --opt parallel=K)")
+    return ParallelEagleAdapter(head, target, options.parallel)

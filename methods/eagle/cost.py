@@ -43,6 +43,9 @@ def step_latency(target: PreTrainedModel, top_k: int, prefix: int, repeats: int,
 
 
 def drafting_seconds(options: dict, latencies: Latencies) -> float:
+    """depth + 1 head steps; P-EAGLE's (``parallel``: k) one, over its k slots (about a top-k step's tokens)."""
+    if int(option(options, "parallel", 0)):
+        return latencies.step(COMPONENT)
     return (int(option(options, "depth", 5)) + 1) * latencies.step(COMPONENT)
 
 

@@ -35,9 +35,19 @@ def head_decoder_layer(config: LlamaConfig) -> LlamaDecoderLayer:
 
 def fused_layer_forward(embed_tokens: nn.Module, rotary_emb: nn.Module, fc: nn.Module, layer: nn.Module,
                         features: torch.Tensor, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                        cache: DynamicCache | None, attention_bias: torch.Tensor | None) -> torch.Tensor:
-    """EAGLE-1/2's step: fc([embedding of the token at p + 1; feature at p]), then ``layer`` over ``cache``."""
+                        cache: DynamicCache | None, attention_bias: torch.Tensor | None,
+                        mask_inputs: tuple[torch.Tensor, torch.Tensor, int] | None = None) -> torch.Tensor:
+    """EAGLE-1/2's step: fc([embedding of the token at p + 1; feature at p]), then ``layer`` over ``cache``. With
+    ``mask_inputs`` (embedding, feature, m) the last m slots read that learned embedding and feature instead of
+    theirs (P-EAGLE's mask slots)."""
     embedded = embed_tokens(input_ids).to(features.dtype)
+    if mask_inputs is not None:
+        embedding, feature, masks = mask_inputs
+        keep = embedded.shape[-2] - masks
+        embedded = torch.cat([embedded[..., :keep, :],
+                              embedding.to(features.dtype).expand_as(embedded[..., keep:, :])], dim=-2)
+        features = torch.cat([features[..., :keep, :],
+                              feature.to(features.dtype).expand_as(features[..., keep:, :])], dim=-2)
     hidden = fc(torch.cat([embedded, features], dim=-1))
     rotary = rotary_emb(hidden, position_ids)
     out = layer(hidden, attention_mask=attention_bias, position_ids=position_ids, use_cache=cache is not None,
@@ -48,7 +58,8 @@ def fused_layer_forward(embed_tokens: nn.Module, rotary_emb: nn.Module, fc: nn.M
 class EagleHead(nn.Module):
     """The draft head (see the module docstring). The LM head is the target's, passed to ``logits``."""
 
-    def __init__(self, config: LlamaConfig, features: FeatureSpec, fc_bias: bool = True) -> None:
+    def __init__(self, config: LlamaConfig, features: FeatureSpec, fc_bias: bool = True,
+                 parallel: bool = False) -> None:
         super().__init__()
         config._attn_implementation = "sdpa"
         self.config = config
@@ -59,16 +70,37 @@ class EagleHead(nn.Module):
         self.fc = nn.Linear(2 * hidden, hidden, bias=fc_bias)
         self.layers = nn.ModuleList([head_decoder_layer(config)])
         self.rotary_emb = LlamaRotaryEmbedding(config)
+        if parallel:
+            self.enable_parallel()
+
+    @property
+    def parallel(self) -> bool:
+        """Whether the head has P-EAGLE's mask inputs (a learned token embedding and feature for mask slots)."""
+        return hasattr(self, "mask_embedding")
+
+    def enable_parallel(self) -> None:
+        """Add P-EAGLE's mask inputs, started at the mean token embedding and a zero feature (a head trained
+        without them keeps its weights)."""
+        if self.parallel:
+            return
+        weight = self.embed_tokens.weight
+        self.mask_embedding = nn.Parameter(weight.detach().float().mean(0).to(weight.dtype))
+        self.mask_feature = nn.Parameter(torch.zeros(self.config.hidden_size, dtype=weight.dtype,
+                                                     device=weight.device))
+        self.config.parallel_drafting = True
 
     def input_features(self, rows: list[torch.Tensor]) -> torch.Tensor:
         """The head's feature input: the one target layer named by ``features``."""
         return rows[0]
 
     def forward(self, features: torch.Tensor, input_ids: torch.Tensor, position_ids: torch.Tensor,
-                cache: DynamicCache | None = None, attention_bias: torch.Tensor | None = None) -> torch.Tensor:
-        """(B, q, H) predicted next features for pairs (feature at p, token at p + 1) at positions p."""
+                cache: DynamicCache | None = None, attention_bias: torch.Tensor | None = None,
+                masks: int = 0) -> torch.Tensor:
+        """(B, q, H) predicted next features for pairs (feature at p, token at p + 1) at positions p; the last
+        ``masks`` slots are P-EAGLE's mask slots (their feature and token inputs are ignored)."""
+        mask_inputs = (self.mask_embedding, self.mask_feature, masks) if masks else None
         return fused_layer_forward(self.embed_tokens, self.rotary_emb, self.fc, self.layers[0], features, input_ids,
-                                   position_ids, cache, attention_bias)
+                                   position_ids, cache, attention_bias, mask_inputs)
 
     def logits(self, hidden: torch.Tensor, target_lm_head: nn.Module) -> torch.Tensor:
         """EAGLE-1/2 heads draft through the target's own LM head."""
@@ -78,7 +110,7 @@ class EagleHead(nn.Module):
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
     def cost(self, lm_head_params: int) -> ModelCost:
-        body = sum(p.numel() for name, p in self.named_parameters() if not name.startswith("embed_tokens"))
+        body = sum(p.numel() for name, p in self.named_parameters() if not name.startswith(("embed_tokens", "mask_")))
         return ModelCost(body_params=body, head_params=lm_head_params, num_layers=1,
                          attention_width=self.config.num_attention_heads * self.config.head_dim)
 

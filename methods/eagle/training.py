@@ -43,6 +43,7 @@ from methods.eagle.adapter import EagleAdapter
 from methods.eagle.checkpoint import load_head, save_head
 from methods.eagle.head import EagleHead, new_head
 from methods.eagle.head3 import Eagle3Head
+from methods.eagle.parallel import mask_loss, parallel_agreement
 
 
 @dataclass(frozen=True)
@@ -53,6 +54,9 @@ class EagleTrainOptions(GtoTrainOptions):
     step_decay: float = 0.8
     regression_weight: float = 1.0  # fusion none only
     ce_weight: float = 0.1
+    parallel: int = 0  # P-EAGLE: k > 0 adds mask inputs and trains blocks of k - 1 masks (methods.eagle.parallel)
+    anchors: int = 32  # P-EAGLE: mask blocks per window
+    parallel_weight: float = 1.0  # P-EAGLE: the masks' token loss beside EAGLE's
 
     @property
     def steps_unrolled(self) -> int:
@@ -157,8 +161,28 @@ def train_eagle(request: DrafterTrainRequest) -> dict:
     layers = list(dict.fromkeys([*spec.layers, "last"]))
     source = feature_source(request, target, layers, options.seq_len)
     lm_head = target.model.get_output_embeddings()
+    if options.parallel:
+        return train_parallel(request, options, target, head, source, lm_head)
     batch_loss = with_gto(lambda batch: eagle_loss(head, lm_head, batch, options), EAGLE_GTO, head, target, options)
     return train_drafter(request, options, target, source,
                          lambda: Fitted(head, fit_drafter(head, batch_loss, source, target, request, options)),
                          lambda module, batch: head_agreement(module, lm_head, batch, max(2, options.steps_unrolled)),
+                         save_head)
+
+
+def train_parallel(request: DrafterTrainRequest, options: EagleTrainOptions, target: LoadedModel,
+                   head: torch.nn.Module, source, lm_head: torch.nn.Module) -> dict:
+    """P-EAGLE: EAGLE's loss plus the mask blocks' (``methods.eagle.parallel``), on a head with mask inputs."""
+    if not isinstance(head, EagleHead) or options.parallel < 2 or options.objective != "token":
+        raise DraftcountError("eagle training: `parallel` (P-EAGLE) needs k >= 2, fusion none and the token "
+                              "objective")
+    head.enable_parallel()
+
+    def batch_loss(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        masks = mask_loss(head, lm_head, batch, options.parallel, options.anchors, options.objective, options.seed)
+        return eagle_loss(head, lm_head, batch, options) + options.parallel_weight * masks
+
+    return train_drafter(request, options, target, source,
+                         lambda: Fitted(head, fit_drafter(head, batch_loss, source, target, request, options)),
+                         lambda module, batch: parallel_agreement(module, lm_head, batch, options.parallel),
                          save_head)

@@ -28,6 +28,7 @@ from harness.errors import DraftcountError
 from harness.options import parse_options
 from harness.training.drafters import META_FILE, DrafterTrainRequest, drafter_provenance, frozen_target, write_metrics
 from harness.training.loop import TrainConfig, batches_from_step, train
+from harness.training.mask_blocks import BlockLayout, block_layout, choose_anchors, every_kth_anchor
 from harness.training.zoo import LlamaShape, heldout_perplexity, save_directory
 
 
@@ -56,49 +57,13 @@ class PardTrainOptions:
             raise DraftcountError(f"pard training: seq_len {self.seq_len} must exceed k + 1 ({self.k + 1})")
 
 
-@dataclass(frozen=True)
-class BlockLayout:
-    """One training forward's inputs beside the window: per input (window tokens, then the masks) its position,
-    the window index of its label (-1: none) and which inputs it sees (N, N)."""
-
-    positions: torch.Tensor
-    labels: torch.Tensor
-    visible: torch.Tensor
-
-
-def block_layout(length: int, anchors: list[int], k: int) -> BlockLayout:
-    """The layout of a window of ``length`` tokens with a block of ``k - 1`` masks after each anchor."""
-    masks = k - 1
-    total = length + len(anchors) * masks
-    visible = torch.zeros((total, total), dtype=torch.bool)
-    visible[:length, :length] = torch.ones((length, length), dtype=torch.bool).tril()
-    positions = torch.arange(total)
-    labels = torch.cat([torch.arange(1, length), torch.tensor([-1])]).tolist() + [0] * (total - length)
-    for block, anchor in enumerate(anchors):
-        start = length + block * masks
-        rows = torch.arange(start, start + masks)
-        visible[rows, : anchor + 1] = True
-        visible[start: start + masks, start: start + masks] = torch.ones((masks, masks), dtype=torch.bool).tril()
-        positions[rows] = torch.arange(anchor + 1, anchor + k)
-        labels[start: start + masks] = range(anchor + 2, anchor + k + 1)
-    return BlockLayout(positions, torch.tensor(labels), visible)
-
-
-def choose_anchors(length: int, k: int, count: int, generator: torch.Generator) -> list[int]:
-    """``count`` distinct anchors whose k labels lie in the window (all there are when fewer fit)."""
-    room = length - k  # anchor a labels x_{a+1} .. x_{a+k}: a + k <= length - 1
-    return sorted(torch.randperm(room, generator=generator)[: min(count, room)].tolist())
-
-
 def block_inputs(windows: torch.Tensor, layout: BlockLayout, mask_token: int, dtype: torch.dtype) -> dict:
     """The model's keyword inputs for ``windows`` (B, L) laid out as ``layout`` says."""
     rows, length = windows.shape
-    masks = torch.full((rows, layout.positions.numel() - length), mask_token, dtype=windows.dtype)
-    bias = torch.zeros(layout.visible.shape, dtype=dtype).masked_fill_(~layout.visible, torch.finfo(dtype).min)
-    device = windows.device
-    return {"input_ids": torch.cat([windows, masks.to(device)], dim=1),
-            "position_ids": layout.positions.to(device)[None].expand(rows, -1),
-            "attention_mask": bias.to(device)[None, None].expand(rows, 1, -1, -1)}
+    masks = torch.full((rows, layout.masks), mask_token, dtype=windows.dtype, device=windows.device)
+    return {"input_ids": torch.cat([windows, masks], dim=1),
+            "position_ids": layout.positions.to(windows.device)[None].expand(rows, -1),
+            "attention_mask": layout.bias(dtype, windows.device).expand(rows, 1, -1, -1)}
 
 
 def block_loss(model: LlamaForCausalLM, windows: torch.Tensor, layout: BlockLayout, mask_token: int,
@@ -156,19 +121,16 @@ def initial_drafter(options: PardTrainOptions, target: LoadedModel) -> LlamaForC
 def block_agreement(model: LlamaForCausalLM, target: LoadedModel, windows: torch.Tensor, k: int) -> list[float]:
     """Per draft position 1..k: how often the drafter's argmax there equals the target's argmax at the same
     position given the true text (a block after every k-th token of each held-out window)."""
-    length = windows.shape[1]
-    anchors = list(range(0, length - k, k))
-    layout = block_layout(length, anchors, k)
-    inputs = [torch.tensor(anchors)]  # draft 1 comes from the anchor itself, draft j + 1 from the block's mask j
-    inputs += [length + torch.arange(len(anchors)) * (k - 1) + j for j in range(k - 1)]
+    layout = block_layout(windows.shape[1], every_kth_anchor(windows.shape[1], k), k)
+    slots = [torch.tensor(layout.anchors), *(layout.mask_slots(j) for j in range(1, k))]  # draft 1, then masks
     agree = [0] * k
     for rows in windows.split(8):
         drafted = model(**block_inputs(rows, layout, int(model.config.pard_token), torch.float32)).logits
         drafted = drafted[..., : target.vocab_size].argmax(-1)
         wanted = target.model(input_ids=rows).logits.argmax(-1)
-        for position, index in enumerate(inputs):
+        for position, index in enumerate(slots):
             agree[position] += int((drafted[:, index] == wanted[:, layout.labels[index] - 1]).sum())
-    return [hits / (windows.shape[0] * len(anchors)) for hits in agree]
+    return [hits / (windows.shape[0] * len(layout.anchors)) for hits in agree]
 
 
 def train_pard(request: DrafterTrainRequest) -> dict:

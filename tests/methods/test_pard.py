@@ -15,8 +15,11 @@ from harness.engine.loop import generate
 from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.errors import DraftcountError
 from harness.workflow_jobs import train_arguments
+from transformers import AutoModelForCausalLM
 from methods.pard.training import block_inputs, block_layout, with_mask_token
-from tests.helpers import make_llama, markov_batches, markov_llama, save_markov_target, train_test_drafter
+from tests.helpers import (chi_square_pvalue, exact_distribution, greedy_stream, make_llama, markov_batches,
+                           markov_llama, sampled_distribution, save_markov_target, train_test_drafter)
+from tests.methods.conformance import ALPHA, SAMPLES, build_small_vocab_zoo
 
 GREEDY = SamplingConfig()
 
@@ -35,16 +38,6 @@ def test_each_block_sees_its_prefix_only():
             expected = model(input_ids=alone).logits[:, anchor + 1:]
             assert torch.allclose(out[:, 20 + 3 * block: 23 + 3 * block], expected, atol=1e-5)
     assert layout.labels[20:23].tolist() == [5, 6, 7]  # mask j after anchor 3 learns x_{3 + 1 + j}
-
-
-@torch.no_grad()
-def greedy_stream(model, prompts: int, length: int, seed: int) -> torch.Tensor:
-    """The model's greedy continuations of random 2-token prompts, flattened: text whose every next token, and so
-    every k-th next token, is a function of the text before it."""
-    ids = torch.randint(48, (prompts, 2), generator=torch.Generator().manual_seed(seed))
-    for _ in range(length - 2):
-        ids = torch.cat([ids, model(input_ids=ids).logits[:, -1].argmax(-1, keepdim=True)], dim=1)
-    return ids.flatten()
 
 
 @pytest.fixture(scope="module")
@@ -93,6 +86,26 @@ def test_a_released_layout_is_read_and_a_plain_lm_is_refused(pard_setup, tmp_pat
     with pytest.raises(DraftcountError, match="no `pard_token`"):
         build_adapter("pard", {}, BuildInputs(target, None, root / "draft"))
     assert json.loads((root / "adapted" / "config.json").read_text())["pard_token"] == 48  # a new last row
+
+
+def test_sampled_distribution_equals_the_target(tmp_path):
+    """The sampling enumeration (the conformance suite's check) on the 6-token zoo, with the target itself adapted
+    (0 steps: draft 1 is the target's own law, so nearly every step goes on to verify the masks' drafts) and a mask
+    embedding unlike the others' (adapting starts it at their mean, where the masks' laws would hardly differ from
+    draft 1's): a draft drawn from another law than the one it carries fails here (p < 1e-15), where the suite's
+    fresh drafter cannot tell."""
+    zoo = build_small_vocab_zoo(tmp_path)
+    drafter = tmp_path / "pard"
+    train_test_drafter("pard", tmp_path, "pard", 0, init=str(tmp_path / "target"))
+    model = AutoModelForCausalLM.from_pretrained(drafter)
+    with torch.no_grad():
+        row = model.get_input_embeddings().weight[model.config.pard_token]
+        row.copy_(torch.randn(row.shape, generator=torch.Generator().manual_seed(3)) * 3)
+    model.save_pretrained(drafter)
+    adapter, _ = build_adapter("pard", {}, BuildInputs(zoo.target, None, drafter))
+    sampling = SamplingConfig(1.0)
+    counts = sampled_distribution(zoo.target, adapter, [1, 2, 3], 3, sampling, SAMPLES, seed=0)
+    assert chi_square_pvalue(counts, exact_distribution(zoo.target, [1, 2, 3], 3, sampling)) > ALPHA
 
 
 def test_init_from_draft_starts_from_the_draft_lm():

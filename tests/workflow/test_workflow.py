@@ -59,15 +59,15 @@ def test_dry_run_lists_every_rule(tmp_path):
     assert counts["tree_shape"] == 4 and counts["sequoia_tree"] == 2 and counts["stand_tree"] == 2
     assert not {"long_prompts", "tokenize_domain", "domain_prompts"} & set(counts)
     studies = job_counts(snakemake("-n", "studies", *overrides(tmp_path)).stdout)
-    # the main 76 + families {eagle_b24, howl, hydra, mtp_tree} x 4 and {prism_m1, dflash_l1, dflash_tree} x 2, data source
+    # the main 76 + families {eagle_b24, howl, hydra, mtp_tree, p_eagle} x 4 and {prism_m1, dflash_l1, dflash_tree} x 2, data source
     # {eagle, lyanna, dflash}_regen x 4, long context {eagle, owl, howl}_long x stdlib_long x 2, traversal {tree_sd,
     # eagle, lyanna, stand}_tv x 2 datasets at T = 1, 7 ablations x 2, stand_samples x 2, domains {eagle_net,
     # eagle_gui, hedgespec_domains} x 2, GTO {eagle_gto, eagle_more, lyanna_gto, lyanna_b24} x 2, budgets {lyanna,
     # eagle} x {12, 48} and 3 tree_sd trees x 2, edits {suffix, suffix_local, suffix_path, pld, eagle, lyanna,
     # dflash, pard}_edits x stdlib_edits x 2
-    assert studies["bench"] == 76 + 16 + 6 + 12 + 6 + 8 + 14 + 2 + 6 + 8 + 14 + 16
+    assert studies["bench"] == 76 + 20 + 6 + 12 + 6 + 8 + 14 + 2 + 6 + 8 + 14 + 16
     assert studies["edit_prompts"] == 1 and studies["long_prompts"] == 1 and studies["tokenize_domain"] == 2 and studies["domain_prompts"] == 1
-    assert studies["train_drafter"] == 23 and studies["sequoia_tree"] == 6  # per T: the chosen budget, 16 and 32
+    assert studies["train_drafter"] == 24 and studies["sequoia_tree"] == 6  # per T: the chosen budget, 16 and 32
     assert studies["regenerate"] == 1  # the target's continuations, for the three _regen drafters
     assert studies["studies_summary"] == studies["studies_report"] == 1
     assert counts["figure"] == 7 and studies["studies_figure"] == 12  # each figure with data, one job each
@@ -84,8 +84,9 @@ def test_one_target_runs_only_what_it_needs(tmp_path):
     tree = job_counts(snakemake("-n", "bench_tree_sd", *overrides(tmp_path)).stdout)
     assert tree["bench"] == 4 + 2 and TREE_RULES <= set(tree) and "dump_features" not in tree
     eagle = job_counts(snakemake("-n", "bench_eagle", *overrides(tmp_path)).stdout)
-    # eagle, eagle_regen, eagle_tv, eagle_b24 (also on stdlib_long: rule long_prompts), eagle_edits
-    assert eagle["bench"] == 4 + 4 + 2 + 6 + 2 and eagle["train_drafter"] == 2 and "train_draft" not in eagle
+    # eagle, eagle_regen, eagle_tv, eagle_b24 (also on stdlib_long: rule long_prompts), eagle_edits, p_eagle (its
+    # drafter eagle_parallel fine-tunes eagle)
+    assert eagle["bench"] == 4 + 4 + 2 + 6 + 2 + 4 and eagle["train_drafter"] == 3 and "train_draft" not in eagle
     assert eagle["long_prompts"] == 1
     assert {"measure_latency", "tree_shape"} <= set(eagle)  # budget: auto; no draft LM, no Sequoia search
     assert not ({"measure_acceptance", "measure_draft_step", "sequoia_tree"} | REPORT_RULES) & set(eagle)
