@@ -113,6 +113,17 @@ def greedy_stream(model, prompts: int, length: int, seed: int) -> torch.Tensor:
     return ids.flatten()
 
 
+def save_greedy_markov_target(root: Path):
+    """``save_markov_target(root)`` with its token stream replaced by the target's own greedy text
+    (``greedy_stream``); the target, loaded."""
+    from harness.backend.models import load_model
+
+    save_markov_target(root, layers=3)
+    target = load_model(str(root / "target"), with_tokenizer=False)
+    save_tokens(root / "tokens.pt", greedy_stream(target.model, 64, 48, seed=0))
+    return target
+
+
 def train_test_drafter(method: str, root: Path, name: str, steps: int, heldout: bool = False, **options: str) -> dict:
     """Train drafter ``name`` of ``method`` for ``steps`` steps on ``save_markov_target(root)``'s target and tokens
     (small batches of 48-token windows; ``options`` over those) into ``root / name``; its training metrics (with

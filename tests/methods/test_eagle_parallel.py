@@ -6,8 +6,6 @@ import pytest
 import torch
 
 from harness import SamplingConfig
-from harness.backend.models import load_model
-from harness.data.token_streams import save_tokens
 from harness.engine.adapter import NoDrafts
 from harness.engine.loop import generate
 from harness.engine.method_spec import BuildInputs, build_adapter
@@ -16,8 +14,8 @@ from harness.training.features import FeatureSpec
 from methods.eagle.checkpoint import load_head, save_head
 from methods.eagle.head import new_head
 from methods.eagle.parallel import block_outputs
-from tests.helpers import (chi_square_pvalue, exact_distribution, greedy_stream, make_llama, markov_batches,
-                           sampled_distribution, save_markov_target, train_test_drafter)
+from tests.helpers import (chi_square_pvalue, exact_distribution, make_llama, markov_batches,
+                           sampled_distribution, save_greedy_markov_target, train_test_drafter)
 from tests.methods.conformance import ALPHA, SAMPLES, build_small_vocab_zoo
 
 GREEDY = SamplingConfig()
@@ -49,9 +47,7 @@ def parallel_setup(tmp_path_factory):
     """A Markov target and its greedy text (later drafts cannot see earlier ones: the text they can learn to
     draft); an EAGLE head, and P-EAGLE heads fine-tuned from it with and without training steps."""
     root = tmp_path_factory.mktemp("p-eagle")
-    save_markov_target(root, layers=3)
-    target = load_model(str(root / "target"), with_tokenizer=False)
-    save_tokens(root / "tokens.pt", greedy_stream(target.model, 64, 48, seed=0))  # the target's greedy text
+    target = save_greedy_markov_target(root)
     train_test_drafter("eagle", root, "eagle", 120)
     options = {"init": str(root / "eagle"), "parallel": "4", "anchors": "8"}
     metrics = {name: train_test_drafter("eagle", root, name, steps, heldout=True, **options)

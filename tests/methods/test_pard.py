@@ -8,8 +8,6 @@ import pytest
 import torch
 
 from harness import SamplingConfig
-from harness.backend.models import load_model
-from harness.data.token_streams import save_tokens
 from harness.engine.adapter import NoDrafts
 from harness.engine.loop import generate
 from harness.engine.method_spec import BuildInputs, build_adapter
@@ -17,8 +15,8 @@ from harness.errors import DraftcountError
 from harness.workflow_jobs import train_arguments
 from transformers import AutoModelForCausalLM
 from methods.pard.training import block_inputs, block_layout, with_mask_token
-from tests.helpers import (chi_square_pvalue, exact_distribution, greedy_stream, make_llama, markov_batches,
-                           markov_llama, sampled_distribution, save_markov_target, train_test_drafter)
+from tests.helpers import (chi_square_pvalue, exact_distribution, make_llama, markov_batches,
+                           markov_llama, sampled_distribution, save_greedy_markov_target, train_test_drafter)
 from tests.methods.conformance import ALPHA, SAMPLES, build_small_vocab_zoo
 
 GREEDY = SamplingConfig()
@@ -45,9 +43,7 @@ def pard_setup(tmp_path_factory):
     """A Markov target, a draft LM, and PARD drafters adapted from it (on the target's greedy text, the stream
     PARD's recipe reads: its masks can learn 2nd..k-th next tokens there) and not adapted."""
     root = tmp_path_factory.mktemp("pard")
-    save_markov_target(root, layers=3)
-    target = load_model(str(root / "target"), with_tokenizer=False)
-    save_tokens(root / "tokens.pt", greedy_stream(target.model, 64, 48, seed=0))
+    target = save_greedy_markov_target(root)
     markov_llama(hidden=24, layers=1, heads=2, seed=3).save_pretrained(root / "draft")
     options = {"init": str(root / "draft"), "anchors": "8"}
     metrics = {name: train_test_drafter("pard", root, name, steps, heldout=True, **options)
