@@ -178,6 +178,15 @@ def wrap_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None
     )
 
 
+def load_like_target(source: str, target: LoadedModel, label: str) -> LoadedModel:
+    """A causal LM a method drafts with (polybasic's mid LM, PARD's drafter) in the target's dtype, on its device,
+    without a tokenizer; one line naming ``label`` for a dtype without a name here."""
+    names = {dtype: name for name, dtype in DTYPES.items()}
+    if target.dtype not in names:
+        raise DraftcountError(f"{label}: the target's dtype {target.dtype} has no name to load it with")
+    return load_model(str(source), names[target.dtype], str(target.device), with_tokenizer=False)
+
+
 def check_same_tokenizer(target: LoadedModel, draft: LoadedModel) -> None:
     """A draft model must share the target's vocabulary token for token."""
     if target.tokenizer is None or draft.tokenizer is None:

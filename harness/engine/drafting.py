@@ -7,6 +7,8 @@ from collections.abc import Callable
 import torch
 
 from harness.engine.adapter import StepContext
+from harness.engine.counters import DrafterWork
+from harness.trees.tree import TokenTree
 from harness.verify.sampling import align_vocab, logits_to_probs, sample_from_probs
 
 DraftChoice = list[tuple[torch.Tensor, torch.Tensor | None]]
@@ -40,3 +42,18 @@ def choose_children(logits: torch.Tensor, count: int, ctx: StepContext, replacem
             fallback = torch.nn.functional.one_hot(token, probs.shape[-1]).to(probs.dtype)  # any valid draw source
             probs = torch.where(total > 0, left / total.clamp_min(torch.finfo(left.dtype).tiny), fallback)
     return chosen
+
+
+def parallel_chain(root: torch.Tensor, logits: torch.Tensor, ctx: StepContext, work: DrafterWork,
+                   mask_flops: float) -> TokenTree:
+    """The chain a parallel drafter (PARD, P-EAGLE) drafts from ONE forward: ``logits`` (k, V), row 0 from the last
+    accepted token and row j from mask slot j. Draft j + 1 is drawn from row j's warped distribution, which it
+    carries to the verifier; mask j's ``mask_flops`` are charged to draft j + 1 (useful iff it is accepted)."""
+    tokens, probs = [root], [None]
+    for position in range(logits.shape[0]):
+        token, q = choose_children(logits[position], 1, ctx, True)[0]
+        tokens.append(token.to(root.device))
+        probs.append(q)
+        if position:
+            work.charge([position + 1], mask_flops)
+    return TokenTree(torch.stack(tokens), tuple(range(-1, logits.shape[0])), probs)

@@ -34,6 +34,16 @@ class BlockLayout:
         per_block = self.masks // max(1, len(self.anchors))
         return self.length + torch.arange(len(self.anchors)) * per_block + (j - 1)
 
+    def draft_slots(self) -> list[torch.Tensor]:
+        """Per draft position 1..k, the slots that draft it: the anchors themselves, then each block's mask j."""
+        per_block = self.masks // max(1, len(self.anchors))
+        return [torch.tensor(self.anchors), *(self.mask_slots(j) for j in range(1, per_block + 1))]
+
+    def draft_hits(self, drafted: torch.Tensor, wanted: torch.Tensor) -> list[int]:
+        """Per draft position, how many of its slots' top-1 tokens (``drafted``, (B, N)) equal the top-1 of the
+        window slot each stands in for (``wanted``, (B, length)): held-out agreement's numerator."""
+        return [int((drafted[:, slots] == wanted[:, self.labels[slots] - 1]).sum()) for slots in self.draft_slots()]
+
     def bias(self, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
         """The additive attention mask (1, 1, N, N)."""
         bias = torch.zeros(self.visible.shape, dtype=dtype).masked_fill_(~self.visible, torch.finfo(dtype).min)

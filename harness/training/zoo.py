@@ -125,10 +125,15 @@ def distillation_loss(draft: LlamaForCausalLM, target: LlamaForCausalLM, windows
                       temperature: float = 1.0) -> torch.Tensor:
     """KL(target || draft) per position at ``temperature``, scaled by temperature**2."""
     with torch.no_grad():
-        teacher = target(input_ids=windows).logits.float()
-    student = draft(input_ids=windows).logits.float()
-    teacher_logp = F.log_softmax(teacher / temperature, dim=-1)
-    student_logp = F.log_softmax(student / temperature, dim=-1)
+        teacher = target(input_ids=windows).logits
+    return kl_to_teacher(teacher, draft(input_ids=windows).logits, temperature)
+
+
+def kl_to_teacher(teacher: torch.Tensor, student: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
+    """Mean over positions of KL(teacher || student) between logits (..., V) at ``temperature``, scaled by
+    temperature**2."""
+    teacher_logp = F.log_softmax(teacher.float() / temperature, dim=-1)
+    student_logp = F.log_softmax(student.float() / temperature, dim=-1)
     kl = (teacher_logp.exp() * (teacher_logp - student_logp)).sum(-1).mean()
     return kl * temperature**2
 

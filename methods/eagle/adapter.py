@@ -25,7 +25,7 @@ import torch
 from transformers import DynamicCache
 
 from harness.engine.adapter import AdapterBase, StepContext
-from harness.engine.drafting import choose_children
+from harness.engine.drafting import parallel_chain
 from harness.errors import DraftcountError
 from harness.trees.beam import (
     BeamTree, Frontier, frontier_attention_bias, grow_beam_tree,
@@ -194,17 +194,9 @@ class ParallelEagleAdapter(EagleAdapter):
         count_useful_drafter_flops(ctx.counters, per_slot * count)  # the accepted tokens' entries: kept
         self.fed_len += count
         crop_cache(self.cache, self.fed_len)  # the mask slots' entries go
-        root = sequence[0, -1]
-        drafted, probs = [root], [None]
         with ctx.counters.phase("drafter"):
             logits = self.head.logits(hidden[count - 1:], self.runner.lm_head)
-            for position in range(self.k):
-                token, q = choose_children(logits[position], 1, ctx, True)[0]
-                drafted.append(token.to(root.device))
-                probs.append(q)
-                if position:
-                    self.work.charge([position + 1], per_slot)  # mask `position` drafted node position + 1
-        return TokenTree(torch.stack(drafted), tuple(range(-1, self.k)), probs)
+            return parallel_chain(sequence[0, -1], logits, ctx, self.work, per_slot)
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
         self.work.settle(ctx.counters, verdict.path[1:])

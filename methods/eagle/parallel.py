@@ -56,7 +56,5 @@ def parallel_agreement(head: EagleHead, lm_head: torch.nn.Module, batch: dict[st
     from the anchor's own slot, draft j + 1 from its mask j)."""
     following = batch["last"][:, 1:]
     outputs, layout = block_outputs(head, batch, every_kth_anchor(following.shape[1], k), k)
-    drafted = head.logits(outputs, lm_head).argmax(-1)
-    wanted = lm_head(following).argmax(-1)
-    slots = [torch.tensor(layout.anchors), *(layout.mask_slots(j) for j in range(1, k))]
-    return [float((drafted[:, index] == wanted[:, layout.labels[index] - 1]).float().mean()) for index in slots]
+    hits = layout.draft_hits(head.logits(outputs, lm_head).argmax(-1), lm_head(following).argmax(-1))
+    return [count / (following.shape[0] * len(layout.anchors)) for count in hits]

@@ -6,18 +6,15 @@ import torch
 
 from harness.backend.forward import LMOutput, positions, run_model
 from harness.backend.kv_cache import crop_cache, new_cache
-from harness.backend.models import DTYPES, LoadedModel, load_model
+from harness.backend.models import LoadedModel, load_like_target
 from harness.engine.adapter import AdapterBase, StepContext
 from harness.engine.counters import DrafterWork, count_useful_drafter_flops
-from harness.engine.drafting import choose_children
+from harness.engine.drafting import parallel_chain
 from harness.engine.method_spec import BuildInputs
 from harness.errors import DraftcountError
 from harness.trees.tree import TokenTree
 from harness.verify.verdict import Verdict
 from methods.pard import PardOptions
-
-DTYPE_NAMES = {dtype: name for name, dtype in DTYPES.items()}
-
 
 def mask_token_of(drafter: LoadedModel, target_vocab: int) -> int:
     """The drafter's mask token (its config's ``pard_token``), checked to lie outside the target's vocabulary or on
@@ -67,15 +64,7 @@ class PardAdapter(AdapterBase):
         count_useful_drafter_flops(ctx.counters, per_token * unseen.shape[-1])  # the accepted text's KV: kept
         self.cached_len = sequence.shape[-1]
         crop_cache(self.cache, self.cached_len)  # the masks' keys go: the cache holds accepted text only
-        root = sequence[0, -1]
-        tokens, probs = [root], [None]
-        for position in range(self.k):
-            token, q = choose_children(out.logits[0, position], 1, ctx, True)[0]
-            tokens.append(token.to(root.device))
-            probs.append(q)
-            if position:  # mask `position` drafted node position + 1: useful iff that node is accepted
-                self.work.charge([position + 1], per_token)
-        return TokenTree(torch.stack(tokens), tuple(range(-1, self.k)), probs)
+        return parallel_chain(sequence[0, -1], out.logits[0], ctx, self.work, per_token)
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
         self.work.settle(ctx.counters, verdict.path[1:])  # accepted drafts reach the cache as unseen text next step
@@ -83,8 +72,5 @@ class PardAdapter(AdapterBase):
 
 def build(options: PardOptions, inputs: BuildInputs) -> PardAdapter:
     assert inputs.drafter_dir is not None  # build_adapter checked the catalog's needs
-    dtype = DTYPE_NAMES.get(inputs.target.dtype)
-    if dtype is None:
-        raise DraftcountError(f"pard: the target's dtype {inputs.target.dtype} has no name to load the drafter with")
-    drafter = load_model(str(inputs.drafter_dir), dtype, str(inputs.target.device), with_tokenizer=False)
+    drafter = load_like_target(str(inputs.drafter_dir), inputs.target, "pard's drafter")
     return PardAdapter(drafter, options.k, mask_token_of(drafter, inputs.target.vocab_size))

@@ -29,7 +29,7 @@ from harness.options import parse_options
 from harness.training.drafters import META_FILE, DrafterTrainRequest, drafter_provenance, frozen_target, write_metrics
 from harness.training.loop import TrainConfig, batches_from_step, train
 from harness.training.mask_blocks import BlockLayout, block_layout, choose_anchors, every_kth_anchor
-from harness.training.zoo import LlamaShape, heldout_perplexity, save_directory
+from harness.training.zoo import LlamaShape, heldout_perplexity, kl_to_teacher, save_directory
 
 
 @dataclass(frozen=True)
@@ -77,10 +77,7 @@ def block_loss(model: LlamaForCausalLM, windows: torch.Tensor, layout: BlockLayo
     if teacher is None:
         targets = windows[:, label_index]
         return F.cross_entropy(student.reshape(-1, student.shape[-1]), targets.reshape(-1))
-    vocab = teacher.shape[-1]
-    teacher_logp = F.log_softmax(teacher[:, label_index - 1].float(), dim=-1)
-    student_logp = F.log_softmax(student[..., :vocab], dim=-1)
-    return (teacher_logp.exp() * (teacher_logp - student_logp)).sum(-1).mean()
+    return kl_to_teacher(teacher[:, label_index - 1], student[..., : teacher.shape[-1]])
 
 
 def with_mask_token(model: LlamaForCausalLM, target_vocab: int) -> LlamaForCausalLM:
@@ -122,14 +119,12 @@ def block_agreement(model: LlamaForCausalLM, target: LoadedModel, windows: torch
     """Per draft position 1..k: how often the drafter's argmax there equals the target's argmax at the same
     position given the true text (a block after every k-th token of each held-out window)."""
     layout = block_layout(windows.shape[1], every_kth_anchor(windows.shape[1], k), k)
-    slots = [torch.tensor(layout.anchors), *(layout.mask_slots(j) for j in range(1, k))]  # draft 1, then masks
     agree = [0] * k
     for rows in windows.split(8):
         drafted = model(**block_inputs(rows, layout, int(model.config.pard_token), torch.float32)).logits
-        drafted = drafted[..., : target.vocab_size].argmax(-1)
         wanted = target.model(input_ids=rows).logits.argmax(-1)
-        for position, index in enumerate(slots):
-            agree[position] += int((drafted[:, index] == wanted[:, layout.labels[index] - 1]).sum())
+        hits = layout.draft_hits(drafted[..., : target.vocab_size].argmax(-1), wanted)
+        agree = [total + count for total, count in zip(agree, hits)]
     return [hits / (windows.shape[0] * len(layout.anchors)) for hits in agree]
 
 

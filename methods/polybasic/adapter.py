@@ -18,20 +18,16 @@ import torch
 
 from harness.backend.device import index_on
 from harness.backend.forward import LMOutput
-from harness.backend.models import LoadedModel, check_same_tokenizer, load_model
+from harness.backend.models import LoadedModel, check_same_tokenizer, load_like_target
 from harness.engine.adapter import AdapterBase, StepContext
 from harness.engine.drafting import choose_children
 from harness.engine.method_spec import BuildInputs
-from harness.errors import DraftcountError
 from harness.trees.tree import TokenTree
 from harness.verify import verify_tree
 from harness.verify.sampling import logits_to_probs
 from harness.verify.verdict import Verdict
 from methods.polybasic import PolybasicOptions
 from methods.polybasic.stage import Stage
-
-DTYPE_NAMES = {torch.float32: "float32", torch.bfloat16: "bfloat16", torch.float16: "float16"}
-
 
 @dataclass
 class InnerRound:
@@ -143,10 +139,7 @@ class PolybasicAdapter(AdapterBase):
 
 def load_mid(drafter_dir, target: LoadedModel) -> LoadedModel:
     """The trained mid LM of ``drafter_dir`` in the target's dtype, on its device."""
-    dtype = DTYPE_NAMES.get(target.dtype)
-    if dtype is None:
-        raise DraftcountError(f"polybasic: the target's dtype {target.dtype} has no name to load the mid LM with")
-    return load_model(str(drafter_dir), dtype, str(target.device), with_tokenizer=False)
+    return load_like_target(str(drafter_dir), target, "polybasic's mid LM")
 
 
 def build(options: PolybasicOptions, inputs: BuildInputs) -> PolybasicAdapter:
