@@ -313,20 +313,25 @@ class Fitted:
 def train_drafter(request: DrafterTrainRequest, options: DrafterLoopOptions, target: LoadedModel,
                   source: FeatureSource, fit: Callable[[], Fitted],
                   agreement: Callable[[nn.Module, dict[str, torch.Tensor]], list[float]],
-                  save: Callable[[nn.Module, Path, dict], None]) -> dict:
+                  save: Callable[[nn.Module, Path, dict], None],
+                  calibrate: Callable[[nn.Module, dict[str, torch.Tensor]], dict] | None = None) -> dict:
     """The envelope every drafter family trains in: ``fit()``, then the metrics (method, parameters, options, the
     training run, the family's own), the held-out top-1 agreement per draft step on ``--heldout`` (``agreement``
     over 16 windows with the target's features) and ``save(module, directory, provenance)`` into ``request.out``
-    atomically. Returns the metrics."""
+    atomically. A family's ``calibrate`` reads the same held-out windows; what it returns joins the metrics and
+    the drafter's metadata (Medusa's per-rank accuracies, say). Returns the metrics."""
     fitted = fit()
     module = fitted.module
     metrics = {"method": request.method, "trainable_parameters": module.trainable_parameters(),
                "options": asdict(options), "train": fitted.result.as_dict(), "target": request.target,
                "data": str(request.data), **fitted.metrics}
+    calibration = {}
     if request.heldout is not None:
         batch = heldout_batch(load_tokens(request.heldout), target, source.layers, options.seq_len)
         metrics["heldout_top1_agreement_by_step"] = agreement(module, batch)
-    provenance = drafter_provenance(request, fitted.result)
+        calibration = calibrate(module, batch) if calibrate is not None else {}
+    metrics.update(calibration)
+    provenance = {**drafter_provenance(request, fitted.result), **calibration}
     save_directory(request.out, lambda path: save(module.cpu(), path, provenance))
     return metrics
 

@@ -1,10 +1,12 @@
 """`medusa`: Medusa or Hydra heads drafting EAGLE-2-style trees, verified by the shared verifier.
 
 Each round starts from the target's last hidden state h_p at the newest accepted position (the one whose LM head
-chose the root). Head 1 gives the root's children; the tree grows beam-style (``harness.trees.beam``), head d + 1
-giving the children of the depth-d frontier. A Medusa head reads h_p alone, so every frontier node of a depth gets
-the same distribution (one row per head and round); a Hydra head reads h_p and the target's embeddings of the node's
-path (the root and its drafted ancestors), one row per frontier node. No KV cache, no attention.
+chose the root). Head 1 gives the root's children; head d + 1 the children of depth-d nodes: beam-style by default
+(``harness.trees.beam``: the depth-d frontier is expanded), or at the fixed places of a static choice set
+(``choices``; ``harness.trees.choices``: each node with children reads the ranks its choices name). A Medusa head
+reads h_p alone, so every node of a depth gets the same distribution (one row per head and round); a Hydra head
+reads h_p and the target's embeddings of the node's path (the root and its drafted ancestors), one row per expanded
+node. No KV cache, no attention.
 
 Drafts are deterministic top-k tokens (q = 1). Drafter FLOPs: a Medusa head's row is useful when a node of its depth
 was accepted; a Hydra head's row when one of its node's children was (head 1's: when a depth-1 node was).
@@ -21,6 +23,7 @@ from harness.engine.counters import DrafterWork
 from harness.engine.method_spec import BuildInputs
 from harness.errors import DraftcountError
 from harness.trees.beam import BeamTree, Frontier, grow_beam_tree
+from harness.trees.choices import ChoiceTree, calibrated_choices, read_choices
 from harness.trees.tree import TokenTree
 from harness.verify.verdict import Verdict
 from methods.medusa import MedusaOptions
@@ -38,22 +41,27 @@ class MedusaAdapter(AdapterBase):
 
     def __init__(self, heads: MedusaHeads, target: LoadedModel, options: MedusaOptions) -> None:
         self.shape = options.shape()
-        if self.shape.depth > heads.arch.heads:
-            raise DraftcountError(f"method 'medusa': depth {self.shape.depth} needs as many heads; the drafter has "
+        self.static = static_tree(options, heads)
+        depth = self.static.depth if self.static else self.shape.depth
+        if depth > heads.arch.heads:
+            raise DraftcountError(f"method 'medusa': depth {depth} needs as many heads; the drafter has "
                                   f"{heads.arch.heads}")
         self.heads = heads.to(target.device, target.dtype).eval()
         self.lm_head = target.model.get_output_embeddings()
         self.embed = target.model.get_input_embeddings()
         self.costs = [heads.cost(head, self.lm_head.weight.numel()) for head in range(1, heads.arch.heads + 1)]
-        self.max_draft_nodes = self.shape.max_nodes
-        self.details = {"top_k": self.shape.top_k, "depth": self.shape.depth, "budget": self.shape.budget,
-                        "heads": heads.arch.heads, "hydra": heads.arch.hydra,
+        self.max_draft_nodes = self.static.nodes if self.static else self.shape.max_nodes
+        self.details = {"top_k": self.shape.top_k, "depth": depth, "budget": self.max_draft_nodes,
+                        "choices": options.choices or "beam", "heads": heads.arch.heads, "hydra": heads.arch.hydra,
                         "own_lm_heads": heads.arch.own_lm_heads, "drafter_parameters": heads.trainable_parameters()}
+        if self.static:
+            self.details["tree_choices"] = [list(choice) for choice in self.static.choices]
         self._reset()
 
     def _reset(self) -> None:
         self.last_hidden = torch.empty(0)  # (H,) the target's last hidden state at the newest accepted position
         self.beam: BeamTree | None = None
+        self.static_slots: list[tuple[int, int] | None] = []  # a static tree's parent slots, as BeamTree's
         self.work = DrafterWork()
 
     def _head(self, ctx: StepContext, head: int, path: torch.Tensor | None, rows: int) -> tuple[torch.Tensor, float]:
@@ -71,6 +79,8 @@ class MedusaAdapter(AdapterBase):
         self.last_hidden = prefill.hidden_states[-1][0, -1]
 
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
+        if self.static:
+            return self._propose_static(ctx, sequence[0, -1])
         root = sequence[0, -1]
         hydra = self.heads.arch.hydra
         paths = [root.reshape(1, 1)]  # Hydra: per expanded depth, the frontier's paths (root first)
@@ -91,8 +101,33 @@ class MedusaAdapter(AdapterBase):
         self.beam = grow_beam_tree(root, root_logprobs[0], expand, self.shape)
         return self.beam.tree
 
+    def _propose_static(self, ctx: StepContext, root: torch.Tensor) -> TokenTree:
+        """The static tree's tokens, depth by depth: head d reads the depth d - 1 nodes that have children (one
+        row for Medusa heads, one per such node for Hydra's) and each child takes the rank its choice names."""
+        hydra, device = self.heads.arch.hydra, root.device
+        tokens, slots = [root.reshape(1)], [None]
+        paths, first = root.reshape(1, 1), 0  # Hydra: the previous depth's node paths; its first node's id
+        for depth, level in enumerate(self.static.levels, start=1):
+            rows = len(level.parent_nodes) if hydra else 1
+            parents = torch.tensor(level.parent_nodes, device=device) - first  # rows among the previous depth
+            logprobs, flops = self._head(ctx, depth, paths.index_select(0, parents) if hydra else None, rows)
+            units = [FIRST_HEAD] if depth == 1 else [(depth - 1, row) for row in range(rows)] if hydra else \
+                [("head", depth)]
+            self.work.charge(units, flops)
+            child_rows = torch.tensor(level.child_rows, device=device) if hydra else torch.zeros_like(
+                torch.tensor(level.ranks, device=device))
+            children = logprobs.topk(level.top, dim=-1).indices[child_rows, torch.tensor(level.ranks, device=device)]
+            if hydra:
+                paths = torch.cat([paths.index_select(0, parents.index_select(0, child_rows)), children[:, None]], 1)
+            first += tokens[-1].shape[0]
+            tokens.append(children)
+            slots += [None if depth == 1 else (depth - 1, row) for row in level.child_rows]
+        self.beam, self.static_slots = None, slots
+        return TokenTree(torch.cat(tokens), self.static.parents)
+
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
-        slots = self.beam.parent_slots  # nodes past them were grafted on by a composing method (hedgespec)
+        slots = self.beam.parent_slots if self.beam else self.static_slots  # nodes past them were grafted on by a
+        # composing method (hedgespec)
         accepted = [node for node in verdict.path[1:] if node < len(slots)]
         if self.heads.arch.hydra:
             useful = [slots[node] or FIRST_HEAD for node in accepted]
@@ -100,6 +135,24 @@ class MedusaAdapter(AdapterBase):
             useful = [("head", tree.depths[node]) for node in accepted]
         self.work.settle(ctx.counters, useful)
         self.last_hidden = target_out.hidden_states[-1][0, verdict.path[-1]]
+
+
+def static_tree(options: MedusaOptions, heads: MedusaHeads) -> ChoiceTree | None:
+    """The static tree ``options.choices`` names (None: beam-grown trees)."""
+    if not options.choices:
+        return None
+    if options.choices != "calibrated":
+        tree = read_choices(options.choices)
+        deepest = max(rank for choice in tree.choices for rank in choice)
+        if deepest >= heads.arch.vocab_size:
+            raise DraftcountError(f"{options.choices}: rank {deepest} is beyond the vocabulary "
+                                  f"({heads.arch.vocab_size} tokens)")
+        return tree
+    if heads.rank_accuracy is None:
+        raise DraftcountError("method 'medusa': choices 'calibrated' needs heads trained here with --heldout (they "
+                              "carry per-rank accuracies); give a tree-choices file or leave choices empty")
+    shape = options.shape()
+    return calibrated_choices(heads.rank_accuracy, shape.budget, shape.depth)
 
 
 def build(options: MedusaOptions, inputs: BuildInputs) -> MedusaAdapter:

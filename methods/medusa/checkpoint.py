@@ -5,7 +5,8 @@ Released: ``config.json`` with ``medusa_num_heads`` and ``medusa_num_layers`` (a
 ``medusa_lm_head.safetensors`` or ``medusa_lm_head.pt``: head k is ``nn.Sequential(ResBlock x medusa_num_layers,
 Linear(hidden, vocab))`` where the one ResBlock instance is repeated, so its weights are ``<k>.0.linear.{weight,
 bias}`` and its LM head ``<k>.<medusa_num_layers>.weight``. A missing weight, a weight of the wrong shape or heads
-built for another target stop with one line.
+built for another target stop with one line. Heads trained here with held-out data carry their per-rank accuracies
+(``CALIBRATION``) as ``MedusaHeads.rank_accuracy``; released ones do not (None).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ from harness.training.drafters import check_target_fit, check_weights, drafter_d
 from methods.medusa.model import MedusaArch, MedusaHeads
 
 RELEASED_WEIGHTS = ("medusa_lm_head.safetensors", "medusa_lm_head.pt")
+CALIBRATION = "heldout_rank_accuracy_by_head"  # our metadata: per head, its accuracy at ranks 1-10 (training)
 
 
 def save_heads(heads: MedusaHeads, out_dir: Path, provenance: dict) -> None:
@@ -62,14 +64,16 @@ def released_heads(directory: Path) -> tuple[MedusaArch, dict[str, torch.Tensor]
 def load_heads(source: str | Path, target_model: nn.Module) -> MedusaHeads:
     """Medusa or Hydra heads for ``target_model`` (trained here, or Medusa's released layout), in eval mode."""
     directory = drafter_directory(source)
+    calibration = None
     if not (directory / META_FILE).is_file() and any((directory / name).is_file() for name in RELEASED_WEIGHTS):
         arch, state = released_heads(directory)
     else:
         files = read_drafter(directory, "medusa", with_config=False)
-        arch, state = MedusaArch(**files.meta["arch"]), files.state
+        arch, state, calibration = MedusaArch(**files.meta["arch"]), files.state, files.meta.get(CALIBRATION)
     label = f"Medusa heads {directory}"
     check_target_fit(label, arch.hidden_size, arch.vocab_size, target_model)
     heads = MedusaHeads(arch)
     check_weights(heads, state, label)
     heads.load_state_dict(state)
+    heads.rank_accuracy = calibration
     return heads.eval()

@@ -48,6 +48,7 @@ class MedusaHeads(nn.Module):
     def __init__(self, arch: MedusaArch) -> None:
         super().__init__()
         self.arch = arch
+        self.rank_accuracy: list[list[float]] | None = None  # per head, per rank (a calibration; see checkpoint)
         self.blocks = nn.ModuleList(nn.Linear(arch.block_inputs(head), arch.hidden_size)
                                     for head in range(1, arch.heads + 1))
         self.lm_heads = nn.ModuleList(nn.Linear(arch.hidden_size, arch.vocab_size, bias=False)

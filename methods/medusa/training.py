@@ -4,7 +4,8 @@ Self-distillation on the frozen target (Medusa's recipe for a model without its 
 p of a window, head k is trained by soft cross-entropy (the ``objective``) against the target's distribution
 softmax(lm_head(h_{p+k})) for x_{p+1+k}, weighted by ``step_decay``**(k-1) (Medusa: 0.8^k). Hydra heads are fed the
 true tokens x_{p+1..p+k} (teacher forcing). Features come from a dump or the target on the fly, through the shared
-loop (``fit_drafter``); 0 steps writes fresh heads.
+loop (``fit_drafter``); 0 steps writes fresh heads. With ``--heldout``, each head's accuracy at ranks 1-10 there
+(Medusa's calibration) goes into the metrics and the drafter's metadata, for ``choices: calibrated``.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from harness.training.drafters import (
     DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, train_drafter,
 )
 from harness.training.objectives import token_loss
-from methods.medusa.checkpoint import save_heads
+from methods.medusa.checkpoint import CALIBRATION, save_heads
 from methods.medusa.model import MedusaHeads, arch_for, new_heads
 
 LAYERS: list[int | str] = ["last"]
@@ -66,13 +67,26 @@ def medusa_loss(heads: MedusaHeads, embed: nn.Module, lm_head: nn.Module, batch:
     return total
 
 
+RANKS = 10  # the ranks a calibration measures (Medusa's calibrated trees read at most the top 10)
+
+
 @torch.no_grad()
+def head_rank_accuracy(heads: MedusaHeads, embed: nn.Module, lm_head: nn.Module,
+                       batch: dict[str, torch.Tensor], ranks: int = RANKS) -> list[list[float]]:
+    """Per head, per rank i < ``ranks``: how often the head's (i+1)-th token is the target's top-1 (true tokens on
+    the path), the accuracies Medusa calibrates its static trees with."""
+    wanted = lm_head(batch["last"]).argmax(-1)
+    table = []
+    for head, logits in enumerate(head_logits(heads, embed, lm_head, batch), start=1):
+        ranked = logits.topk(min(ranks, logits.shape[-1]), dim=-1).indices
+        table.append((ranked == wanted[:, head:, None]).float().mean(dim=(0, 1)).tolist())
+    return table
+
+
 def head_agreement(heads: MedusaHeads, embed: nn.Module, lm_head: nn.Module,
                    batch: dict[str, torch.Tensor]) -> list[float]:
     """Per head: how often its top-1 equals the target's (true tokens on the path)."""
-    wanted = lm_head(batch["last"]).argmax(-1)
-    return [float((logits.argmax(-1) == wanted[:, head:]).float().mean())
-            for head, logits in enumerate(head_logits(heads, embed, lm_head, batch), start=1)]
+    return [row[0] for row in head_rank_accuracy(heads, embed, lm_head, batch, ranks=1)]
 
 
 def train_medusa(request: DrafterTrainRequest) -> dict:
@@ -86,4 +100,5 @@ def train_medusa(request: DrafterTrainRequest) -> dict:
     batch_loss = lambda batch: medusa_loss(heads, embed, lm_head, batch, options)  # noqa: E731
     return train_drafter(request, options, target, source,
                          lambda: Fitted(heads, fit_drafter(heads, batch_loss, source, target, request, options)),
-                         lambda module, batch: head_agreement(module, embed, lm_head, batch), save_heads)
+                         lambda module, batch: head_agreement(module, embed, lm_head, batch), save_heads,
+                         lambda module, batch: {CALIBRATION: head_rank_accuracy(module, embed, lm_head, batch)})

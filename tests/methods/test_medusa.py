@@ -1,7 +1,8 @@
 """`medusa`: Medusa heads draft from the newest accepted position's hidden state alone (one distribution per depth),
 Hydra heads also from the drafted path; training beats fresh heads and keeps `ar`'s output; Hydra's heads keep the
 target's distribution (the conformance suite samples Medusa's); Medusa's released layout reads as the heads it holds;
-a tree deeper than the heads is a one-line error."""
+a tree deeper than the heads is a one-line error; static trees (Medusa's calibrated tree, a choices file) put each
+head's named rank at each node and keep `ar`'s output."""
 
 import json
 
@@ -21,7 +22,9 @@ from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.errors import DraftcountError
 from harness.training.drafters import DrafterTrainRequest
 from methods.medusa.checkpoint import load_heads
+from methods.medusa.checkpoint import CALIBRATION
 from methods.medusa.training import train_medusa
+from harness.trees.choices import calibrated_choices
 from tests.helpers import (
     chi_square_pvalue, exact_distribution, markov_batches, sampled_distribution, save_markov_target,
 )
@@ -108,6 +111,39 @@ def test_training_beats_fresh_heads_and_keeps_ar_output(medusa_setup, kind):
     assert adapter.details["hydra"] == (kind == "hydra") and adapter.details["heads"] == 3
 
 
+@pytest.mark.parametrize("kind", KINDS)
+def test_static_choices_put_each_heads_named_rank_at_each_node_and_keep_ar_output(medusa_setup, kind, tmp_path):
+    target, root, metrics = medusa_setup
+    table = metrics[f"{kind}-trained"][CALIBRATION]
+    assert len(table) == 3 and all(len(row) == 10 for row in table)
+    assert [row[0] for row in table] == pytest.approx(metrics[f"{kind}-trained"]["heldout_top1_agreement_by_step"])
+    inputs = BuildInputs(target, None, root / f"{kind}-trained")
+    adapter, _ = build_adapter("medusa", {"choices": "calibrated", "depth": 3, "budget": 9}, inputs)
+    assert adapter.static.choices == calibrated_choices(table, 9, 3).choices and adapter.max_draft_nodes == 9
+    (tmp_path / "choices.json").write_text(json.dumps([[0], [1], [0, 0], [0, 0, 0], [0, 1], [1, 2]]))
+    heads, embed, lm_head = adapter.heads, target.model.get_input_embeddings(), target.model.get_output_embeddings()
+    for options in ({"choices": "calibrated", "depth": 3, "budget": 9}, {"choices": str(tmp_path / "choices.json")}):
+        adapter, _ = build_adapter("medusa", options, inputs)
+        generator = torch.Generator().manual_seed(1)
+        hidden = torch.randn(1, 8, target.config.hidden_size, generator=generator)
+        sequence = torch.randint(48, (1, 9), generator=generator)
+        tree, seen, _ = _expand_logprobs(adapter, target, hidden, sequence)
+        assert tree.parents == adapter.static.parents and tree.tokens[0] == sequence[0, -1]
+        with torch.no_grad():
+            for node, choice in enumerate(adapter.static.choices, start=1):
+                path = embed(tree.tokens[tree.path_to(node)[:-1]])[None] if heads.arch.hydra else None
+                logits = heads.logits(len(choice), heads.hidden(len(choice), hidden[0, -1][None], path), lm_head)
+                assert tree.tokens[node] == logits[0].topk(choice[-1] + 1).indices[choice[-1]], (node, choice)
+        rows = [len(level.parent_nodes) if kind == "hydra" else 1 for level in adapter.static.levels]
+        assert [block.shape[0] for block in seen] == rows
+        for prompt in [row[None] for row in next(markov_batches(48, 3, 10, seed=8))]:
+            result = generate(target, adapter, prompt, 20, GREEDY)
+            assert result.output_ids == generate(target, NoDrafts(), prompt, 20, GREEDY).output_ids
+            assert 0 < result.counters.extra.get("drafter_useful_flops", 0) <= result.counters.drafter.flops
+    assert adapter.max_draft_nodes == 6 and adapter.details["choices"].endswith("choices.json")
+    assert rows == ([1, 2, 1] if kind == "hydra" else [1, 1, 1])
+
+
 class ReleasedResBlock(nn.Module):
     """The released code's block (FasterDecoding/Medusa ``ResBlock``), to write its layout from."""
 
@@ -143,6 +179,8 @@ def test_the_released_layout_reads_as_the_heads_it_holds(medusa_setup, tmp_path,
     prompt = next(markov_batches(48, 1, 10, seed=5))[:1]
     assert generate(target, adapter, prompt, 12, GREEDY).output_ids == generate(target, NoDrafts(), prompt, 12,
                                                                                  GREEDY).output_ids
+    with pytest.raises(DraftcountError, match="choices 'calibrated' needs heads trained here with --heldout"):
+        build_adapter("medusa", {"choices": "calibrated"}, BuildInputs(target, None, tmp_path))
     state.pop("2.0.linear.bias")
     (tmp_path / "medusa_lm_head.pt").unlink(missing_ok=True)
     torch.save(state, tmp_path / "medusa_lm_head.pt")
@@ -151,18 +189,20 @@ def test_the_released_layout_reads_as_the_heads_it_holds(medusa_setup, tmp_path,
         load_heads(tmp_path, target.model)
 
 
-def test_hydra_heads_keep_the_target_distribution(tmp_path):
+@pytest.mark.parametrize("tree", ["beam", "choices"])
+def test_hydra_heads_keep_the_target_distribution(tmp_path, tree):
     """The conformance suite samples `medusa` with its default (Medusa) heads; Hydra's path-conditioned heads go
-    through the same enumeration here: on the suite's 6-token zoo, heads trained a few steps away from their zero
-    start (so each node's children depend on its path)."""
+    through the same enumeration here, in beam-grown and static (choices) trees: on the suite's 6-token zoo, heads
+    trained a few steps away from their zero start (so each node's children depend on its path)."""
     zoo = build_small_vocab_zoo(tmp_path)
     request = DrafterTrainRequest(method="medusa", target=str(tmp_path / "target"), data=tmp_path / "tokens.pt",
                                   out=tmp_path / "hydra", steps=8, progress=False,
                                   options={"seq_len": "16", "batch_size": "4", "lr": "0.1", "heads": "3",
                                            "hydra": "true", "warmup_steps": "1"})
     train_medusa(request)
-    adapter, _ = build_adapter("medusa", {"top_k": 2, "depth": 3, "budget": 5},
-                               BuildInputs(zoo.target, None, tmp_path / "hydra"))
+    (tmp_path / "choices.json").write_text(json.dumps([[0], [2], [0, 1], [0, 0], [0, 1, 0]]))
+    options = {"top_k": 2, "depth": 3, "budget": 5} if tree == "beam" else {"choices": str(tmp_path / "choices.json")}
+    adapter, _ = build_adapter("medusa", options, BuildInputs(zoo.target, None, tmp_path / "hydra"))
     assert adapter.heads.arch.hydra and adapter.heads.blocks[1].weight.abs().sum() > 0
     sampling = SamplingConfig(1.0)
     counts = sampled_distribution(zoo.target, adapter, [1, 2, 3], 3, sampling, SAMPLES, seed=0)
