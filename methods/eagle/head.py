@@ -26,11 +26,16 @@ def head_decoder_layer(config: LlamaConfig) -> LlamaDecoderLayer:
     Qwen2-family head (``qkv_bias``)."""
     layer = LlamaDecoderLayer(config, layer_idx=0)
     layer.input_layernorm = nn.Identity()  # EAGLE's first layer has no input norm
-    if getattr(config, "qkv_bias", False):  # Qwen2-family heads: q/k/v biases, none on o_proj
-        for name in ("q_proj", "k_proj", "v_proj"):
-            old = getattr(layer.self_attn, name)
-            setattr(layer.self_attn, name, nn.Linear(old.in_features, old.out_features, bias=True))
+    if getattr(config, "qkv_bias", False):
+        add_qkv_biases(layer)
     return layer
+
+
+def add_qkv_biases(layer: LlamaDecoderLayer) -> None:
+    """Make ``layer`` a Qwen2-family layer: biases on q/k/v, none on o_proj."""
+    for name in ("q_proj", "k_proj", "v_proj"):
+        old = getattr(layer.self_attn, name)
+        setattr(layer.self_attn, name, nn.Linear(old.in_features, old.out_features, bias=True))
 
 
 def fused_layer_forward(embed_tokens: nn.Module, rotary_emb: nn.Module, fc: nn.Module, layer: nn.Module,

@@ -7,7 +7,8 @@ head. Draft step k runs module ((k - 1) mod M) + 1, as vLLM reuses a model's MTP
 default drafter has one module (DeepSeek-V3 ships one). The default tree is a chain of 3 (``top_k: 1``), how MTP is
 served (vLLM's ``num_speculative_tokens``); a wider beam drafts EAGLE-2 trees from the same modules.
 
-head: the modules; adapter: EAGLE's adapter over them; training: training-time-test unrolling, token loss alone (an
+head: the modules; checkpoint: ours, and MiMo's released MTP layers (vLLM's ``mimo_mtp``) read as modules;
+adapter: EAGLE's adapter over them; training: training-time-test unrolling, token loss alone (an
 MTP module regresses no feature); the projection reuses EAGLE's cost model (a step is one block).
 """
 

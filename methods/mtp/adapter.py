@@ -16,7 +16,8 @@ from harness.engine.method_spec import BuildInputs
 from harness.trees.beam_shape import BeamShape
 from methods.eagle.adapter import EagleAdapter
 from methods.mtp import MtpOptions
-from methods.mtp.head import MtpHead, load_mtp
+from methods.mtp.checkpoint import load_mtp_drafter
+from methods.mtp.head import MtpHead
 
 
 class MtpAdapter(EagleAdapter):
@@ -33,4 +34,4 @@ class MtpAdapter(EagleAdapter):
 
 
 def build(options: MtpOptions, inputs: BuildInputs) -> MtpAdapter:
-    return MtpAdapter(load_mtp(inputs.drafter_dir, inputs.target.model), inputs.target, options.shape())
+    return MtpAdapter(load_mtp_drafter(inputs.drafter_dir, inputs.target.model), inputs.target, options.shape())
