@@ -1,7 +1,8 @@
 """The load study's figure: each batched method's speedup over `ar` against the batch size (the A/A control's
 beside them, and the 1x line), and beside it the verified tokens per step (the compute each method spends to buy
 its tokens, which grows with B), how many of them were rejected (the verify FLOPs wasted), and for each method run
-at several tree sizes the size that was fastest at each B (``python -m harness measure load --figure``)."""
+at several tree sizes the size that was fastest at each B, beside the size predicted for each B from the latency
+per tokens in the batch (``python -m harness measure load --figure``)."""
 
 from __future__ import annotations
 
@@ -55,9 +56,17 @@ def write_load_figure(rows: list[dict], path: Path) -> list[Path]:
                             key=lambda row: row["batch_size"])
             chosen.plot([row["batch_size"] for row in picked], [row["tree_tokens"] for row in picked], marker="s",
                         markersize=3, color=colors.get(family), label=family)
-        chosen.set(xscale="log", xlabel="batch size B", ylabel="chosen tree tokens per row",
-                   ylim=(0, 1.25 * max([row["tree_tokens"] for row in rows if row["chosen"]], default=1)))
-        chosen.set_title("fastest size of each method run at several", fontsize="small")
+        for method in dict.fromkeys(row["method"] for row in rows if row.get("predicted_shape")):
+            mine = sorted((row for row in rows if row["method"] == method), key=lambda row: row["batch_size"])
+            chosen.plot([row["batch_size"] for row in mine], [row["tree_tokens"] for row in mine], marker="^",
+                        markersize=3, linestyle="--", color=colors.get(mine[0]["catalog_method"]),
+                        label=f"{method} (predicted)")
+        shown = [row["tree_tokens"] for row in rows if row["chosen"] or row.get("predicted_shape")]
+        chosen.set(xscale="log", xlabel="batch size B", ylabel="tree tokens per row", ylim=(0, 1.25 * max(shown,
+                                                                                                        default=1)))
+        chosen.set_title("fastest measured (solid), predicted (dashed)", fontsize="small")
+        if chosen.lines:
+            chosen.legend(fontsize="x-small", frameon=False)
         speed.axhline(1.0, color="black", linewidth=0.6)
         speed.set(xscale="log", xlabel="batch size B", ylabel="speedup over ar (paired)")
         tokens.set(xscale="log", yscale="log", xlabel="batch size B", ylabel="verified tokens per step")

@@ -1,5 +1,6 @@
 """Latency of one forward per tree size: the one measurement behind Sequoia's latency-chosen budget (rule
-measure_latency) and the 8B-shape projection (``python -m harness measure project-8b``).
+measure_latency) and the 8B-shape projection (``python -m harness measure project-8b``); per batch size, the
+latency per tokens in the batch behind the load study's tree size per B (rule measure_batch_latency).
 
 A timed forward runs as ``timing`` says: ``eager`` (forwards launched from Python on transformers' DynamicCache),
 ``static`` (the same on a preallocated KV cache) or ``cuda_graphs`` (replayed from a CUDA graph on that static
@@ -44,4 +45,34 @@ def target_latencies(model: PreTrainedModel, prefix: int, sizes: list[int], repe
             crop_cache(cache, prefix)
 
         latencies[size] = timed_seconds(forward, device, repeats, timing)
+    return latencies
+
+
+@torch.no_grad()
+def batch_latencies(model: PreTrainedModel, prefix: int, sizes: list[int], batch_sizes: list[int],
+                    repeats: int) -> dict[int, dict[int, float]]:
+    """Per batch size B, per tree size: seconds of one forward of B rows of ``size`` tree tokens each (a wide tree,
+    tree mask) after a ``prefix``-token cache per row, as the batched engine verifies (eager, transformers'
+    DynamicCache). B = 1 is ``target_latencies``'s measurement."""
+    device = next(model.parameters()).device
+    vocab = model.config.vocab_size
+    latencies: dict[int, dict[int, float]] = {}
+    for rows in batch_sizes:
+        cache = timing_cache(model.config, prefix + max(sizes), model.dtype, device, "eager")
+        cached = cache_argument(model, cache)
+        model(input_ids=torch.randint(vocab, (rows, prefix), device=device), use_cache=True, **cached)
+        latencies[rows] = {}
+        for size in sizes:
+            parents = wide_tree(size)
+            bias = prefix_visible(tree_attention_bias(parents, [], list(range(size)), model.dtype, device),
+                                  prefix + size)
+            bias = None if bias is None else bias.expand(rows, -1, -1, -1)
+            position_ids = (prefix + torch.tensor(depths_of(parents))).to(device)[None].expand(rows, -1)
+            input_ids = torch.randint(vocab, (rows, size), device=device)
+
+            def forward() -> None:
+                model(input_ids=input_ids, attention_mask=bias, position_ids=position_ids, use_cache=True, **cached)
+                crop_cache(cache, prefix)
+
+            latencies[rows][size] = timed_seconds(forward, device, repeats)
     return latencies

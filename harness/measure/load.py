@@ -17,6 +17,12 @@ forwards, drafting and the rest (prefill, verification's sampling, host work).
 Without ``--variant`` it decodes `sd` (``--gamma``) and `tree_sd` (``--branching``) beside `ar`; with them, the
 variants named (the workflow passes bench.load_variants). A method must decode batches (its catalog entry says
 ``batched``: ``harness.engine.batched``).
+
+The tree size per B: with ``--batch-latency`` (rule measure_batch_latency: the target's forward seconds per batch
+size and tokens per row), a variant whose tree comes from a tree-shape file (``budget: auto``: ``shape_file``) runs
+at each B with the depth and budget that file's acceptance and step costs predict for B
+(``harness.measure.tree_shape.shape_for_batch``; column ``predicted_shape``), beside the fixed sizes the study
+also runs (column ``chosen``: the fastest measured at each B).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ import argparse
 import copy
 import json
 import statistics
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -41,12 +48,14 @@ from harness.errors import DraftcountError
 from harness.store.atomic import write_csv
 from harness.measure.ar_vs_generate import SMALL_LLAMA
 from harness.measure.method_runs import VariantSpec, add_variant_arguments, build_variant, parse_variants
+from harness.measure.tree_shape import shape_for_batch
 from harness.verify.sampling import SamplingConfig, make_generator
 
 FIELDS = ["method", "batch_size", "batches", "tokens_per_s", "speedup", "e2e_p50", "e2e_p90", "e2e_p99",
           "tpot_p50", "tpot_p90", "tau", "accepted_by_position", "tokens_per_target_forward",
           "target_tokens_per_step", "tree_tokens", "wasted_verify_share", "padding_share", "verify_seconds",
-          "bound_tokens_per_s", "share_of_bound", "draft_share", "other_share", "catalog_method", "options", "chosen"]
+          "bound_tokens_per_s", "share_of_bound", "draft_share", "other_share", "catalog_method", "options", "chosen",
+          "predicted_shape"]
 
 
 @dataclass
@@ -147,12 +156,34 @@ def mark_chosen(rows: list[dict]) -> None:
         row["chosen"] = best.get((row["catalog_method"], row["batch_size"])) is row
 
 
-def sweep(target: LoadedModel, adapters: dict, prompts: list[torch.Tensor], batch_sizes: list[int], new_tokens: int,
-          sampling: SamplingConfig, progress: bool = True, warmup: bool = True) -> list[dict]:
+def specs_at(specs: list[VariantSpec], rows: int, batch_latency: dict[str, dict[str, float]] | None
+             ) -> list[VariantSpec]:
+    """The variants as they run at batch size ``rows``: with ``batch_latency``, one whose tree comes from a
+    tree-shape file takes the depth and budget predicted for ``rows`` (see the module docstring)."""
+    if batch_latency is None:
+        return specs
+    if str(rows) not in batch_latency:
+        raise DraftcountError(f"the batch latency has no batch size {rows} (it measures {', '.join(batch_latency)})")
+    out = []
+    for spec in specs:
+        if spec.options.get("shape_file"):
+            shape = shape_for_batch(json.loads(Path(spec.options["shape_file"]).read_text()),
+                                    batch_latency[str(rows)], rows)
+            options = {**{key: value for key, value in spec.options.items() if key != "shape_file"},
+                       "depth": shape["depth"], "budget": shape["budget"]}
+            spec = VariantSpec(spec.name, spec.method, options, spec.drafter)
+        out.append(spec)
+    return out
+
+
+def sweep(target: LoadedModel, adapters_at: Callable[[int], dict], prompts: list[torch.Tensor],
+          batch_sizes: list[int], new_tokens: int, sampling: SamplingConfig, progress: bool = True,
+          warmup: bool = True) -> list[dict]:
     """Every method at every batch size on the same batches, interleaved batch by batch (each method decodes the
-    first batch once untimed before, with ``warmup``)."""
+    first batch once untimed before, with ``warmup``); ``adapters_at(B)``: the methods' adapters at B."""
     rows = []
     for batch_size in batch_sizes:
+        adapters = adapters_at(batch_size)
         batches = [prompts[start:start + batch_size] for start in range(0, len(prompts) - batch_size + 1, batch_size)]
         if not batches:
             raise DraftcountError(f"batch size {batch_size} is larger than the {len(prompts)} prompts")
@@ -196,6 +227,9 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness measure l
     parser.add_argument("--branching", default="4,2,2,1",
                         help="tree_sd's tree without --variant: children per level (default 4,2,2,1)")
     add_variant_arguments(parser)
+    parser.add_argument("--batch-latency", type=Path,
+                        help="the target's latency per batch size (rule measure_batch_latency): a budget: auto "
+                             "variant's tree is re-chosen per B from it")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32", help="float32, bfloat16 or float16")
     parser.add_argument("--temperature", type=float, default=0.0)
@@ -227,14 +261,25 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness measure l
     else:
         draft = perturbed_draft(target) if any(entry(spec.method).needs_draft for spec in variants) else None
     specs = [VariantSpec("ar", "ar", {}), VariantSpec("ar_control", "ar", {}), *variants]
-    adapters = {spec.name: build_variant(spec, target, draft) for spec in specs}
+    batch_latency = read_batch_latency(args.batch_latency) if args.batch_latency else None
+    decoded = {size: {spec.name: spec for spec in specs_at(specs, size, batch_latency)} for size in batch_sizes}
+    built: dict[str, object] = {}  # one adapter per variant and options (most run alike at every B)
+
+    def adapters_at(size: int) -> dict:
+        for spec in decoded[size].values():
+            built.setdefault(json.dumps([spec.name, spec.options], sort_keys=True), build_variant(spec, target, draft))
+        return {name: built[json.dumps([name, spec.options], sort_keys=True)] for name, spec in decoded[size].items()}
+
     prompts = encoded_prompts(target, args.prompts, args.requests, args.prompt_len)
-    rows = sweep(target, adapters, prompts, batch_sizes, args.new_tokens, SamplingConfig(args.temperature),
+    rows = sweep(target, adapters_at, prompts, batch_sizes, args.new_tokens, SamplingConfig(args.temperature),
                  progress=not args.no_progress, warmup=args.warmup > 0)
-    decoded = {spec.name: spec for spec in specs}
+    given = {spec.name: spec for spec in specs}
     for row in rows:  # what each row ran, for measure project-load's cost models
-        row["catalog_method"] = decoded[row["method"]].method
-        row["options"] = json.dumps(decoded[row["method"]].options, sort_keys=True)
+        spec = decoded[row["batch_size"]][row["method"]]
+        row["catalog_method"] = spec.method
+        row["options"] = json.dumps(spec.options, sort_keys=True)
+        predicted = given[row["method"]].options.get("shape_file") and batch_latency is not None
+        row["predicted_shape"] = f"depth {spec.options['depth']}, budget {spec.options['budget']}" if predicted else ""
     mark_chosen(rows)
     print(format_table(rows))
     if args.out:
@@ -246,6 +291,17 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness measure l
         for path in write_load_figure(rows, args.figure):
             print(f"wrote {path}")
     return 0
+
+
+def read_batch_latency(path: Path) -> dict[str, dict[str, float]]:
+    """Rule measure_batch_latency's file: per batch size, per tokens per row, the target's forward seconds."""
+    if not path.is_file():
+        raise DraftcountError(f"no batch-latency file {path} (rule measure_batch_latency writes it)")
+    try:
+        return {str(rows): {str(size): float(seconds) for size, seconds in sizes.items()}
+                for rows, sizes in json.loads(path.read_text())["target_by_batch"].items()}
+    except (ValueError, KeyError, AttributeError) as error:
+        raise DraftcountError(f"{path} is not a batch-latency file: {error!r}") from None
 
 
 def perturbed_draft(target: LoadedModel) -> LoadedModel:

@@ -15,7 +15,9 @@ Costs, measured on this machine: the target's forward over B + 1 tokens (``tree/
 measure_latency), the drafter's time per step (the calibration run's drafter phase, scaled by D / max depth)
 and the rest of a step (host and verification, from the same run). Estimated tokens/s for (D, B):
 (1 + accepted(D, B)) / (target(B + 1) + drafter x D / max_depth + rest). The chosen shape goes to a JSON file
-that the method reads with ``shape_file=`` (its depth and budget replace the options').
+that the method reads with ``shape_file=`` (its depth and budget replace the options'). The file keeps the
+acceptance table and the step costs, so the load study redoes the choice per batch size from the target's latency
+per tokens in the batch (``shape_for_batch``) without a second calibration.
 
     python -m harness measure tree-shape --method eagle --target work/models/target --drafter work/drafters/eagle \
         --prompts work/prompts/calibration.jsonl --latency work/tree/latency.json --out shape.json
@@ -91,18 +93,23 @@ class Calibration:
     rest_seconds: float = 0.0  # host + verification
 
 
-def choose_shape(table: np.ndarray, latency: dict[str, float], calibration: Calibration) -> dict:
-    """The (depth, budget) of highest estimated tokens/s, with the estimate for every shape considered."""
+def choose_shape(table: np.ndarray, latency: dict[str, float], calibration: Calibration, rows: int = 1) -> dict:
+    """The (depth, budget) of highest estimated tokens/s, with the estimate for every shape considered.
+
+    ``rows``: the batch size B, with ``latency`` the target's forward over B rows of each size (tokens per row;
+    ``harness.measure.latency.batch_latencies``). A step then verifies B trees in one forward; drafting and the rest
+    of the step grow B-fold (the batched engine drafts and accepts row by row), and it emits B times the tokens:
+    B (1 + accepted) / (target_B(budget + 1) + B (drafter x depth / max depth + rest))."""
     max_depth, max_budget = table.shape
     drafter = calibration.drafter_seconds / max(calibration.steps, 1)
     rest = calibration.rest_seconds / max(calibration.steps, 1)
     estimates = np.zeros_like(table)
     for level in range(1, max_depth + 1):
         for budget in range(1, max_budget + 1):
-            seconds = latency_at(latency, budget + 1) + drafter * level / max_depth + rest
-            estimates[level - 1, budget - 1] = (1 + table[level - 1, budget - 1]) / seconds
+            seconds = latency_at(latency, budget + 1) + rows * (drafter * level / max_depth + rest)
+            estimates[level - 1, budget - 1] = rows * (1 + table[level - 1, budget - 1]) / seconds
     level, budget = np.unravel_index(int(np.argmax(estimates)), estimates.shape)
-    ar_rate = 1 / (latency_at(latency, 1) + rest)
+    ar_rate = rows / (latency_at(latency, 1) + rows * rest)
     return {"depth": int(level + 1), "budget": int(budget + 1),
             "estimated_tokens_per_s": float(estimates[level, budget]),
             "estimated_speedup": float(estimates[level, budget] / ar_rate),
@@ -110,6 +117,22 @@ def choose_shape(table: np.ndarray, latency: dict[str, float], calibration: Cali
             "drafter_seconds_per_step_at_max_depth": drafter, "rest_seconds_per_step": rest,
             "accepted_by_depth_and_budget": np.round(table, 4).tolist(),
             "tokens_per_s_by_depth_and_budget": np.round(estimates, 2).tolist()}
+
+
+def shape_for_batch(shape: dict, latency: dict[str, float], rows: int) -> dict:
+    """A tree-shape file's choice redone for batch size ``rows`` from the acceptance and step costs it recorded and
+    the target's latency at that batch size (per tokens per row): the load study's tree size per B."""
+    try:
+        table = np.array(shape["accepted_by_depth_and_budget"], dtype=float)
+        calibration = Calibration(steps=1, drafter_seconds=float(shape["drafter_seconds_per_step_at_max_depth"]),
+                                  rest_seconds=float(shape["rest_seconds_per_step"]))
+    except (KeyError, TypeError, ValueError) as error:
+        raise DraftcountError(f"not a tree-shape file (measure tree-shape): it lacks {error}") from None
+    largest = max(int(size) for size in latency)
+    if largest < table.shape[1] + 1:
+        raise DraftcountError(f"the batch latency measures sizes up to {largest}; the tree-shape file's budgets "
+                              f"need {table.shape[1] + 1}")
+    return choose_shape(table, latency, calibration, rows)
 
 
 def calibrate(method: str, options: dict, target_dir: str, drafter_dir: str | None, prompts_path: str,

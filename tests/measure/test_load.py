@@ -1,13 +1,17 @@
 """`python -m harness measure load`: every method at every batch size on the same batches, `ar` paired with
-itself (the A/A control), the table written as CSV; a batch size above the prompt count is a one-line error."""
+itself (the A/A control), the table written as CSV; a budget: auto variant re-chooses its tree per B from the
+latency per tokens in the batch; a batch size above the prompt count is a one-line error."""
 
 import csv
+import json
 
+import numpy as np
 import pytest
 
 from harness.errors import DraftcountError
 from harness.measure.load import main, percentile
-from tests.helpers import make_llama, perturbed_copy
+from harness.measure.tree_shape import Calibration, choose_shape
+from tests.helpers import make_llama, perturbed_copy, save_markov_target, train_test_drafter
 
 
 @pytest.fixture(scope="module")
@@ -71,6 +75,34 @@ def test_variants_replace_the_built_in_methods_and_must_decode_batches(model_dir
     with pytest.raises(DraftcountError, match="pld.* decodes one request at a time"):
         main(["--target", str(model_dirs / "target"), "--variant", '{"name": "pld", "method": "pld"}',
               "--batch-sizes", "1", "--requests", "1", "--no-progress"])
+
+
+def test_a_shape_file_variant_takes_the_tree_predicted_for_each_batch_size(tmp_path):
+    save_markov_target(tmp_path, layers=2)
+    train_test_drafter("eagle", tmp_path, "eagle", steps=0)
+    table = [[1.0] * 8, [1.0, 1.5, 1.8, 2.0, 2.1, 2.2, 2.3, 2.4], [1.0, 1.6, 2.0, 2.6, 2.7, 2.8, 2.9, 3.0]]
+    flat = {"1": 0.01, "16": 0.01}
+    costs = Calibration(steps=10, drafter_seconds=0.01, rest_seconds=0.01)  # 1 ms a step each
+    shape = {"top_k": 2, **choose_shape(np.array(table), flat, costs)}
+    (tmp_path / "shape.json").write_text(json.dumps(shape))
+    # B = 1 verifies as cheaply at 9 tokens as at 1; at B = 2 a row's every token costs as much as a whole step
+    latency = {"target_by_batch": {"1": flat, "2": {"1": 0.01, "2": 0.02, "4": 0.04, "16": 0.16}}}
+    (tmp_path / "latency-batch.json").write_text(json.dumps(latency))
+    variant = {"name": "eagle", "method": "eagle", "drafter": str(tmp_path / "eagle"),
+               "options": {"top_k": 2, "shape_file": str(tmp_path / "shape.json")}}
+    out = tmp_path / "load.csv"
+    assert main(["--target", str(tmp_path / "target"), "--variant", json.dumps(variant), "--batch-latency",
+                 str(tmp_path / "latency-batch.json"), "--batch-sizes", "1,2", "--requests", "2", "--prompt-len", "8",
+                 "--new-tokens", "6", "--threads", "1", "--out", str(out), "--no-progress"]) == 0
+    rows = {(row["method"], row["batch_size"]): row for row in csv.DictReader(out.open())}
+    one, two = (json.loads(rows[("eagle", size)]["options"]) for size in ("1", "2"))
+    assert (one["depth"], one["budget"]) == (3, 8) and "shape_file" not in one  # the file's own choice at B = 1
+    assert two["budget"] < one["budget"] and rows[("eagle", "2")]["predicted_shape"] == \
+        f"depth {two['depth']}, budget {two['budget']}"
+    assert float(rows[("eagle", "2")]["tree_tokens"]) <= two["budget"] + 1 and rows[("ar", "2")]["predicted_shape"] == ""
+    with pytest.raises(DraftcountError, match="batch latency has no batch size 4"):
+        main(["--target", str(tmp_path / "target"), "--variant", json.dumps(variant), "--batch-latency",
+              str(tmp_path / "latency-batch.json"), "--batch-sizes", "4", "--requests", "4", "--no-progress"])
 
 
 def test_a_batch_larger_than_the_prompts_is_refused(model_dirs):

@@ -12,7 +12,7 @@ import torch
 
 from harness.engine.method_spec import Latencies
 from harness.backend.timed import timing_cache
-from harness.measure.latency import target_latencies, wide_tree
+from harness.measure.latency import batch_latencies, target_latencies, wide_tree
 from harness.measure.projection import SHAPES, drafting_seconds, project_speedups, scaled_shape, shaped_llama
 from methods.eagle.cost import step_latency as eagle_step_latency
 from methods.lyanna.cost import step_latency as lyanna_depth_latency
@@ -37,6 +37,9 @@ def test_latencies_at_scaled_shapes():
     assert lyanna_depth_latency(model, top_k=4, prefix=32, repeats=2, timing="static") > 0
     with pytest.raises(ValueError, match="timing must be one of"):
         target_latencies(model, prefix=32, sizes=[1], repeats=1, timing="graphs")
+    batched = batch_latencies(model, prefix=32, sizes=[1, 8], batch_sizes=[1, 3], repeats=2)  # B rows of each size
+    assert {rows: set(sizes) for rows, sizes in batched.items()} == {1: {1, 8}, 3: {1, 8}}
+    assert all(seconds > 0 for sizes in batched.values() for seconds in sizes.values())
     assert static_layers(timing_cache(model.config, 8, torch.float32, torch.device("cpu"), "eager")) is None
     for timing in ("static", "cuda_graphs"):  # cuda_graphs replays forwards on the same preallocated cache
         assert len(static_layers(timing_cache(model.config, 8, torch.float32, torch.device("cpu"), timing))) == 1

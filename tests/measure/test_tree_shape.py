@@ -1,4 +1,5 @@
-"""budget: auto: accepted length by depth and budget from one calibration run's ranks, the shape chosen from it."""
+"""budget: auto: accepted length by depth and budget from one calibration run's ranks, the shape chosen from it, and
+the same choice redone per batch size from the latency per tokens in the batch."""
 
 import json
 
@@ -6,7 +7,9 @@ import numpy as np
 import pytest
 
 from harness.errors import DraftcountError
-from harness.measure.tree_shape import Calibration, accepted_table, choose_shape, path_ranks, pool_depths
+from harness.measure.tree_shape import (
+    Calibration, accepted_table, choose_shape, latency_at, path_ranks, pool_depths, shape_for_batch,
+)
 from harness.trees.beam_shape import BeamShape
 from methods.eagle import EagleOptions
 from methods.lyanna import LyannaOptions
@@ -40,6 +43,29 @@ def test_the_chosen_shape_trades_acceptance_against_latency():
     steep = choose_shape(table, {"1": 0.01, "5": 0.2}, calibration)  # bigger trees cost far more
     assert steep["budget"] < 4 and steep["estimated_speedup"] == pytest.approx(
         steep["estimated_tokens_per_s"] * 0.02)
+
+
+def test_the_shape_per_batch_size_follows_the_latency_per_tokens_in_the_batch():
+    table = np.array([[1.0, 1.0, 1.0, 1.0], [1.0, 1.5, 1.8, 2.0], [1.0, 1.6, 2.0, 2.6]])
+    calibration = Calibration(steps=10, drafter_seconds=0.3, rest_seconds=0.1)
+    one = {"1": 0.1, "8": 0.1}  # B = 1: 5 tokens cost what 1 does
+    assert choose_shape(table, one, calibration, rows=1) == choose_shape(table, one, calibration)
+    shape = {"depth": 3, "budget": 4, **choose_shape(table, one, calibration)}
+    assert (shape_for_batch(shape, one, 1)["depth"], shape_for_batch(shape, one, 1)["budget"]) == (3, 4)
+    eight = {"1": 0.1, "2": 0.16, "3": 0.4, "5": 1.0}  # B = 8: the batch's tokens fill the machine
+    chosen = shape_for_batch(shape, eight, 8)
+
+    def estimate(depth, budget):  # B rows of (1 + accepted) tokens over the batch's step time
+        seconds = latency_at(eight, budget + 1) + 8 * (0.03 * depth / 3 + 0.01)
+        return 8 * (1 + table[depth - 1, budget - 1]) / seconds
+
+    best = max(((depth, budget) for depth in (1, 2, 3) for budget in (1, 2, 3, 4)), key=lambda shape: estimate(*shape))
+    assert (chosen["depth"], chosen["budget"]) == best and best[1] < 4
+    assert chosen["estimated_tokens_per_s"] == pytest.approx(estimate(*best), rel=1e-4)
+    with pytest.raises(DraftcountError, match="measures sizes up to 2; .* need 5"):
+        shape_for_batch(shape, {"1": 0.1, "2": 0.2}, 2)
+    with pytest.raises(DraftcountError, match="not a tree-shape file"):
+        shape_for_batch({"depth": 3}, one, 2)
 
 
 def test_methods_read_the_measured_shape(tmp_path):

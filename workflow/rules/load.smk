@@ -1,7 +1,8 @@
 # The load study (target `load`, part of `studies`): `ar` (twice: the A/A control) and bench.load_variants (default:
 # the main comparison's batched methods) decoded in static batches of each of bench.batch_sizes on the same
 # prompts, interleaved batch by batch, at T=0: throughput, paired speedup over ar, E2E and TPOT percentiles, tau,
-# verified tokens per step (python -m harness measure load); with bench.load_latency (a measure project-8b latency
+# verified tokens per step (python -m harness measure load), a budget: auto variant's tree re-chosen per B from the
+# target's latency per batch size (rule measure_batch_latency); with bench.load_latency (a measure project-8b latency
 # table) its projection to that GPU per batch size (python -m harness measure project-load).
 
 from types import SimpleNamespace
@@ -21,7 +22,7 @@ def load_jobs():
 
 
 def load_inputs():
-    inputs = {"target": target_model()}
+    inputs = {"target": target_model(), "batch_latency": work("tree/latency-batch.json")}
     for job in load_jobs():
         inputs.update({f"{job.variant}_{name}": value for name, value in bench_inputs(job).items()})
     if load_dataset() in plan.BUILT_PROMPT_SETS:
@@ -38,7 +39,30 @@ def load_arguments():
         *arguments, *jobs.check_variant_arguments(config, plan.load_variants(config), "0", WORK),
         "--prompts", plan.dataset_prompts(config, load_dataset(), WORK),
         "--batch-sizes", ",".join(str(size) for size in LOAD_SIZES), "--requests", str(bench.get("load_requests", 16)),
+        "--batch-latency", work("tree/latency-batch.json"),
         "--new-tokens", str(bench.get("max_new_tokens", 128)), *model_arguments()])
+
+
+# Latencies decide tree sizes, so they are measured alone (every core: no other job beside it) with the bench
+# jobs' torch threads; the sizes and repeats are tree_search's, the batch sizes the study's.
+rule measure_batch_latency:
+    input:
+        target=target_model(),
+    output:
+        work("tree/latency-batch.json"),
+    params:
+        tree=config["tree_search"],
+        batch_sizes=LOAD_SIZES,
+        device=config["bench"].get("device", "cpu"),
+        dtype=config["bench"].get("dtype", "float32"),
+        torch_threads=config["bench"].get("threads", config["threads"]),
+    threads: workflow.cores
+    resources:
+        mem_mb=4000,
+        runtime=20,
+        gpu=gpus_per_job(timed=True),
+    script:
+        "../scripts/measure_batch_latency.py"
 
 
 rule load_sweep:
