@@ -20,9 +20,10 @@ variants named (the workflow passes bench.load_variants). A method must decode b
 
 The tree size per B: with ``--batch-latency`` (rule measure_batch_latency: the target's forward seconds per batch
 size and tokens per row), a variant whose tree comes from a tree-shape file (``budget: auto``: ``shape_file``) runs
-at each B with the depth and budget that file's acceptance and step costs predict for B
-(``harness.measure.tree_shape.shape_for_batch``; column ``predicted_shape``), beside the fixed sizes the study
-also runs (column ``chosen``: the fastest measured at each B).
+at each B > 1 with the depth and budget that file's acceptance and step costs predict for B
+(``harness.measure.tree_shape.shape_for_batch``; column ``predicted_shape``), and at B = 1 with the file's own
+shape (the main comparison's, chosen from rule measure_latency's file), beside the fixed sizes the study also runs
+(column ``chosen``: the fastest measured at each B).
 """
 
 from __future__ import annotations
@@ -159,7 +160,8 @@ def mark_chosen(rows: list[dict]) -> None:
 def specs_at(specs: list[VariantSpec], rows: int, batch_latency: dict[str, dict[str, float]] | None
              ) -> list[VariantSpec]:
     """The variants as they run at batch size ``rows``: with ``batch_latency``, one whose tree comes from a
-    tree-shape file takes the depth and budget predicted for ``rows`` (see the module docstring)."""
+    tree-shape file takes the depth and budget predicted for ``rows`` > 1 (see the module docstring), and at 1 the
+    file's own."""
     if batch_latency is None:
         return specs
     if str(rows) not in batch_latency:
@@ -167,8 +169,9 @@ def specs_at(specs: list[VariantSpec], rows: int, batch_latency: dict[str, dict[
     out = []
     for spec in specs:
         if spec.options.get("shape_file"):
-            shape = shape_for_batch(json.loads(Path(spec.options["shape_file"]).read_text()),
-                                    batch_latency[str(rows)], rows)
+            shape = json.loads(Path(spec.options["shape_file"]).read_text())
+            if rows > 1:  # B = 1: the file's own shape, the main comparison's (measured with rule measure_latency)
+                shape = shape_for_batch(shape, batch_latency[str(rows)], rows)
             options = {**{key: value for key, value in spec.options.items() if key != "shape_file"},
                        "depth": shape["depth"], "budget": shape["budget"]}
             spec = VariantSpec(spec.name, spec.method, options, spec.drafter)

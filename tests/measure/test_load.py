@@ -85,8 +85,9 @@ def test_a_shape_file_variant_takes_the_tree_predicted_for_each_batch_size(tmp_p
     costs = Calibration(steps=10, drafter_seconds=0.01, rest_seconds=0.01)  # 1 ms a step each
     shape = {"top_k": 2, **choose_shape(np.array(table), flat, costs)}
     (tmp_path / "shape.json").write_text(json.dumps(shape))
-    # B = 1 verifies as cheaply at 9 tokens as at 1; at B = 2 a row's every token costs as much as a whole step
-    latency = {"target_by_batch": {"1": flat, "2": {"1": 0.01, "2": 0.02, "4": 0.04, "16": 0.16}}}
+    # the file chose its shape where 9 tokens cost what 1 does; here every token of a row costs a whole step
+    steep = {"1": 0.01, "2": 0.02, "4": 0.04, "16": 0.16}
+    latency = {"target_by_batch": {"1": steep, "2": steep}}
     (tmp_path / "latency-batch.json").write_text(json.dumps(latency))
     variant = {"name": "eagle", "method": "eagle", "drafter": str(tmp_path / "eagle"),
                "options": {"top_k": 2, "shape_file": str(tmp_path / "shape.json")}}
@@ -96,7 +97,7 @@ def test_a_shape_file_variant_takes_the_tree_predicted_for_each_batch_size(tmp_p
                  "--new-tokens", "6", "--threads", "1", "--out", str(out), "--no-progress"]) == 0
     rows = {(row["method"], row["batch_size"]): row for row in csv.DictReader(out.open())}
     one, two = (json.loads(rows[("eagle", size)]["options"]) for size in ("1", "2"))
-    assert (one["depth"], one["budget"]) == (3, 8) and "shape_file" not in one  # the file's own choice at B = 1
+    assert (one["depth"], one["budget"]) == (3, 8) and "shape_file" not in one  # B = 1: the file's own choice
     assert two["budget"] < one["budget"] and rows[("eagle", "2")]["predicted_shape"] == \
         f"depth {two['depth']}, budget {two['budget']}"
     assert float(rows[("eagle", "2")]["tree_tokens"]) <= two["budget"] + 1 and rows[("ar", "2")]["predicted_shape"] == ""
