@@ -8,8 +8,10 @@ started at the mean embedding). A training forward reads a window of ``seq_len``
 positions a of it, a block of ``k - 1`` masks at positions a + 1 .. a + k - 1: each window token sees the window
 causally, each mask its anchor's prefix and the masks before it in its block, so mask j learns x_{a+1+j} from
 x_{0..a} alone, as it drafts. The loss is the mean cross-entropy over every window token's next token and every
-mask's label. PARD's conditional drop-token sampling (fewer mask positions per anchor, for speed) is not built:
-every anchor trains all k - 1 masks.
+mask's label. ``cod_ratio`` < 1 is PARD's conditional drop-token (COD; its ``down_sample_ration`` and
+``down_sample_ration_min``): mask j is trained by only floor(anchors x max(cod_ratio^j, cod_min)) anchors, drawn
+among those that kept mask j - 1 (``harness.training.mask_blocks.drop_tokens``), so more anchors cost fewer mask
+slots; the default 1 trains every anchor's k - 1 masks.
 """
 
 from __future__ import annotations
@@ -28,7 +30,7 @@ from harness.errors import DraftcountError
 from harness.options import parse_options
 from harness.training.drafters import META_FILE, DrafterTrainRequest, drafter_provenance, frozen_target, write_metrics
 from harness.training.loop import TrainConfig, batches_from_step, train
-from harness.training.mask_blocks import BlockLayout, block_layout, choose_anchors, every_kth_anchor
+from harness.training.mask_blocks import BlockLayout, block_layout, choose_anchors, drop_tokens, every_kth_anchor
 from harness.training.zoo import LlamaShape, heldout_perplexity, kl_to_teacher, save_directory
 
 
@@ -36,6 +38,8 @@ from harness.training.zoo import LlamaShape, heldout_perplexity, kl_to_teacher, 
 class PardTrainOptions:
     k: int = 4  # drafts per forward the drafter is trained for (k - 1 masks per block)
     anchors: int = 32  # blocks of masks per window
+    cod_ratio: float = 1.0  # PARD's conditional drop-token: mask j kept by a share max(cod_ratio^j, cod_min) of the
+    cod_min: float = 0.0  # anchors (AMD's recipe: 0.7 and 0.2); 1: every anchor keeps all k - 1 masks
     init: str = ""  # the autoregressive draft LM to adapt (empty: a fresh LM of the sizes below)
     hidden_size: int = 0  # a fresh LM's sizes (0: half the target's width, one layer, the target's heads and
     num_layers: int = 0  # MLP ratio)
@@ -53,6 +57,9 @@ class PardTrainOptions:
         if self.k < 2 or self.anchors < 1 or self.batch_size < 1:
             raise DraftcountError(f"pard training needs k >= 2, anchors >= 1 and batch_size >= 1, got {self.k}, "
                                   f"{self.anchors} and {self.batch_size}")
+        if not (0 < self.cod_ratio <= 1 and 0 <= self.cod_min <= 1):
+            raise DraftcountError(f"pard training needs 0 < cod_ratio <= 1 and 0 <= cod_min <= 1, got "
+                                  f"{self.cod_ratio} and {self.cod_min}")
         if self.seq_len < self.k + 2:
             raise DraftcountError(f"pard training: seq_len {self.seq_len} must exceed k + 1 ({self.k + 1})")
 
@@ -144,8 +151,10 @@ def train_pard(request: DrafterTrainRequest) -> dict:
         windows = batches_from_step(step, options.seed,
                                     lambda g: random_windows(tokens, options.batch_size, options.seq_len, g))
         windows = windows.to(target.device)
-        layout = block_layout(options.seq_len, choose_anchors(options.seq_len, options.k, options.anchors,
-                                                              generator), options.k)
+        anchors = choose_anchors(options.seq_len, options.k, options.anchors, generator)
+        kept = drop_tokens(len(anchors), options.k, options.cod_ratio, options.cod_min, generator) \
+            if options.cod_ratio < 1 else None
+        layout = block_layout(options.seq_len, anchors, options.k, kept)
         teacher = None
         if options.distill:
             with torch.no_grad():

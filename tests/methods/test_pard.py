@@ -14,7 +14,10 @@ from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.errors import DraftcountError
 from harness.workflow_jobs import train_arguments
 from transformers import AutoModelForCausalLM
-from methods.pard.training import block_inputs, block_layout, with_mask_token
+from harness.training.drafters import DrafterTrainRequest
+from harness.training.mask_blocks import drop_tokens
+from methods.pard import training
+from methods.pard.training import block_inputs, block_layout, train_pard, with_mask_token
 from tests.helpers import (chi_square_pvalue, exact_distribution, make_llama, markov_batches,
                            markov_llama, sampled_distribution, save_greedy_markov_target, train_test_drafter)
 from tests.methods.conformance import ALPHA, SAMPLES, build_small_vocab_zoo
@@ -22,20 +25,38 @@ from tests.methods.conformance import ALPHA, SAMPLES, build_small_vocab_zoo
 GREEDY = SamplingConfig()
 
 
-def test_each_block_sees_its_prefix_only():
+@pytest.mark.parametrize("kept", [None, [2, 3, 0]])
+def test_each_block_sees_its_prefix_only(kept):
     """The training forward's window logits equal a plain forward, and each block's mask logits equal feeding its
-    anchor's prefix and the masks alone: what the adapter feeds when it drafts."""
+    anchor's prefix and the masks alone: what the adapter feeds when it drafts (also for blocks cut short by the
+    conditional drop-token)."""
     model = with_mask_token(make_llama(vocab=32, hidden=16, layers=2, heads=2, seed=0, init_range=0.5), 32)
     windows = torch.randint(32, (2, 20), generator=torch.Generator().manual_seed(0))
-    layout = block_layout(20, [3, 9, 15], 4)
+    layout = block_layout(20, [3, 9, 15], 4, kept)
+    counts = kept or [3, 3, 3]
+    slots_per_position = [len(slots) for slots in layout.draft_slots()]  # the anchors, then each mask j's blocks
+    assert layout.masks == sum(counts) and slots_per_position == ([3, 2, 2, 1] if kept else [3, 3, 3, 3])
     with torch.no_grad():
         out = model(**block_inputs(windows, layout, 32, torch.float32)).logits
         assert torch.allclose(out[:, :20], model(input_ids=windows).logits, atol=1e-5)
-        for block, anchor in enumerate([3, 9, 15]):
-            alone = torch.cat([windows[:, : anchor + 1], torch.full((2, 3), 32)], dim=1)
+        for anchor, count, start in zip([3, 9, 15], counts, layout.block_starts()):
+            alone = torch.cat([windows[:, : anchor + 1], torch.full((2, count), 32)], dim=1)
             expected = model(input_ids=alone).logits[:, anchor + 1:]
-            assert torch.allclose(out[:, 20 + 3 * block: 23 + 3 * block], expected, atol=1e-5)
-    assert layout.labels[20:23].tolist() == [5, 6, 7]  # mask j after anchor 3 learns x_{3 + 1 + j}
+            assert torch.allclose(out[:, start: start + count], expected, atol=1e-5)
+    assert layout.labels[20:22].tolist() == [5, 6]  # mask j after anchor 3 learns x_{3 + 1 + j}
+
+
+def test_the_conditional_drop_token_keeps_a_shrinking_share_of_each_mask():
+    """PARD's COD: mask j kept by floor(anchors x max(ratio^j, minimum)) anchors, each with every mask before it."""
+    generator = torch.Generator().manual_seed(0)
+    for ratio, minimum, wanted in [(0.7, 0.2, [70, 48, 34, 24]), (0.5, 0.2, [50, 25, 20, 20]), (1.0, 0.0, [100] * 4)]:
+        # (0.7^2 is 0.48999... in floating point: floor(100 x 0.7^2) = 48, as AMD's int() gives)
+        kept = drop_tokens(100, 5, ratio, minimum, generator)
+        assert [sum(count >= j for count in kept) for j in range(1, 5)] == wanted
+    assert drop_tokens(3, 4, 0.5, 0.0, generator).count(0) >= 2  # floor(3 x 0.5) = 1 anchor keeps mask 1
+    with pytest.raises(DraftcountError, match="0 < cod_ratio <= 1"):
+        train_pard(DrafterTrainRequest(method="pard", target="t", data="d.pt", out="o", steps=0,
+                                       options={"cod_ratio": "1.5"}))
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +86,18 @@ def test_adapting_teaches_the_masks_and_one_forward_drafts_k_tokens(pard_setup):
         accepted += result.counters.accepted_tokens
         assert 0 < result.counters.extra.get("drafter_useful_flops", 0) <= result.counters.drafter.flops
     assert accepted > 4 * 24 * 0.2
+
+
+def test_training_with_the_conditional_drop_token_runs_fewer_mask_slots(pard_setup, monkeypatch):
+    target, root, _ = pard_setup
+    seen = []
+    original = training.block_loss
+    monkeypatch.setattr(training, "block_loss", lambda model, windows, layout, *rest: seen.append(layout.masks)
+                        or original(model, windows, layout, *rest))
+    metrics = train_test_drafter("pard", root, "cod", 4, init=str(root / "draft"), anchors="20", cod_ratio="0.5",
+                                 cod_min="0.1")
+    assert seen == [10 + 5 + 2] * 4  # of 20 anchors x 3 masks: floor(20 x max(0.5^j, 0.1)) for j = 1, 2, 3
+    assert metrics["options"]["cod_ratio"] == 0.5 and all(loss > 0 for loss in metrics["train"]["losses"])
 
 
 def test_a_released_layout_is_read_and_a_plain_lm_is_refused(pard_setup, tmp_path):
