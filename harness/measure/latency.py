@@ -25,20 +25,24 @@ def wide_tree(nodes: int, fan_out: int = 4) -> tuple[int, ...]:
 
 @torch.no_grad()
 def target_latencies(model: PreTrainedModel, prefix: int, sizes: list[int], repeats: int,
-                     timing: str = "eager") -> dict[int, float]:
-    """Seconds of one forward of ``size`` tree tokens (a wide tree, tree mask) after a ``prefix``-token cache
-    (run as ``timing`` says: see ``timing_cache``)."""
+                     timing: str = "eager", rows: int = 1) -> dict[int, float]:
+    """Seconds of one forward of ``rows`` rows of ``size`` tree tokens each (a wide tree, tree mask) after a
+    ``prefix``-token cache per row (run as ``timing`` says: see ``timing_cache``; several rows only eagerly, as the
+    batched engine verifies)."""
+    if rows > 1 and timing != "eager":
+        raise ValueError(f"a forward of {rows} rows is timed eagerly only, not {timing!r}")
     device = next(model.parameters()).device
     vocab = model.config.vocab_size
     cache = timing_cache(model.config, prefix + max(sizes), model.dtype, device, timing)
     cached = cache_argument(model, cache)
-    model(input_ids=torch.randint(vocab, (1, prefix), device=device), use_cache=True, **cached)
+    model(input_ids=torch.randint(vocab, (rows, prefix), device=device), use_cache=True, **cached)
     latencies = {}
     for size in sizes:
         parents = wide_tree(size)
         bias = prefix_visible(tree_attention_bias(parents, [], list(range(size)), model.dtype, device), prefix + size)
-        position_ids = (prefix + torch.tensor(depths_of(parents))).to(device)[None]
-        input_ids = torch.randint(vocab, (1, size), device=device)
+        bias = None if bias is None else bias.expand(rows, -1, -1, -1)
+        position_ids = (prefix + torch.tensor(depths_of(parents))).to(device)[None].expand(rows, -1)
+        input_ids = torch.randint(vocab, (rows, size), device=device)
 
         def forward() -> None:
             model(input_ids=input_ids, attention_mask=bias, position_ids=position_ids, use_cache=True, **cached)
@@ -48,31 +52,7 @@ def target_latencies(model: PreTrainedModel, prefix: int, sizes: list[int], repe
     return latencies
 
 
-@torch.no_grad()
 def batch_latencies(model: PreTrainedModel, prefix: int, sizes: list[int], batch_sizes: list[int],
                     repeats: int) -> dict[int, dict[int, float]]:
-    """Per batch size B, per tree size: seconds of one forward of B rows of ``size`` tree tokens each (a wide tree,
-    tree mask) after a ``prefix``-token cache per row, as the batched engine verifies (eager, transformers'
-    DynamicCache). B = 1 is ``target_latencies``'s measurement."""
-    device = next(model.parameters()).device
-    vocab = model.config.vocab_size
-    latencies: dict[int, dict[int, float]] = {}
-    for rows in batch_sizes:
-        cache = timing_cache(model.config, prefix + max(sizes), model.dtype, device, "eager")
-        cached = cache_argument(model, cache)
-        model(input_ids=torch.randint(vocab, (rows, prefix), device=device), use_cache=True, **cached)
-        latencies[rows] = {}
-        for size in sizes:
-            parents = wide_tree(size)
-            bias = prefix_visible(tree_attention_bias(parents, [], list(range(size)), model.dtype, device),
-                                  prefix + size)
-            bias = None if bias is None else bias.expand(rows, -1, -1, -1)
-            position_ids = (prefix + torch.tensor(depths_of(parents))).to(device)[None].expand(rows, -1)
-            input_ids = torch.randint(vocab, (rows, size), device=device)
-
-            def forward() -> None:
-                model(input_ids=input_ids, attention_mask=bias, position_ids=position_ids, use_cache=True, **cached)
-                crop_cache(cache, prefix)
-
-            latencies[rows][size] = timed_seconds(forward, device, repeats)
-    return latencies
+    """Per batch size B, ``target_latencies`` over B rows (eager, as the batched engine verifies)."""
+    return {rows: target_latencies(model, prefix, sizes, repeats, rows=rows) for rows in batch_sizes}

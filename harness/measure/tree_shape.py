@@ -128,11 +128,16 @@ def shape_for_batch(shape: dict, latency: dict[str, float], rows: int) -> dict:
                                   rest_seconds=float(shape["rest_seconds_per_step"]))
     except (KeyError, TypeError, ValueError) as error:
         raise DraftcountError(f"not a tree-shape file (measure tree-shape): it lacks {error}") from None
-    largest = max(int(size) for size in latency)
-    if largest < table.shape[1] + 1:
-        raise DraftcountError(f"the batch latency measures sizes up to {largest}; the tree-shape file's budgets "
-                              f"need {table.shape[1] + 1}")
+    check_latency_sizes(latency, table.shape[1], "the batch latency", "the tree-shape file's budgets need")
     return choose_shape(table, latency, calibration, rows)
+
+
+def check_latency_sizes(latency: dict[str, float], max_budget: int, source: str, needs: str) -> None:
+    """One line unless ``latency`` measures a tree of ``max_budget`` drafts and its root (``needs``: who needs it,
+    with the verb)."""
+    largest = max(int(size) for size in latency)
+    if largest < max_budget + 1:
+        raise DraftcountError(f"{source} measures sizes up to {largest}; {needs} {max_budget + 1}")
 
 
 def calibrate(method: str, options: dict, target_dir: str, drafter_dir: str | None, prompts_path: str,
@@ -196,9 +201,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
     if not args.latency.is_file():
         raise DraftcountError(f"no latency file {args.latency} (rule measure_latency writes it)")
     latency = json.loads(args.latency.read_text())["target"]
-    if max(int(size) for size in latency) < args.max_budget + 1:
-        raise DraftcountError(f"{args.latency} measures sizes up to {max(map(int, latency))}; --max-budget "
-                              f"{args.max_budget} needs {args.max_budget + 1}")
+    check_latency_sizes(latency, args.max_budget, str(args.latency), f"--max-budget {args.max_budget} needs")
     options = {**parse_key_values(args.opt), "depth": args.max_depth, "budget": args.max_budget}
     calibration, top_k = calibrate(args.method, options, args.target, args.drafter, args.prompts, args.temperature,
                                    args.max_new_tokens, args.limit, args.device, args.dtype, not args.no_progress)

@@ -56,6 +56,7 @@ class MedusaAdapter(AdapterBase):
                         "own_lm_heads": heads.arch.own_lm_heads, "drafter_parameters": heads.trainable_parameters()}
         if self.static:
             self.details["tree_choices"] = [list(choice) for choice in self.static.choices]
+        self.static_index = level_index(self.static, heads.arch.hydra, target.device) if self.static else []
         self._reset()
 
     def _reset(self) -> None:
@@ -104,22 +105,19 @@ class MedusaAdapter(AdapterBase):
     def _propose_static(self, ctx: StepContext, root: torch.Tensor) -> TokenTree:
         """The static tree's tokens, depth by depth: head d reads the depth d - 1 nodes that have children (one
         row for Medusa heads, one per such node for Hydra's) and each child takes the rank its choice names."""
-        hydra, device = self.heads.arch.hydra, root.device
+        hydra = self.heads.arch.hydra
         tokens, slots = [root.reshape(1)], [None]
-        paths, first = root.reshape(1, 1), 0  # Hydra: the previous depth's node paths; its first node's id
-        for depth, level in enumerate(self.static.levels, start=1):
+        paths = root.reshape(1, 1)  # Hydra: the previous depth's node paths
+        for depth, (level, (parents, child_rows, ranks)) in enumerate(zip(self.static.levels, self.static_index),
+                                                                      start=1):
             rows = len(level.parent_nodes) if hydra else 1
-            parents = torch.tensor(level.parent_nodes, device=device) - first  # rows among the previous depth
             logprobs, flops = self._head(ctx, depth, paths.index_select(0, parents) if hydra else None, rows)
             units = [FIRST_HEAD] if depth == 1 else [(depth - 1, row) for row in range(rows)] if hydra else \
                 [("head", depth)]
             self.work.charge(units, flops)
-            child_rows = torch.tensor(level.child_rows, device=device) if hydra else torch.zeros_like(
-                torch.tensor(level.ranks, device=device))
-            children = logprobs.topk(level.top, dim=-1).indices[child_rows, torch.tensor(level.ranks, device=device)]
+            children = logprobs.topk(level.top, dim=-1).indices[child_rows, ranks]
             if hydra:
                 paths = torch.cat([paths.index_select(0, parents.index_select(0, child_rows)), children[:, None]], 1)
-            first += tokens[-1].shape[0]
             tokens.append(children)
             slots += [None if depth == 1 else (depth - 1, row) for row in level.child_rows]
         self.beam, self.static_slots = None, slots
@@ -135,6 +133,19 @@ class MedusaAdapter(AdapterBase):
             useful = [("head", tree.depths[node]) for node in accepted]
         self.work.settle(ctx.counters, useful)
         self.last_hidden = target_out.hidden_states[-1][0, verdict.path[-1]]
+
+
+def level_index(tree: ChoiceTree, hydra: bool, device: torch.device) -> list[tuple[torch.Tensor, ...]]:
+    """Per depth of a static tree, on ``device`` once (not every step): its parents' rows among the previous
+    depth's nodes, each child's row among those parents (all 0 for Medusa heads: one row per depth) and rank."""
+    index, first, width = [], 0, 1  # the previous depth's first node id and its node count
+    for level in tree.levels:
+        ranks = torch.tensor(level.ranks, device=device)
+        parents = torch.tensor(level.parent_nodes, device=device) - first
+        child_rows = torch.tensor(level.child_rows, device=device) if hydra else torch.zeros_like(ranks)
+        index.append((parents, child_rows, ranks))
+        first, width = first + width, len(level.ranks)
+    return index
 
 
 def static_tree(options: MedusaOptions, heads: MedusaHeads) -> ChoiceTree | None:
