@@ -10,7 +10,7 @@ from pathlib import Path
 
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import BambaConfig, BambaForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 
 from harness import LoadedModel, SamplingConfig, generate
 from harness.engine.adapter import AdapterBase, StepContext
@@ -35,6 +35,27 @@ def make_llama(vocab: int, hidden: int = 32, layers: int = 2, heads: int = 4, se
         pad_token_id=None,
     )
     model = LlamaForCausalLM(config).eval()
+    model.generation_config.eos_token_id = None
+    return model
+
+
+def make_bamba(vocab: int = 64, hidden: int = 32, layers: int = 3, attention: tuple[int, ...] = (1,), seed: int = 0,
+               groups: int = 1, noise: float = 0.3, context: int = 512) -> BambaForCausalLM:
+    """A random float32 hybrid (Bamba: Mamba2 layers, attention at ``attention``; none: a pure Mamba2 LM), its
+    weights spread by ``noise`` (transformers' init leaves the Mamba2 layers near identity)."""
+    torch.manual_seed(seed)
+    config = BambaConfig(
+        vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+        num_attention_heads=4, num_key_value_heads=2, attn_layer_indices=list(attention), mamba_n_heads=4,
+        mamba_d_head=hidden // 2, mamba_n_groups=groups, mamba_d_state=8, mamba_d_conv=4, mamba_expand=2,
+        mamba_chunk_size=16, max_position_embeddings=context, tie_word_embeddings=False, bos_token_id=None,
+        eos_token_id=None, pad_token_id=None, use_cache=False,  # (transformers' cache of a Mamba2 LM fails)
+    )
+    model = BambaForCausalLM(config).eval()
+    generator = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(torch.randn(parameter.shape, generator=generator) * noise)
     model.generation_config.eos_token_id = None
     return model
 

@@ -4,6 +4,7 @@ torch-free parts stay torch-free, and ``harness`` never imports ``methods`` (it 
 Layers, lowest first (a package may import its own modules and any lower layer):
  -1  errors
   0  options, catalog (the method registry), store (atomic files, records)
+ 0.5 hybrid (a hybrid target's tree forward and rollback cache: what backend runs for one)
   1  backend (models, forward, caches, graphs, device), data (prompts, corpus, token streams), analysis
   2  trees, retrieval (model-free drafting structures)
   3  verify, workflow_plan (reads prompt files, parses options)    4  engine, workflow_jobs (command lines)
@@ -20,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {
-    "errors": -1, "options": 0, "catalog": 0, "store": 0,
+    "errors": -1, "options": 0, "catalog": 0, "store": 0, "hybrid": 0.5,
     "backend": 1, "data": 1, "analysis": 1, "workflow_plan": 3, "workflow_jobs": 4,
     "trees": 2, "retrieval": 2, "verify": 3, "engine": 4, "runner": 5, "training": 5, "measure": 6, "gpu": 6, "cli": 7,
 }

@@ -19,6 +19,8 @@ from harness.errors import DraftcountError
 from harness.backend.kv_cache import cache_argument
 from harness.backend.models import LoadedModel
 from harness.backend.phases import NO_CLOCK, PhaseClock
+from harness.hybrid.cache import TreeStateCache
+from harness.hybrid.forward import tree_forward
 
 
 @dataclass
@@ -80,8 +82,12 @@ def run_model(
     kept = kept_layers(hidden_layers, total) if output_hidden_states else ()
 
     def eager() -> tuple[torch.Tensor, ...]:
-        return _forward_outputs(lm, input_ids, cache, position_ids, prefix_visible(attention_bias, past + new_tokens),
-                                logits_to_keep, kept, total)
+        mask = prefix_visible(attention_bias, past + new_tokens)
+        if isinstance(cache, TreeStateCache):  # a hybrid target: the tree's shape read from its (full) mask
+            if mask is None and new_tokens > 1:
+                mask = causal_bias(past, new_tokens, lm.dtype, input_ids.device)
+            return _tree_outputs(lm, input_ids, cache, position_ids, mask, logits_to_keep, kept)
+        return _forward_outputs(lm, input_ids, cache, position_ids, mask, logits_to_keep, kept, total)
 
     with tally.clock.phase(tally.phase):
         if graphs is not None:
@@ -168,6 +174,13 @@ def _forward_outputs(lm: LoadedModel, input_ids: torch.Tensor, cache: DynamicCac
         raise DraftcountError(f"the model returned {len(output.hidden_states)} hidden states; its configuration "
                               f"says {total} (embeddings + every layer)")
     return (output.logits, *(output.hidden_states[index] for index in kept))
+
+
+def _tree_outputs(lm: LoadedModel, input_ids: torch.Tensor, cache: TreeStateCache, position_ids: torch.Tensor,
+                  mask: torch.Tensor | None, logits_to_keep: int, kept: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
+    """``_forward_outputs`` for a hybrid model on its ``TreeStateCache`` (``harness.hybrid.forward``)."""
+    logits, states = tree_forward(lm.model, input_ids, cache, position_ids, mask, logits_to_keep, bool(kept))
+    return (logits, *(states[index] for index in kept)) if kept else (logits,)
 
 
 def count_forward(lm: LoadedModel, tally: ForwardTally, new_tokens: int, past: int, logits_tokens: int) -> float:

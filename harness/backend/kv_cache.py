@@ -10,7 +10,9 @@ A hybrid target (Mamba2 or linear-attention layers beside attention, as in Bamba
 GraniteMoeHybrid, Jamba) keeps recurrent state in its cache: transformers puts it in the same layer object as the
 attention keys in some of them (``LinearAttentionAndFullAttentionLayer``), so a crop would drop the rejected drafts'
 keys and leave the state advanced past them. ``rollback_refusal`` names such a layer; the engine refuses to draft
-on such a model (``ar`` runs: it never drops an entry), and ``crop_cache`` refuses to drop entries from one.
+on such a model (``ar`` runs: it never drops an entry), and ``crop_cache`` refuses to drop entries from one. A hybrid
+layout ``harness.hybrid`` runs over trees (Bamba's) gets a ``TreeStateCache`` instead, whose ``keep`` commits the
+accepted path by replaying it into the SSM states: drafting runs there.
 """
 
 from __future__ import annotations
@@ -25,10 +27,14 @@ from transformers.cache_utils import DynamicLayer
 from harness.errors import DraftcountError
 from harness.backend.static_cache import PreallocatedLayer
 from harness.backend.device import index_on
+from harness.hybrid.cache import TreeStateCache
+from harness.hybrid.forward import runs_trees
 
 
 def new_cache(config: PretrainedConfig) -> DynamicCache:
-    return DynamicCache(config=config)
+    """An empty cache for a model of ``config``: transformers' DynamicCache, or a ``TreeStateCache`` for a hybrid
+    layout whose forward ``harness.hybrid`` runs over trees."""
+    return TreeStateCache(config) if runs_trees(config) else DynamicCache(config=config)
 
 
 @functools.cache
@@ -80,6 +86,9 @@ def refuse_drafting(who: str, why: str | None) -> None:
 
 
 def _full_attention_layers(cache: DynamicCache) -> list:
+    if isinstance(cache, TreeStateCache):
+        raise DraftcountError("this cache operation moves attention entries alone; a hybrid target's Mamba2 states "
+                              "cannot follow it (only crops and kept tree paths are supported there)")
     layers = list(cache.layers)
     for index, layer in enumerate(layers):
         why = layer_refusal(layer, index)
@@ -93,6 +102,9 @@ def crop_cache(cache: DynamicCache, length: int) -> None:
     view is made, so an autoregressive step's crop costs no op; a cache no longer than that is not inspected, so
     `ar` runs on a hybrid target)."""
     if cache.get_seq_length() <= length:
+        return
+    if isinstance(cache, TreeStateCache):
+        cache.crop(length)
         return
     for layer in _full_attention_layers(cache):
         if isinstance(layer, PreallocatedLayer):
@@ -111,6 +123,9 @@ def keep_tree_path(cache: DynamicCache, prefix_len: int, path_nodes: list[int]) 
     path is gathered into place (in the static cache's own buffers).
     """
     kept = prefix_len + len(path_nodes)
+    if isinstance(cache, TreeStateCache):  # the path replayed into the Mamba2 states
+        cache.keep(prefix_len, list(path_nodes))
+        return
     if list(path_nodes) == list(range(len(path_nodes))):
         crop_cache(cache, kept)
         return

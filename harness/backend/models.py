@@ -94,6 +94,9 @@ def model_cost(model: PreTrainedModel) -> ModelCost:
     head_params = sum(p.numel() for p in output.parameters()) if output is not None else 0
     config = model.config
     layers = int(getattr(config, "num_hidden_layers", 0) or 0)
+    kinds = getattr(config, "layers_block_type", None)  # a hybrid (Bamba): attention in its attention layers only
+    if isinstance(kinds, (list, tuple)) and len(kinds) == layers:  # (a Mamba2 layer's scan is not counted)
+        layers = sum(kind == "full_attention" for kind in kinds)
     heads = int(getattr(config, "num_attention_heads", 0) or 0)
     head_dim = getattr(config, "head_dim", None) or (config.hidden_size // max(heads, 1))
     return ModelCost(

@@ -28,6 +28,7 @@ from harness.engine.batch_slots import BatchRow, SlotMask, causal, charge_rows, 
 from harness.engine.counters import GenerationCounters
 from harness.engine.draft_lm import DraftLMAdapter
 from harness.engine.loop import Generation, check_fits_context, trim_output
+from harness.hybrid.forward import runs_trees
 from harness.errors import DraftcountError
 from harness.trees.tree import TokenTree
 from harness.verify import DEFAULT_VERIFIER, VERIFIERS, Verifier
@@ -118,7 +119,7 @@ def generate_batch(
     ``phase_seconds`` the time of the batch's verify forwards (``target``) and drafting (``drafter``) it was part
     of."""
     drafting = rows_drafting(adapter, len(prompts))
-    why = rollback_refusal(target.config)
+    why = rollback_refusal(target.config) or ("layers are Mamba2 layers" if runs_trees(target.config) else None)
     if why:  # a recurrent state reads every token fed, the masked ones too (padding, rejected drafts)
         raise DraftcountError(f"batches mask their padding and rejected drafts in the KV cache, which this target's "
                               f"recurrent state does not see: its {why}. Run it one request at a time")

@@ -42,6 +42,7 @@ from harness.backend.cuda_graphs import GraphedForwards, check_capturable
 from harness.backend.forward import ForwardTally, LMOutput, run_model
 from harness.backend.kv_cache import new_cache, rollback_refusal
 from harness.backend.models import LoadedModel
+from harness.hybrid.forward import runs_trees
 from harness.backend.static_cache import new_static_cache, reset_static_cache, static_capacity
 from harness.trees.tree import TokenTree
 
@@ -116,7 +117,8 @@ class EngineRuntime:
 
     def __init__(self, target: LoadedModel, options: EngineOptions = EngineOptions(), capture: bool = True) -> None:
         self.rollback_refusal = rollback_refusal(target.config)  # why drafts cannot be dropped (hybrid), or None
-        options = options.resolved(target.device, full_attention=self.rollback_refusal is None)
+        self.hybrid = runs_trees(target.config)  # a hybrid target run over trees (harness.hybrid): eager only
+        options = options.resolved(target.device, full_attention=self.rollback_refusal is None and not self.hybrid)
         self.options = options
         self.capture = capture
         if options.compile == "on":
@@ -128,6 +130,9 @@ class EngineRuntime:
         if self.rollback_refusal and (options.kv_cache == "static" or options.cuda_graphs != "off"):
             raise DraftcountError(f"kv_cache=static and CUDA graphs hold full-attention layers only, and this "
                                   f"target's {self.rollback_refusal}: run it with kv_cache=dynamic cuda_graphs=off")
+        if self.hybrid and (options.kv_cache == "static" or options.cuda_graphs != "off"):
+            raise DraftcountError("a hybrid target's tree forward runs on its own cache, eagerly: run it with "
+                                  "kv_cache=dynamic cuda_graphs=off")
         self.graphs = (self._graph_runner(target.config, "the target", target.device, target.dtype)
                        if options.cuda_graphs != "off" else None)
         self.static_cache: Cache | None = None

@@ -1,6 +1,7 @@
 """Hybrid targets (Mamba2 or linear-attention layers beside attention): their cache keeps recurrent state that
 dropping rejected drafts cannot roll back (in FalconH1 in the same layer object as the attention keys), so every
-drafting method is refused with one line and `ar` runs, matching transformers' own greedy generate."""
+drafting method is refused with one line and `ar` runs, matching transformers' own greedy generate. (Bamba's layout
+is run over trees by ``harness.hybrid`` instead: tests/hybrid and the conformance suite's test_hybrid.)"""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.engine.runtime import EngineOptions, EngineRuntime
 from harness.errors import DraftcountError
 from harness.trees.sequoia import branching_shape
-from tests.helpers import make_llama
+from tests.helpers import make_bamba, make_llama
 
 HYBRIDS = {
     # attention keys and SSM state in one cache layer (LinearAttentionAndFullAttentionLayer): the silent case
@@ -46,6 +47,7 @@ def test_the_refusal_names_the_recurrent_layer(hybrid):
     why = rollback_refusal(target.config)
     assert why is not None and "keeps recurrent state" in why, (name, why)
     assert rollback_refusal(make_llama(vocab=64, hidden=16, layers=2, heads=2, seed=0).config) is None
+    assert rollback_refusal(make_bamba(vocab=64, hidden=16, layers=2).config) is None  # its TreeStateCache rolls back
 
 
 def test_ar_runs_and_equals_transformers_generate(hybrid):

@@ -1,0 +1,1 @@
+"""Hybrid targets (Mamba2 + attention): token trees verified in one pass, paths committed by replay (STree)."""
