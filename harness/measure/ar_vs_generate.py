@@ -44,7 +44,7 @@ from harness.backend.models import load_model, random_llama, resolve_dtype, wrap
 from harness.options import parse_key_values, parse_options
 from harness.engine.runtime import EngineOptions, EngineRuntime
 from harness.errors import DraftcountError
-from harness.training.zoo import LlamaShape
+from harness.training.zoo import ModelShape
 from harness.measure.op_profile import compare_per_token, format_rows, profile_ops, write_rows
 from harness.backend.device import Stopwatch
 from harness.engine.method_spec import BuildInputs, build_adapter
@@ -57,7 +57,7 @@ SMALL_LLAMA = LlamaConfig(  # the default model: a ~20M-parameter Llama with ran
 )
 
 
-def config_target_shape(paths: list[Path]) -> tuple[LlamaShape, int]:
+def config_target_shape(paths: list[Path]) -> tuple[ModelShape, int]:
     """The target's shape and the tokenizer's vocabulary size in the workflow config files ``paths``, a later
     file's keys over an earlier one's (as Snakemake's --configfile merges them)."""
     import yaml
@@ -77,12 +77,12 @@ def config_target_shape(paths: list[Path]) -> tuple[LlamaShape, int]:
     if not shape or vocab_size is None:
         raise DraftcountError(f"{', '.join(map(str, paths))}: need target.shape and tokenizer.vocab_size")
     try:
-        return LlamaShape(**shape), int(vocab_size)
+        return ModelShape(**shape), int(vocab_size)
     except TypeError as error:
         raise DraftcountError(f"target.shape in {', '.join(map(str, paths))}: {error}") from None
 
 
-def random_llama_shaped(shape: LlamaShape, vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
+def random_llama_shaped(shape: ModelShape, vocab_size: int, seed: int = 0) -> LlamaForCausalLM:
     """A Llama of ``shape`` with random weights and no BOS/EOS/pad tokens."""
     return random_llama(shape.config(vocab_size, bos_id=None, eos_id=None), seed)
 

@@ -12,9 +12,11 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from harness.backend.forward import prefix_visible
+from harness.backend.forward import causal_bias, prefix_visible
 from harness.backend.kv_cache import cache_argument, crop_cache
 from harness.backend.timed import timed_seconds, timing_cache
+from harness.hybrid.cache import TreeStateCache
+from harness.hybrid.forward import tree_forward
 from harness.trees.tree import depths_of, tree_attention_bias
 
 
@@ -35,7 +37,20 @@ def target_latencies(model: PreTrainedModel, prefix: int, sizes: list[int], repe
     vocab = model.config.vocab_size
     cache = timing_cache(model.config, prefix + max(sizes), model.dtype, device, timing)
     cached = cache_argument(model, cache)
-    model(input_ids=torch.randint(vocab, (rows, prefix), device=device), use_cache=True, **cached)
+
+    def run(input_ids: torch.Tensor, bias: torch.Tensor | None, position_ids: torch.Tensor | None) -> None:
+        if isinstance(cache, TreeStateCache):  # a hybrid target: its tree forward (as the engine verifies)
+            if bias is None and input_ids.shape[1] > 1:
+                bias = causal_bias(cache.get_seq_length(), input_ids.shape[1], model.dtype, device)
+            if position_ids is None:
+                position_ids = torch.arange(input_ids.shape[1], device=device)[None]
+            tree_forward(model, input_ids, cache, position_ids, bias)
+        else:
+            model(input_ids=input_ids, attention_mask=bias, position_ids=position_ids, use_cache=True, **cached)
+
+    run(torch.randint(vocab, (rows, prefix), device=device), None, None)
+    if isinstance(cache, TreeStateCache):
+        cache.keep(prefix, [])  # the prefix committed: each timed tree is then cropped back to it
     latencies = {}
     for size in sizes:
         parents = wide_tree(size)
@@ -45,7 +60,7 @@ def target_latencies(model: PreTrainedModel, prefix: int, sizes: list[int], repe
         input_ids = torch.randint(vocab, (rows, size), device=device)
 
         def forward() -> None:
-            model(input_ids=input_ids, attention_mask=bias, position_ids=position_ids, use_cache=True, **cached)
+            run(input_ids, bias, position_ids)
             crop_cache(cache, prefix)
 
         latencies[size] = timed_seconds(forward, device, repeats, timing)

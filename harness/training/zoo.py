@@ -1,5 +1,6 @@
 """The default model zoo, built from data every machine has: a byte-level BPE tokenizer,
-a Llama target trained on the corpus, a smaller draft LM distilled from the target.
+a Llama target trained on the corpus, a smaller draft LM distilled from the target (or, with
+``architecture: bamba``, a hybrid Mamba2 target and a Mamba2 draft LM: workflow/config/hybrid.yaml).
 
 Everything is saved with ``save_pretrained`` so it loads through the same
 AutoModelForCausalLM / AutoTokenizer path real checkpoints use, and every model
@@ -13,11 +14,15 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+from transformers import (
+    BambaConfig, BambaForCausalLM, LlamaConfig, LlamaForCausalLM, PretrainedConfig, PreTrainedModel,
+    PreTrainedTokenizerFast,
+)
 
 from harness.store.atomic import atomic_path
 from harness.data.corpus import Document
@@ -29,7 +34,11 @@ PROVENANCE = "draftcount.json"
 
 
 @dataclass(frozen=True)
-class LlamaShape:
+class ModelShape:
+    """A zoo model's shape: a Llama, or (``architecture: bamba``) a hybrid of Mamba2 layers with attention at
+    ``attention_layers`` (none: a pure Mamba2 LM, STree's drafter), each Mamba2 layer of ``mamba_expand`` x
+    hidden_size channels in heads of ``mamba_head_dim``, state ``mamba_state``, convolution width ``mamba_conv``."""
+
     hidden_size: int
     num_layers: int
     num_heads: int
@@ -37,17 +46,35 @@ class LlamaShape:
     context: int = 1024
     num_kv_heads: int | None = None
     tie_embeddings: bool = False
+    architecture: Literal["llama", "bamba"] = "llama"
+    attention_layers: tuple[int, ...] = ()
+    mamba_head_dim: int = 32
+    mamba_state: int = 32
+    mamba_groups: int = 1
+    mamba_conv: int = 4
+    mamba_expand: int = 2
 
-    def config(self, vocab_size: int, bos_id: int, eos_id: int) -> LlamaConfig:
+    def config(self, vocab_size: int, bos_id: int, eos_id: int) -> PretrainedConfig:
         if self.hidden_size % self.num_heads:
             raise DraftcountError(f"hidden_size {self.hidden_size} is not a multiple of num_heads {self.num_heads}")
-        return LlamaConfig(
-            vocab_size=vocab_size, hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
-            num_hidden_layers=self.num_layers, num_attention_heads=self.num_heads,
-            num_key_value_heads=self.num_kv_heads or self.num_heads, max_position_embeddings=self.context,
-            bos_token_id=bos_id, eos_token_id=eos_id, pad_token_id=eos_id, tie_word_embeddings=self.tie_embeddings,
-            rope_theta=10000.0,
-        )
+        common = dict(vocab_size=vocab_size, hidden_size=self.hidden_size, intermediate_size=self.intermediate_size,
+                      num_hidden_layers=self.num_layers, num_attention_heads=self.num_heads,
+                      num_key_value_heads=self.num_kv_heads or self.num_heads, max_position_embeddings=self.context,
+                      bos_token_id=bos_id, eos_token_id=eos_id, pad_token_id=eos_id,
+                      tie_word_embeddings=self.tie_embeddings)
+        if self.architecture == "llama":
+            return LlamaConfig(**common, rope_theta=10000.0)
+        channels = self.mamba_expand * self.hidden_size
+        outside = [index for index in self.attention_layers if not 0 <= index < self.num_layers]
+        if outside or channels % self.mamba_head_dim or (channels // self.mamba_head_dim) % self.mamba_groups:
+            raise DraftcountError(f"bamba shape: attention layers {list(self.attention_layers)} must lie in 0.."
+                                  f"{self.num_layers - 1}, and {channels} Mamba2 channels must split into heads of "
+                                  f"{self.mamba_head_dim} in {self.mamba_groups} groups")
+        return BambaConfig(**common, attn_layer_indices=list(self.attention_layers),
+                           mamba_n_heads=channels // self.mamba_head_dim, mamba_d_head=self.mamba_head_dim,
+                           mamba_d_state=self.mamba_state, mamba_n_groups=self.mamba_groups,
+                           mamba_d_conv=self.mamba_conv, mamba_expand=self.mamba_expand,
+                           use_cache=False)  # (transformers' own cache: never used, and it fails a Mamba2 LM)
 
 
 def train_tokenizer(documents: list[Document], vocab_size: int, out_dir: Path, max_bytes: int) -> PreTrainedTokenizerFast:
@@ -79,10 +106,10 @@ def train_tokenizer(documents: list[Document], vocab_size: int, out_dir: Path, m
     return fast
 
 
-def new_llama(shape: LlamaShape, tokenizer: PreTrainedTokenizerFast, seed: int) -> LlamaForCausalLM:
+def new_model(shape: ModelShape, tokenizer: PreTrainedTokenizerFast, seed: int) -> PreTrainedModel:
     torch.manual_seed(seed)
     config = shape.config(len(tokenizer), tokenizer.bos_token_id, tokenizer.eos_token_id)
-    model = LlamaForCausalLM(config)
+    model = (LlamaForCausalLM if shape.architecture == "llama" else BambaForCausalLM)(config)
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.bos_token_id = tokenizer.bos_token_id
     model.generation_config.pad_token_id = tokenizer.eos_token_id
@@ -96,6 +123,9 @@ def grow_depth(model: LlamaForCausalLM, num_layers: int, seed: int) -> LlamaForC
     ``down_proj``), so it adds nothing to the residual stream until training makes it useful. Embeddings, final
     norm and LM head are the base's. Every new layer costs a real layer's compute from the start."""
     base = model.config.num_hidden_layers
+    if not isinstance(model, LlamaForCausalLM):
+        raise DraftcountError(f"grow: only a Llama target can be deepened, not a {type(model).__name__} (set "
+                              "target.grow.num_layers: 0)")
     if num_layers <= base or num_layers % base:
         raise DraftcountError(f"grow: num_layers {num_layers} must be a multiple of the base's {base} layers, "
                               "and larger")

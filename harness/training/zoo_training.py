@@ -16,7 +16,7 @@ from harness.verify.sampling import SamplingConfig, make_generator
 from harness.training.gates import apply_gates
 from harness.training.loop import TrainConfig, batches_from_step, train
 from harness.training.zoo import (
-    LlamaShape, distillation_loss, grow_depth, heldout_perplexity, new_llama, next_token_loss, repetition_rate,
+    ModelShape, distillation_loss, grow_depth, heldout_perplexity, new_model, next_token_loss, repetition_rate,
     save_model,
     top1_agreement,
 )
@@ -55,6 +55,11 @@ def sampling_regime(model, tokenizer, heldout: torch.Tensor, prompts: int, new_t
             "top10_mass": float(torch.cat(top10).mean()), "samples": prompts, "new_tokens": new_tokens}
 
 
+def model_shape(fields: dict) -> ModelShape:
+    """A config's ``shape`` section (lists as tuples: the shape is frozen)."""
+    return ModelShape(**{key: tuple(value) if isinstance(value, list) else value for key, value in fields.items()})
+
+
 def train_zoo_lm(role: str, tokenizer_dir: Path, train_tokens: Path, heldout_tokens: Path, corpus_summary: Path,
                  model_config: dict, evaluation: dict, out_dir: Path, metrics_path: Path, checkpoint: Path,
                  teacher_dir: Path | None = None, progress: bool = True, device: str = "cpu",
@@ -64,12 +69,12 @@ def train_zoo_lm(role: str, tokenizer_dir: Path, train_tokens: Path, heldout_tok
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     tokens = load_tokens(train_tokens)
     heldout = load_tokens(heldout_tokens)
-    shape = LlamaShape(**model_config["shape"])
+    shape = model_shape(model_config["shape"])
     train_settings = dict(model_config["train"])
     batch_size = train_settings.pop("batch_size", 16)
     seq_len = train_settings.pop("seq_len", 256)
     config = TrainConfig(**train_settings)
-    model = new_llama(shape, tokenizer, config.seed).to(device)
+    model = new_model(shape, tokenizer, config.seed).to(device)
     teacher = None
     if teacher_dir is not None:
         teacher = AutoModelForCausalLM.from_pretrained(teacher_dir).to(device).eval()

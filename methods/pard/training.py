@@ -31,7 +31,7 @@ from harness.options import parse_options
 from harness.training.drafters import META_FILE, DrafterTrainRequest, drafter_provenance, frozen_target, write_metrics
 from harness.training.loop import TrainConfig, batches_from_step, train
 from harness.training.mask_blocks import BlockLayout, block_layout, choose_anchors, drop_tokens, every_kth_anchor
-from harness.training.zoo import LlamaShape, heldout_perplexity, kl_to_teacher, save_directory
+from harness.training.zoo import ModelShape, heldout_perplexity, kl_to_teacher, save_directory
 
 
 @dataclass(frozen=True)
@@ -113,7 +113,7 @@ def initial_drafter(options: PardTrainOptions, target: LoadedModel) -> LlamaForC
         heads = options.num_heads or int(text.num_attention_heads)
         hidden = options.hidden_size or max(2 * heads, int(text.hidden_size) // 2 // (2 * heads) * 2 * heads)
         ratio = int(text.intermediate_size) / int(text.hidden_size)
-        shape = LlamaShape(hidden_size=hidden, num_layers=options.num_layers or 1, num_heads=heads,
+        shape = ModelShape(hidden_size=hidden, num_layers=options.num_layers or 1, num_heads=heads,
                            intermediate_size=options.intermediate_size or max(1, round(hidden * ratio)),
                            context=int(getattr(text, "max_position_embeddings", 1024)))
         torch.manual_seed(options.seed)

@@ -2,7 +2,7 @@
 
 The mid model is a Llama LM with the target's vocabulary, sized between the draft LM and the target, distilled
 from the target on the token stream (KL(target || mid), the zoo's ``distillation_loss``) with the zoo's shapes
-(``LlamaShape``) and the shared training loop. A size option left at 0 is derived from the target: 5/8 of its
+(``ModelShape``) and the shared training loop. A size option left at 0 is derived from the target: 5/8 of its
 width (rounded up to an even width per head), a quarter of its layers (at least 2), its heads, and its MLP
 ratio. The directory is a plain causal-LM checkpoint (with the target's tokenizer when it has one), which the
 adapter loads as ``--drafter``.
@@ -24,7 +24,7 @@ from harness.errors import DraftcountError
 from harness.options import parse_options
 from harness.training.drafters import META_FILE, DrafterTrainRequest, drafter_provenance, frozen_target, write_metrics
 from harness.training.loop import TrainConfig, batches_from_step, train
-from harness.training.zoo import LlamaShape, distillation_loss, heldout_perplexity, save_directory, top1_agreement
+from harness.training.zoo import ModelShape, distillation_loss, heldout_perplexity, save_directory, top1_agreement
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,7 @@ class MidTrainOptions:
                                   f"{self.batch_size} and {self.seq_len}")
 
 
-def mid_shape(options: MidTrainOptions, target_config: PretrainedConfig) -> LlamaShape:
+def mid_shape(options: MidTrainOptions, target_config: PretrainedConfig) -> ModelShape:
     """The mid LM's shape: the options, with every size left at 0 derived from the target (module docstring)."""
     text = getattr(target_config, "text_config", None) or target_config
     heads = options.num_heads or int(text.num_attention_heads)
@@ -61,11 +61,11 @@ def mid_shape(options: MidTrainOptions, target_config: PretrainedConfig) -> Llam
     ratio = int(text.intermediate_size) / int(text.hidden_size)
     intermediate = options.intermediate_size or max(1, round(hidden * ratio))
     context = int(getattr(text, "max_position_embeddings", 1024))
-    return LlamaShape(hidden_size=hidden, num_layers=layers, num_heads=heads, intermediate_size=intermediate,
+    return ModelShape(hidden_size=hidden, num_layers=layers, num_heads=heads, intermediate_size=intermediate,
                       context=context)
 
 
-def new_mid(shape: LlamaShape, target: LoadedModel, seed: int) -> LlamaForCausalLM:
+def new_mid(shape: ModelShape, target: LoadedModel, seed: int) -> LlamaForCausalLM:
     """A fresh mid LM with the target's vocabulary and special tokens."""
     text = getattr(target.config, "text_config", None) or target.config
     torch.manual_seed(seed)

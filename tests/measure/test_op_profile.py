@@ -68,16 +68,16 @@ def test_random_shape_is_the_configured_target(tmp_path):
     from pathlib import Path
 
     from harness.errors import DraftcountError
-    from harness.training.zoo import LlamaShape
+    from harness.training.zoo import ModelShape
 
     bench = _bench_script()
     config = Path(__file__).resolve().parents[2] / "workflow" / "config"
     shape, vocab = bench["config_target_shape"]([config / "default.yaml", config / "gpu.yaml"])
-    assert shape == LlamaShape(hidden_size=1024, num_layers=12, num_heads=16, intermediate_size=2816, context=2048)
+    assert shape == ModelShape(hidden_size=1024, num_layers=12, num_heads=16, intermediate_size=2816, context=2048)
     assert vocab == 8192
     default, _ = bench["config_target_shape"]([config / "default.yaml"])
     assert default.num_layers == 16 and default.hidden_size == 256  # the grown target, as benchmarked
-    small = LlamaShape(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, context=128)
+    small = ModelShape(hidden_size=32, num_layers=2, num_heads=4, intermediate_size=64, context=128)
     model = bench["random_llama_shaped"](small, 100)
     embeddings, layer, norm = 2 * 100 * 32, 4 * 32 * 32 + 3 * 32 * 64 + 2 * 32, 32  # untied input/output
     assert sum(p.numel() for p in model.parameters()) == embeddings + 2 * layer + norm

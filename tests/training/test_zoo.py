@@ -10,7 +10,7 @@ from harness.data.code_prompts import make_code_prompts
 from harness.data.corpus import Document, build_stdlib_corpus, collect_python_files, load_documents
 from harness.training.features import FeatureSource, dump_features, target_features
 from harness.data.token_streams import even_windows, random_windows, tokenize_documents
-from harness.training.zoo import LlamaShape, new_llama, repetition_rate, save_model, train_tokenizer
+from harness.training.zoo import ModelShape, new_model, repetition_rate, save_model, train_tokenizer
 
 SOURCE = '''import os
 
@@ -79,7 +79,7 @@ def test_saved_model_loads_in_a_fresh_process(zoo_tokenizer, tmp_path):
     import sys
 
     tokenizer, _ = zoo_tokenizer
-    model = new_llama(LlamaShape(32, 1, 2, 64, 128), tokenizer, seed=0)
+    model = new_model(ModelShape(32, 1, 2, 64, 128), tokenizer, seed=0)
     save_model(tmp_path / "m", model, tokenizer, {"kind": "test"})
     assert not (tmp_path / "m.partial").exists()
     code = ("from transformers import AutoModelForCausalLM, AutoTokenizer; import sys; "
