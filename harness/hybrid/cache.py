@@ -55,7 +55,7 @@ class TreeStateCache(DynamicCache):
         chain from the committed end; drop every other pending node."""
         if prefix_len < self.committed:
             raise DraftcountError(f"a hybrid cache keeps only its last {REWIND} accepted positions rewindable: "
-                                  f"cannot go back to {prefix_len} (folded into its SSM states up to {self.committed})")
+                                  f"cannot go back to {prefix_len} (in its SSM states up to {self.committed})")
         base = prefix_len - self.committed
         kept = [*range(base), *(base + node for node in path_nodes)]
         if kept and kept[-1] >= len(self.parents):

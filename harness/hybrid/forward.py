@@ -73,8 +73,8 @@ def mixer_over_tree(mixer: torch.nn.Module, hidden: torch.Tensor, cache: TreeSta
                             mixer.conv1d.bias, queries)
     x, b, c = mixer.act(conv).split([mixer.intermediate_size, groups * state_size, groups * state_size], dim=-1)
     step = softplus_dt(dt.float(), mixer.dt_bias.float(), tuple(mixer.time_step_limit))
-    fed = PendingNodes(raw, x.reshape(queries, heads, head_dim).float(), b.reshape(queries, groups, state_size).float(),
-                       step, torch.zeros_like(step))
+    fed = PendingNodes(raw, x.reshape(queries, heads, head_dim).float(),
+                       b.reshape(queries, groups, state_size).float(), step, torch.zeros_like(step))
     nodes = pending.extended(fed)
     nodes.cum = path_cumulative(parents, nodes.dt * -torch.exp(mixer.A_log.float()))
     y = tree_scan(cache.states[layer], nodes, c.reshape(queries, groups, state_size).float(), mixer.D.float(),
@@ -92,7 +92,8 @@ def tree_forward(model: torch.nn.Module, input_ids: torch.Tensor, cache: TreeSta
     with ``hidden``, the embeddings and every layer's output (the last one after the final norm, as transformers
     returns them)."""
     if input_ids.shape[0] != 1:
-        raise DraftcountError(f"a hybrid target's tree forward takes one sequence, got a batch of {input_ids.shape[0]}")
+        raise DraftcountError(f"a hybrid target's tree forward takes one sequence, not a batch of "
+                              f"{input_ids.shape[0]}")
     if mask is None and input_ids.shape[1] > 1:
         raise DraftcountError("a hybrid target's forward over several tokens needs their mask (a chain's or a tree's)")
     base = model.model

@@ -4,7 +4,8 @@ A Mamba2 mixer is, per head h, the recurrence ``s_t = exp(dt_t A_h) s_{t-1} + dt
 ``y_t = s_t C_t + D_h x_t``, after a causal depthwise convolution of width K over (x, B, C). Unrolled from the
 committed state ``s_0``, position i's output is a sum over the positions it follows,
 
-    y_i = exp(cum_i) s_0 C_i + sum_{j <= i} exp(cum_i - cum_j) dt_j (C_i . B_j) x_j + D x_i,  cum_i = sum_{j<=i} dt_j A,
+    y_i = exp(cum_i) s_0 C_i + sum_{j <= i} exp(cum_i - cum_j) dt_j (C_i . B_j) x_j + D x_i,
+    cum_i = sum_{j <= i} dt_j A,
 
 and on a tree "the positions it follows" are the node's ancestors and itself: ``cum[node] = cum[parent] + dt A``,
 and the convolution's window is the node's last K - 1 ancestors (then the committed window) and the node. So a

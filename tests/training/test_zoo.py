@@ -150,3 +150,28 @@ def test_grow_depth_keeps_the_function_and_adds_real_layers():
     assert new.mlp.down_proj.weight.grad.abs().sum() > 0
     with pytest.raises(Exception, match="multiple of the base"):
         grow_depth(base, 5, seed=1)
+
+
+def test_a_bamba_shape_builds_a_hybrid_and_a_mamba2_lm_that_train_and_reload(zoo_tokenizer, tmp_path):
+    """``architecture: bamba`` (workflow/config/hybrid.yaml): Mamba2 layers with attention where asked (none: STree's
+    Mamba2 drafter); both train (transformers' own cache off: it fails a Mamba2 LM) and reload as Bamba."""
+    from transformers import AutoModelForCausalLM
+
+    from harness.errors import DraftcountError
+    from harness.training.zoo import next_token_loss
+    from harness.training.zoo_training import model_shape
+
+    tokenizer, _ = zoo_tokenizer
+    for attention in ([1], []):
+        shape = model_shape({"architecture": "bamba", "hidden_size": 32, "num_layers": 2, "num_heads": 4,
+                             "intermediate_size": 64, "context": 128, "attention_layers": attention,
+                             "mamba_head_dim": 16, "mamba_state": 8})
+        model = new_model(shape, tokenizer, seed=0)
+        assert model.config.layers_block_type == ["linear_attention", "full_attention" if attention else
+                                                  "linear_attention"]
+        windows = torch.randint(0, len(tokenizer), (2, 16), generator=torch.Generator().manual_seed(0))
+        next_token_loss(model, windows).backward()
+        save_model(tmp_path / f"m{len(attention)}", model, tokenizer, {"kind": "test"})
+        assert type(AutoModelForCausalLM.from_pretrained(tmp_path / f"m{len(attention)}")).__name__ == "BambaForCausalLM"
+    with pytest.raises(DraftcountError, match="attention layers \\[3\\] must lie in 0..1"):
+        new_model(ModelShape(32, 2, 4, 64, 128, architecture="bamba", attention_layers=(3,)), tokenizer, seed=0)

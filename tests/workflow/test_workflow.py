@@ -227,6 +227,17 @@ def test_gpu_jobs_never_share_the_gpu(tmp_path):
     assert {"bench", "train_target", "train_drafter"} <= seen
 
 
+def test_the_hybrid_config_plans_its_study(tmp_path):
+    """workflow/config/hybrid.yaml (issue 48): a Bamba target and a Mamba2 draft LM through the same rules, five
+    variants on the two datasets at T = 0 and 1, no growth stage and no batch sweep."""
+    result = snakemake("-n", "-p", "--configfile", "workflow/config/default.yaml", "workflow/config/hybrid.yaml",
+                       *overrides(tmp_path))
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    counts = job_counts(result.stdout)
+    assert counts["bench"] == 5 * 4 and counts["train_drafter"] == 1 and counts["train_target"] == 1
+    assert "train_draft" in counts and "load_sweep" not in counts
+
+
 def test_a_misspelt_method_option_stops_the_plan(tmp_path):
     overlay = tmp_path / "typo.yaml"
     overlay.write_text(json.dumps({"bench": {"methods": {"eagle": {"top_kk": 3}}}}))
