@@ -4,6 +4,7 @@ divergence|measure|metrics|build-datastore|fetch|gpu-wheels|gpu-install|quick-re
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 from pathlib import Path
 
@@ -113,7 +114,12 @@ def _cmd_report(args: argparse.Namespace) -> int:
         if not path.is_file():
             raise DraftcountError(f"no file {path}")
     main = [name for name in (args.main or "").split(",") if name]
-    write_report(args.tables, args.records, args.figures, args.out, main, args.metrics, parse_comparisons(args.compare))
+    try:
+        published = json.loads(args.published or "{}")
+    except json.JSONDecodeError as error:
+        raise DraftcountError(f"--published is not JSON: {error}") from None
+    write_report(args.tables, args.records, args.figures, args.out, main, args.metrics, parse_comparisons(args.compare),
+                 published)
     print(f"wrote {args.out}")
     return 0
 
@@ -177,6 +183,7 @@ def _reporting_parsers(subparsers: argparse._SubParsersAction) -> None:
     report.add_argument("--metrics", nargs="*", type=Path, help="training metrics (JSON) of the models and drafters")
     report.add_argument("--main", help="comma-separated variants run on every dataset (the rest are ablations)")
     report.add_argument("--compare", help="head-to-head comparisons, VARIANT=AGAINST,... (e.g. prism=eagle)")
+    report.add_argument("--published", help="JSON: variant -> its system's own figures (report.published)")
     report.add_argument("--out", required=True, type=Path, help="output markdown file")
     divergence = subparsers.add_parser("divergence", help="how often greedy outputs leave their paired ar output")
     divergence.add_argument("records", nargs="+", type=Path, help="records files written by `run --pair-with-ar`")

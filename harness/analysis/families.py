@@ -142,3 +142,21 @@ def comparison_table(summary: pd.DataFrame, comparisons: Mapping[str, str]) -> s
              for _, row in joined.sort_values(["variant", "temperature", "dataset"]).iterrows()]
     return markdown_table(["variant", "against", "dataset", "T", "tau", "tau (against)", "tau change",
                            "speedup [95% CI]", "speedup (against)", "params ratio", "FLOPs/step ratio"], lines)
+
+
+def published_table(summary: pd.DataFrame, published: Mapping[str, Mapping[str, object]]) -> str:
+    """Each variant's tau and paired speedup per dataset at T = 0 and T = 1 beside its system's own published
+    speedups (``report.published``: source, setting, speedup_t0, speedup_t1); empty when none of them ran."""
+    lines = []
+    for variant, paper in published.items():
+        rows = summary[summary.variant == variant]
+        for dataset in sorted(rows.dataset.unique()):
+            ours = {float(row.temperature): row for _, row in rows[rows.dataset == dataset].iterrows()}
+            lines.append([variant, dataset, *(
+                f"{ours[t].tau:.2f} / {speedup_cell(ours[t])}" if t in ours else "-" for t in (0.0, 1.0)),
+                *(cell(paper.get(key), "{:.2f}x") for key in ("speedup_t0", "speedup_t1")),
+                f"{paper['source']}" + (f" ({paper['setting']})" if paper.get("setting") else "")])
+    if not lines:
+        return ""
+    return markdown_table(["variant", "dataset", "ours T = 0: tau / speedup", "ours T = 1: tau / speedup",
+                           "published T = 0", "published T = 1", "published by"], lines)

@@ -101,13 +101,14 @@ def training_section(metrics_paths: list[Path]) -> str:
 
 def write_report(tables_dir: Path, records_paths: list[Path], figures_dir: Path, out: Path,
                  main: list[str] | None = None, metrics_paths: list[Path] | None = None,
-                 compare: dict[str, str] | None = None) -> str:
+                 compare: dict[str, str] | None = None, published: dict[str, dict] | None = None) -> str:
     """Write the markdown report from the tables ``summarize --tables-dir`` wrote (the records give the environment)
     and the figures drawn into ``figures_dir``, linked relative to the report's folder: the warnings, the views'
     top sections, the environment, the main results per temperature, every view's section that has a body, the
     figures with data, the trained models. ``main``: the variants run on every dataset (default: all);
-    ``compare``: {variant: the variant it is compared against} (``report.compare`` in the config)."""
-    data = read_inputs(tables_dir, main, metrics_paths, compare)
+    ``compare``: {variant: the variant it is compared against} (``report.compare`` in the config);
+    ``published``: {variant: its system's own figures} (``report.published``)."""
+    data = read_inputs(tables_dir, main, metrics_paths, compare, published)
     summary, settings = data.summary, run_settings(records_paths)
     views = all_views()
     warnings = warning_block(trust_warnings(summary, data.metrics))

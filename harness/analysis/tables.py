@@ -8,8 +8,8 @@ import pandas as pd
 
 
 def cell(value: Any, template: str) -> str:
-    """``value`` formatted by ``template``; a dash for a missing (NaN) value."""
-    if isinstance(value, float) and pd.isna(value):
+    """``value`` formatted by ``template``; a dash for a missing (None or NaN) value."""
+    if value is None or isinstance(value, float) and pd.isna(value):
         return "-"
     return template.format(value)
 

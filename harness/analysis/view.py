@@ -61,14 +61,15 @@ class Scope:
 @dataclass
 class Inputs:
     """What a view's figure and section read: the summary, the other tables (``tables_dir/<name>.csv``, read on
-    first use; empty when not written), the report's main variants, the training metrics and the head-to-head
-    comparisons (``report.compare``)."""
+    first use; empty when not written), the report's main variants, the training metrics, the head-to-head
+    comparisons (``report.compare``) and the systems' own published figures (``report.published``)."""
 
     summary: pd.DataFrame
     tables_dir: Path | None = None
     main: list[str] = field(default_factory=list)
     metrics: list[Path] = field(default_factory=list)
     compare: dict[str, str] = field(default_factory=dict)
+    published: dict[str, dict[str, Any]] = field(default_factory=dict)  # report.published: a system's own figures
     read: dict[str, pd.DataFrame] = field(default_factory=dict)  # the tables read so far, by name
 
     def table(self, name: str) -> pd.DataFrame:
@@ -83,7 +84,7 @@ class Inputs:
 
 
 def read_inputs(tables_dir: Path, main: list[str] | None = None, metrics: list[Path] | None = None,
-                compare: dict[str, str] | None = None) -> Inputs:
+                compare: dict[str, str] | None = None, published: dict[str, dict[str, Any]] | None = None) -> Inputs:
     """The tables ``summarize --tables-dir`` wrote; ``main`` (default: every variant) must all have rows."""
     path = Path(tables_dir) / f"{SUMMARY}.csv"
     if not path.is_file():
@@ -95,7 +96,7 @@ def read_inputs(tables_dir: Path, main: list[str] | None = None, metrics: list[P
     if missing:
         raise DraftcountError(f"variant {missing[0]!r} has no rows in {path}")
     return Inputs(summary, Path(tables_dir), list(main or sorted(summary.variant.unique())), list(metrics or []),
-                  dict(compare or {}))
+                  dict(compare or {}), dict(published or {}))
 
 
 def everywhere(scope: Scope) -> bool:

@@ -17,7 +17,7 @@ import pandas as pd
 from harness.analysis.categories import category_sections, category_table
 from harness.analysis.context_length import category_bucket, context_length_table, context_section
 from harness.analysis.families import (
-    comparison_table, data_source_rows, data_source_table, drafting_variants, family_table,
+    comparison_table, data_source_rows, data_source_table, drafting_variants, family_table, published_table,
 )
 from harness.analysis.regime import regime_card
 from harness.analysis.report_timing import control_section, cost_section, phase_section
@@ -153,6 +153,11 @@ VIEWS: tuple[View, ...] = (
                "run: the change of tau, both speedups, and the drafters' parameter and per-step FLOP ratios (PRISM "
                "against EAGLE at equal FLOPs per step, a GTO-fine-tuned drafter against the drafter it started from, "
                "...)."),
+    View("published", title="Beside the published figures",
+         section=lambda data: published_table(data.summary, data.published),
+         intro="Each variant whose system published its own speedups (`report.published`), beside what this run "
+               "measured: tau and the paired speedup per dataset at T = 0 and T = 1. Their targets, drafters and "
+               "hardware are theirs, not this run's: the columns show the shape, not a reproduction."),
     View("control", title="Control: `ar` against `ar`", section=lambda data: control_section(data.summary),
          intro="`ar_control` runs `ar` paired with `ar` exactly as every other variant is paired (same engine, same "
                "prompts, interleaved): any speedup it shows is measurement error, and it must read 1.00 within "

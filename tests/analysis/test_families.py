@@ -7,6 +7,7 @@ import pytest
 
 from harness.analysis.families import (
     comparison_rows, comparison_table, data_source_rows, data_source_table, family_table, parse_comparisons,
+    published_table,
 )
 
 
@@ -39,6 +40,16 @@ def test_comparison_gives_the_change_of_tau_and_the_cost_ratios():
 def test_a_comparison_whose_variants_did_not_run_is_left_out():
     assert comparison_table(_summary(), {"owl": "eagle"}) == ""
     assert comparison_rows(_summary(), {"prism": "eagle", "owl": "eagle"}).variant.tolist() == ["prism"]
+
+
+def test_published_figures_stand_beside_ours_per_dataset_and_temperature():
+    table = published_table(_summary(), {"eagle": {"source": "EAGLE-2", "setting": "Vicuna-7B", "speedup_t0": 3.05},
+                                         "owl": {"source": "OWL", "speedup_t0": 2.0}})
+    lines = table.splitlines()
+    assert len(lines) == 3  # header, rule, eagle on code (owl did not run)
+    assert lines[2].startswith("| eagle | code | 2.00 / 1.50") and "| - |" in lines[2]  # no T = 1 run
+    assert "3.05x" in lines[2] and "EAGLE-2 (Vicuna-7B)" in lines[2]
+    assert published_table(_summary(), {"owl": {"source": "OWL"}}) == ""
 
 
 def test_family_table_keeps_the_order_given_and_shows_both_costs():

@@ -60,6 +60,13 @@ def feed_tree(model, cache: TreeStateCache, tokens: torch.Tensor, parents: tuple
     return tree_forward(model, tokens[None], cache, positions, mask)[0][0]
 
 
+def random_case(seed: int, prompt_len: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """A random prompt (1, prompt_len) and tokens for the nodes of PARENTS."""
+    generator = torch.Generator().manual_seed(seed)
+    return (torch.randint(0, 64, (1, prompt_len), generator=generator),
+            torch.randint(0, 64, (len(PARENTS),), generator=generator))
+
+
 def path_to(parents: tuple[int, ...], node: int) -> list[int]:
     path = []
     while node >= 0:
@@ -82,9 +89,7 @@ def test_a_chain_equals_transformers_full_forward_hidden_states_included(model):
 
 @torch.no_grad()
 def test_tree_pass_logits_equal_each_path_fed_one_token_at_a_time(model):
-    generator = torch.Generator().manual_seed(1)
-    prompt = torch.randint(0, 64, (1, 6), generator=generator)
-    tokens = torch.randint(0, 64, (len(PARENTS),), generator=generator)
+    prompt, tokens = random_case(seed=1, prompt_len=6)
     cache, _ = prefill(model, prompt)
     logits = feed_tree(model, cache, tokens, PARENTS)
     for node in range(len(PARENTS)):
@@ -95,9 +100,7 @@ def test_tree_pass_logits_equal_each_path_fed_one_token_at_a_time(model):
 @torch.no_grad()
 def test_level_by_level_feeds_equal_one_feed(model):
     """A draft LM feeds its tree a level at a time: the nodes fed earlier are pending ancestors of the later."""
-    generator = torch.Generator().manual_seed(2)
-    prompt = torch.randint(0, 64, (1, 5), generator=generator)
-    tokens = torch.randint(0, 64, (len(PARENTS),), generator=generator)
+    prompt, tokens = random_case(seed=2, prompt_len=5)
     whole, _ = prefill(model, prompt)
     once = feed_tree(model, whole, tokens, PARENTS)
     parts, _ = prefill(model, prompt)
@@ -115,9 +118,7 @@ def test_level_by_level_feeds_equal_one_feed(model):
 
 @torch.no_grad()
 def test_a_committed_path_leaves_the_sequential_state_and_decoding_goes_on(model):
-    generator = torch.Generator().manual_seed(3)
-    prompt = torch.randint(0, 64, (1, 7), generator=generator)
-    tokens = torch.randint(0, 64, (len(PARENTS),), generator=generator)
+    prompt, tokens = random_case(seed=3, prompt_len=7)
     cache, _ = prefill(model, prompt)
     feed_tree(model, cache, tokens, PARENTS)
     path = path_to(PARENTS, 7)  # 0, 1, 3, 6, 7: deeper than the convolution's window

@@ -36,6 +36,14 @@ def scope_compare(scope):
                     if variant in chosen and against in chosen)
 
 
+def scope_published(scope):
+    """``report.published`` for the scope's variants, as one shell-quoted JSON argument."""
+    chosen = scope_variants(scope)
+    entries = {variant: figures for variant, figures in config.get("report", {}).get("published", {}).items()
+               if variant in chosen}
+    return shlex.quote(json.dumps(entries))
+
+
 def report_scope(scope):
     """The scope's variants and prompt sets, as the views decide on them (harness.analysis.view.Scope)."""
     main = set(scope_main(scope).split(","))
@@ -109,12 +117,14 @@ rule report:
         figures=results("figures"),
         main=scope_main("main"),
         compare=scope_compare("main"),
+        published=scope_published("main"),
     resources:
         mem_mb=2000,
         runtime=5,
     shell:
         "python -m harness report {input.records} --tables {params.tables} --figures {params.figures}"
-        " --metrics {input.metrics} --main {params.main} --compare '{params.compare}' --out {output}"
+        " --metrics {input.metrics} --main {params.main} --compare '{params.compare}'"
+        " --published {params.published} --out {output}"
 
 
 rule export_specbench:
@@ -168,6 +178,7 @@ use rule report as studies_report with:
         figures=results("studies/figures"),
         main=scope_main("studies"),
         compare=scope_compare("studies"),
+        published=scope_published("studies"),
 
 
 rule studies:
