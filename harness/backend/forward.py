@@ -7,7 +7,7 @@ methods.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -62,6 +62,7 @@ def run_model(
     output_hidden_states: bool = False,
     graphs: GraphedForwards | None = None,
     hidden_layers: tuple[int, ...] | None = None,
+    media: Mapping[str, torch.Tensor] | None = None,
 ) -> LMOutput:
     """Run ``lm`` on ``input_ids`` (B, q) at ``position_ids`` (B, q), extending ``cache``.
 
@@ -74,7 +75,9 @@ def run_model(
     the end; None: all): the others are None in the output, and a graphed
     forward copies out only the kept ones. With ``graphs`` (a static cache)
     the forward is replayed from a CUDA graph of its shape
-    (``harness.backend.cuda_graphs``; prefills run eagerly).
+    (``harness.backend.cuda_graphs``; prefills run eagerly). ``media``: the
+    model's other inputs of a prefill (a vision-language target's
+    ``pixel_values``), passed as they are; eager only.
     """
     past = cache.get_seq_length()
     new_tokens = input_ids.shape[-1]
@@ -87,7 +90,10 @@ def run_model(
             if mask is None and new_tokens > 1:
                 mask = causal_bias(past, new_tokens, lm.dtype, input_ids.device)
             return _tree_outputs(lm, input_ids, cache, position_ids, mask, logits_to_keep, kept)
-        return _forward_outputs(lm, input_ids, cache, position_ids, mask, logits_to_keep, kept, total)
+        return _forward_outputs(lm, input_ids, cache, position_ids, mask, logits_to_keep, kept, total, media)
+
+    if media and (graphs is not None or isinstance(cache, TreeStateCache)):
+        raise DraftcountError("a forward with media inputs (an image) runs eagerly, on a transformer's cache")
 
     with tally.clock.phase(tally.phase):
         if graphs is not None:
@@ -164,10 +170,11 @@ def run_drafter(call: DrafterCall, cache: DynamicCache, inputs: dict[str, torch.
 
 def _forward_outputs(lm: LoadedModel, input_ids: torch.Tensor, cache: DynamicCache, position_ids: torch.Tensor,
                      mask: torch.Tensor | None, logits_to_keep: int, kept: tuple[int, ...],
-                     total: int) -> tuple[torch.Tensor, ...]:
+                     total: int, media: Mapping[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, ...]:
     """The model's logits, then the hidden states at the ``kept`` indices (of embeddings + every layer)."""
     output = lm.model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, use_cache=True,
-                      logits_to_keep=logits_to_keep, output_hidden_states=bool(kept), **cache_argument(lm.model, cache))
+                      logits_to_keep=logits_to_keep, output_hidden_states=bool(kept), **cache_argument(lm.model, cache),
+                      **(media or {}))
     if not kept:
         return (output.logits,)
     if len(output.hidden_states) != total:

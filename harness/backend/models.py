@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 from transformers import (
-    AutoModelForCausalLM, AutoTokenizer, LlamaConfig, LlamaForCausalLM, PreTrainedModel, PreTrainedTokenizerBase,
+    AutoConfig, AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer, LlamaConfig, LlamaForCausalLM,
+    PreTrainedModel, PreTrainedTokenizerBase,
 )
 
 from harness.errors import DraftcountError
@@ -58,7 +59,8 @@ class LoadedModel:
 
     @property
     def config(self):
-        return self.model.config
+        """The decoder's configuration (a vision-language model's text config: what decodes, what drafters match)."""
+        return text_config(self.model.config)
 
     @property
     def vocab_size(self) -> int:
@@ -66,7 +68,7 @@ class LoadedModel:
 
     @property
     def context_length(self) -> int | None:
-        config = self.model.config
+        config = text_config(self.model.config)
         for name in ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length"):
             value = getattr(config, name, None)
             if isinstance(value, int) and value > 0:
@@ -83,16 +85,25 @@ class LoadedModel:
         return sum(parameter.numel() for parameter in self.model.parameters())
 
 
+VISION_MODULES = ("vision_tower", "multi_modal_projector")  # a LLaVA-style model's image path: once per image
+
+
 def model_cost(model: PreTrainedModel) -> ModelCost:
-    """Parameters that take part in matrix products: all but the input embedding table (a lookup)."""
+    """Parameters that take part in matrix products per token: all but the input embedding table (a lookup) and a
+    vision-language model's vision tower and projector (they run once per image, at prefill: not counted)."""
     input_embedding = model.get_input_embeddings()
     skipped = {id(parameter) for parameter in input_embedding.parameters()} if input_embedding is not None else set()
+    base = getattr(model, "model", None)
+    for name in VISION_MODULES:
+        module = getattr(base, name, None)
+        if isinstance(module, torch.nn.Module):
+            skipped |= {id(parameter) for parameter in module.parameters()}
     output = model.get_output_embeddings()
     head = {id(parameter) for parameter in output.parameters()} if output is not None else set()
     skipped |= head
     body_params = sum(p.numel() for p in model.parameters() if id(p) not in skipped)
     head_params = sum(p.numel() for p in output.parameters()) if output is not None else 0
-    config = model.config
+    config = text_config(model.config)
     layers = int(getattr(config, "num_hidden_layers", 0) or 0)
     kinds = getattr(config, "layers_block_type", None)  # a hybrid (Bamba): attention in its attention layers only
     if isinstance(kinds, (list, tuple)) and len(kinds) == layers:  # (a Mamba2 layer's scan is not counted)
@@ -131,6 +142,16 @@ def check_model_source(source: str) -> None:
         raise DraftcountError(f"model path '{source}' does not exist")
 
 
+def model_class(location: str) -> type:
+    """The auto class that loads the model at ``location``: a causal LM, or a vision-language model (a LLaVA-style
+    config with a ``vision_config``: its language model decodes, its vision tower runs at prefill)."""
+    try:
+        config = AutoConfig.from_pretrained(location)
+    except (OSError, ValueError, KeyError):
+        return AutoModelForCausalLM  # its loading then names what is wrong
+    return AutoModelForImageTextToText if hasattr(config, "vision_config") else AutoModelForCausalLM
+
+
 def load_model(
     source: str,
     dtype: str = "float32",
@@ -144,9 +165,8 @@ def load_model(
     torch_device = resolve_device(device)
     location = str(Path(source).expanduser()) if not is_hub_id(source) else str(model_snapshot(source))
     try:
-        model = AutoModelForCausalLM.from_pretrained(
-            location, dtype=torch_dtype, attn_implementation=attn_implementation
-        )
+        model = model_class(location).from_pretrained(location, dtype=torch_dtype,
+                                                      attn_implementation=attn_implementation)
     except (OSError, ValueError, KeyError) as error:
         reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
         raise DraftcountError(f"could not load a causal LM from '{source}': {reason}") from None

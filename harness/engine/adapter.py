@@ -37,7 +37,8 @@ class StepContext:
     run's engine runtime (where a drafter gets its KV cache and, with CUDA graphs, its graph runner), which
     prompt is answered (a method that learns across samples of one prompt keys its state by it), and the sequence
     so far on the host (``tokens``: the prompt, the first token and every token verification emitted, kept by the
-    engine from the verifier's one read, so a method that matches tokens on the host reads nothing more)."""
+    engine from the verifier's one read, so a method that matches tokens on the host reads nothing more) and the
+    prompt's media (``media``: a vision-language target's image, prefilled with the prompt)."""
 
     sampling: SamplingConfig
     generator: torch.Generator | None
@@ -47,6 +48,8 @@ class StepContext:
     max_sequence: int = 0  # the longest the sequence can grow in this generation (prompt + new tokens + 1)
     prompt_key: str = ""  # what this generation answers, the same for every sample of one prompt and turn
     tokens: list[int] = field(default_factory=list)  # the sequence so far, on the host (the engine extends it)
+    media: Mapping[str, torch.Tensor] = field(default_factory=dict)  # the prompt's other prefill inputs (an image's
+    # pixel_values for a vision-language target), read by a drafter that sees them
 
     def drafter_cache(self, owner: object, config: PretrainedConfig, lookahead: int, dtype: torch.dtype,
                       device: torch.device) -> Cache:

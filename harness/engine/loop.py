@@ -7,7 +7,7 @@ decides, the cache keeps the accepted path, the adapter learns the verdict } unt
 
 from __future__ import annotations
 
-from collections.abc import Generator
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -91,6 +91,7 @@ def prefill(runtime: EngineRuntime, adapter: DraftAdapter, ctx: StepContext, pro
     out = run_model(
         target, prompt_ids, cache, positions(0, prompt_len, target.device), ctx.counters.target,
         logits_to_keep=0 if hidden else 1, output_hidden_states=hidden, hidden_layers=adapter.target_hidden_layers,
+        media=ctx.media,
     )
     with ctx.counters.phase("verify"):
         first = next_token(out.logits[:, -1], ctx.sampling, ctx.generator)
@@ -143,11 +144,13 @@ def generation_steps(
     runtime: EngineRuntime | None = None,
     prompt_key: str = "",
     paused_between_steps: bool = False,
+    media: Mapping[str, torch.Tensor] | None = None,
 ) -> Generator[None, None, Generation]:
     """``generate`` one step at a time: a generator that yields after the prefill and after every decoding step
     and returns the ``Generation``. With ``paused_between_steps`` (host-only devices) its timers stop while it
     is suspended, so two generations driven in turns, step by step (``run_interleaved``), each time only their
-    own steps: what the runner does to compare a method with `ar` under the same machine conditions."""
+    own steps: what the runner does to compare a method with `ar` under the same machine conditions. ``media``: the
+    prompt's other prefill inputs (a vision-language target's ``pixel_values``; decoding is text-only after it)."""
     check_batch_size_one(prompt_ids, "generate")
     if max_new_tokens < 1:
         raise DraftcountError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -158,8 +161,9 @@ def generation_steps(
     if adapter.max_draft_nodes:
         refuse_drafting(type(adapter).__name__, runtime.rollback_refusal)
     counters = GenerationCounters()
+    media = {name: value.to(target.device) for name, value in (media or {}).items()}
     ctx = StepContext(sampling, generator, counters, target.vocab_size, runtime, prompt_len + max_new_tokens + 1,
-                      prompt_key)
+                      prompt_key, media=media)
     prompt_ids = prompt_ids.to(target.device)
     stopwatch = Stopwatch(target.device)
     counters.start_clock(PhaseClock(target.device))
@@ -216,12 +220,14 @@ def generate(
     prompt_name: str = "",
     runtime: EngineRuntime | None = None,
     prompt_key: str = "",
+    media: Mapping[str, torch.Tensor] | None = None,
 ) -> Generation:
     """Generate up to ``max_new_tokens`` tokens after ``prompt_ids`` (1, L) with ``adapter`` drafting.
 
     ``runtime`` says how the target runs (KV cache kind, CUDA graphs, compile); default: plain eager with a
     DynamicCache. Pass one runtime to every generation of a run so its static cache and graphs are reused.
     ``prompt_key`` names what is answered (the runner gives every sample of one prompt and turn the same key).
+    ``media``: the prompt's image for a vision-language target (``{"pixel_values": ...}``), prefilled with it.
     """
     return run_interleaved([generation_steps(target, adapter, prompt_ids, max_new_tokens, sampling, eos_token_ids,
-                                             generator, verify, prompt_name, runtime, prompt_key)])[0]
+                                             generator, verify, prompt_name, runtime, prompt_key, media=media)])[0]

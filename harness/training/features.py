@@ -21,6 +21,7 @@ from transformers import PreTrainedModel
 from harness.store.atomic import atomic_path
 from harness.errors import DraftcountError
 from harness.data.token_streams import random_windows
+from harness.backend.models import text_config
 
 DTYPES = {"float16": torch.float16, "bfloat16": torch.bfloat16, "float32": torch.float32}
 
@@ -30,7 +31,7 @@ def layer_key(layer: int | str) -> str:
 
 
 def check_layers(model: PreTrainedModel, layers: list[int | str]) -> None:
-    depth = model.config.num_hidden_layers
+    depth = text_config(model.config).num_hidden_layers
     for layer in layers:
         if layer != "last" and not (isinstance(layer, int) and 0 <= layer <= depth):
             raise DraftcountError(f"feature layer {layer!r} is not 'last' or an integer in 0..{depth}")
@@ -59,9 +60,9 @@ def dump_features(model: PreTrainedModel, tokens: torch.Tensor, out_dir: Path, s
     if dtype not in DTYPES:
         raise DraftcountError(f"feature dtype must be one of {list(DTYPES)}, got {dtype!r}")
     torch_dtype = DTYPES[dtype]
-    size = dump_size_bytes(sequences, seq_len, model.config.hidden_size, len(layers), torch_dtype)
+    size = dump_size_bytes(sequences, seq_len, text_config(model.config).hidden_size, len(layers), torch_dtype)
     print(f"feature dump: {sequences} sequences x {seq_len} tokens x {len(layers)} layers "
-          f"({model.config.hidden_size} wide, {dtype}) = {size / 2**20:.1f} MiB on disk")
+          f"({text_config(model.config).hidden_size} wide, {dtype}) = {size / 2**20:.1f} MiB on disk")
     out_dir.mkdir(parents=True, exist_ok=True)
     generator = torch.Generator().manual_seed(seed)
     shards = []
@@ -80,7 +81,7 @@ def dump_features(model: PreTrainedModel, tokens: torch.Tensor, out_dir: Path, s
             save_file({key: value.contiguous() for key, value in tensors.items()}, str(partial))
         shards.append(name)
     index = {"shards": shards, "layers": [layer_key(layer) for layer in layers], "sequences": sequences,
-             "seq_len": seq_len, "dtype": dtype, "hidden_size": model.config.hidden_size, "bytes": size}
+             "seq_len": seq_len, "dtype": dtype, "hidden_size": text_config(model.config).hidden_size, "bytes": size}
     (out_dir / "index.json").write_text(json.dumps(index, indent=2) + "\n")
     return index
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from harness.backend.models import text_config
 from harness.errors import DraftcountError
 from harness.options import parse_options
 from harness.training.drafters import (
@@ -155,7 +156,7 @@ def block_agreement(drafter: DFlashDrafter, embed: torch.nn.Module, lm_head: tor
 def fresh_drafter(options: DFlashTrainOptions, target_model: torch.nn.Module,
                   anchor_predicts: bool = False) -> DFlashDrafter:
     """A new drafter for the target, shaped by the options (z-lab's layer spacing unless ``target_layers``)."""
-    total = int(target_model.config.num_hidden_layers)
+    total = int(text_config(target_model.config).num_hidden_layers)
     layers = options.target_layers or default_target_layers(total, options.layers)
     vocab = int(target_model.get_input_embeddings().weight.shape[0])
     if any(not -1 <= layer < total for layer in layers):

@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from transformers import LlamaConfig, PreTrainedModel
 
+from harness.backend.models import text_config
 from harness.errors import DraftcountError
 from harness.store.atomic import atomic_path
 from harness.training.drafters import DrafterFiles, check_weights, read_drafter, write_drafter
@@ -86,7 +87,7 @@ def load_head(source: str | Path, target: PreTrainedModel) -> EagleHead | Eagle3
     label = f"{'EAGLE-3' if layout == 'eagle3' else 'EAGLE-1/2'} head {directory}"
     if layout == "eagle":
         state.pop("lm_head.weight", None)  # some exports carry the target's LM head; the target's own is used
-    features = head_features(files.meta, layout, int(target.config.num_hidden_layers))
+    features = head_features(files.meta, layout, int(text_config(target.config).num_hidden_layers))
     head = build_head(layout, config, state, features, target, label)
     check_weights(head, state, label, OPTIONAL_WEIGHTS)
     embedding = target.get_input_embeddings().weight.detach().cpu()

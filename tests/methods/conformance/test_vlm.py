@@ -1,0 +1,84 @@
+"""The conformance suite on a vision-language target (a tiny LLaVA: a 2-layer CLIP vision tower at 64 x 64 px in
+patches of 8, its 64 image tokens projected into the trained Markov zoo's language model): the image goes into the
+target's prefill (``generate(..., media={"pixel_values": ...})``), decoding and verification are text-only, and
+every catalog method emits `ar`'s greedy tokens; `ar` equals transformers' own generate with the image, and the
+image changes what it emits (issue 49: the engine half; the VLM zoo, HiViS and DREAM are still to come)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from transformers import CLIPVisionConfig, LlavaConfig, LlavaForConditionalGeneration
+
+from harness import generate
+from tests.helpers import markov_llama
+from tests.methods.conformance import GREEDY, METHODS, Zoo, prompts
+
+VOCAB, IMAGE_TOKEN = 48, 47  # the Markov language's vocabulary; its last token stands for an image patch
+PATCHES = (64 // 8) ** 2
+
+
+def tiny_llava(seed: int = 0) -> LlavaForConditionalGeneration:
+    """A LLaVA whose language model is the trained Markov LM and whose vision tower and projector are random."""
+    language = markov_llama()
+    vision = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
+                              image_size=64, patch_size=8)
+    config = LlavaConfig(vision_config=vision, text_config=language.config, image_token_index=IMAGE_TOKEN,
+                         vision_feature_layer=-1, vision_feature_select_strategy="default")
+    torch.manual_seed(seed)
+    model = LlavaForConditionalGeneration(config).eval()
+    model.model.language_model.load_state_dict(language.model.state_dict())
+    model.lm_head.load_state_dict(language.lm_head.state_dict())
+    model.generation_config.eos_token_id = None
+    return model
+
+
+def image_prompts(count: int) -> list[tuple[torch.Tensor, dict[str, torch.Tensor]]]:
+    """Prompts of text, an image's 64 tokens, then text (no text token is the image token), each with its image."""
+    generator = torch.Generator().manual_seed(11)
+    cases = []
+    for prompt in prompts(count):
+        text = prompt.clamp(max=IMAGE_TOKEN - 1)
+        ids = torch.cat([text[:, :2], torch.full((1, PATCHES), IMAGE_TOKEN), text[:, 2:]], dim=1)
+        cases.append((ids, {"pixel_values": torch.randn((1, 3, 64, 64), generator=generator)}))
+    return cases
+
+
+@pytest.fixture(scope="module")
+def vlm_zoo(tmp_path_factory) -> Zoo:
+    draft = markov_llama(hidden=24, layers=1, heads=2, seed=3)
+    return Zoo(tmp_path_factory.mktemp("conformance-vlm"), tiny_llava(), draft, VOCAB, train_steps=20)
+
+
+@pytest.fixture(scope="module")
+def vlm_ar(vlm_zoo: Zoo) -> list[list[int]]:
+    return [generate(vlm_zoo.target, vlm_zoo.build("ar"), ids, 16, GREEDY, media=media).output_ids
+            for ids, media in image_prompts(4)]
+
+
+def test_ar_with_an_image_equals_transformers_generate_and_the_image_matters(vlm_zoo: Zoo, vlm_ar: list[list[int]]):
+    (ids, media), *_ = image_prompts(4)
+    theirs = vlm_zoo.target.model.generate(ids, pixel_values=media["pixel_values"], attention_mask=torch.ones_like(ids),
+                                           max_new_tokens=16, do_sample=False)[0, ids.shape[1]:].tolist()
+    assert vlm_ar[0] == theirs
+    other = {"pixel_values": torch.randn((1, 3, 64, 64), generator=torch.Generator().manual_seed(99))}
+    outputs = {tuple(generate(vlm_zoo.target, vlm_zoo.build("ar"), ids, 16, GREEDY, media=other).output_ids)}
+    outputs |= {tuple(vlm_ar[0])}
+    assert len(outputs) == 2  # another image, another continuation: the prefill reads the image
+
+
+def test_the_target_decodes_with_its_language_model(vlm_zoo: Zoo):
+    """Its context, hidden states and FLOP estimate are the language model's: the vision tower and projector run
+    once per image, at prefill, and are not counted per token."""
+    target, language = vlm_zoo.target, vlm_zoo.target.model.model.language_model
+    assert target.context_length == 512 and target.hidden_state_count == 4 and target.vocab_size == VOCAB
+    body = sum(parameter.numel() for name, parameter in language.named_parameters() if "embed_tokens" not in name)
+    assert target.cost.body_params == body and target.cost.num_layers == 3
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_greedy_output_with_an_image_equals_ar(vlm_zoo: Zoo, vlm_ar: list[list[int]], method: str):
+    adapter = vlm_zoo.build(method)
+    for (ids, media), expected in zip(image_prompts(4), vlm_ar):
+        result = generate(vlm_zoo.target, adapter, ids, 16, GREEDY, media=media)
+        assert result.output_ids == expected, f"{method} left ar's greedy output with an image"
