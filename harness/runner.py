@@ -31,9 +31,10 @@ from harness.verify import DEFAULT_VERIFIER, get_verifier
 from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.engine.loop import Generation, generation_steps, run_interleaved
 from harness.errors import DraftcountError
-from harness.backend.models import LoadedModel, load_model
+from harness.backend.models import LoadedModel, load_model, model_location
 from harness.options import options_as_dict
 from harness.data.prompts import Prompt, encode_turn, load_prompts, longest_sequence
+from harness.data.images import image_inputs, image_record, image_tokens, with_image
 from harness.data.templates import PromptFormat
 from harness.store.drafter_meta import drafter_data
 from harness.store.records import SCHEMA_VERSION, atomic_jsonl, environment, write_record
@@ -142,6 +143,7 @@ def _record(config: RunConfig, target: LoadedModel, draft: LoadedModel | None, c
         "dataset": config.dataset or Path(config.prompts).stem,
         "prompt_id": prompt.id,
         "category": prompt.category,
+        "image": image_record(prompt.image) if prompt.image else None,
         "turn": turn,
         "sample": sample,
         "prompt_tokens": len(prompt_ids),
@@ -177,8 +179,10 @@ def run(config: RunConfig, progress: bool = True) -> int:
     trained_on = drafter_data(config.drafter)
     eos = eos_ids(target)
     verifiers = {"method": get_verifier(config.verifier), "baseline": get_verifier(DEFAULT_VERIFIER)}  # ar: as always
+    image_token, image_count = image_tokens(target.model.config) if any(p.image for p in prompts) else (0, 0)
     runtime = EngineRuntime(target, config.engine)  # one per run: its static cache and graphs serve every turn
-    runtime.reserve(longest_sequence(target.tokenizer, prompts, config.max_new_tokens, config.prompt_format))  # sized before warm-up
+    runtime.reserve(image_count + longest_sequence(target.tokenizer, prompts, config.max_new_tokens,
+                                                   config.prompt_format))  # sized before warm-up
     interleave = config.interleave if config.interleave != "auto" else (
         "turn" if target.device.type == "cuda" else "step")
     runtimes = {contender.role: runtime for contender in contenders}
@@ -187,33 +191,42 @@ def run(config: RunConfig, progress: bool = True) -> int:
             runtimes[contender.role] = EngineRuntime(target, config.engine)
             runtimes[contender.role].reserve(runtime.reserved)
 
+    def turn_inputs(prompt: Prompt, history: list[tuple[str, str]], question: str) -> list[int]:
+        """A turn's token ids: the conversation so far and ``question``, the prompt's image placeholders first."""
+        ids = encode_turn(target.tokenizer, history, question, config.prompt_format)
+        return with_image(ids, image_token, image_count, target.tokenizer.bos_token_id) if prompt.image else ids
+
     def turn_steps(contender: _Contender, ids: list[int], seed: int, name: str, max_new: int, key: str,
-                   paused: bool):
+                   paused: bool, media: dict[str, torch.Tensor] | None):
         return generation_steps(
             target, contender.adapter, torch.tensor([ids]), max_new, config.sampling, eos,
             make_generator(seed, target.device), verify=verifiers[contender.role], prompt_name=name,
-            runtime=runtimes[contender.role], prompt_key=key, paused_between_steps=paused,
+            runtime=runtimes[contender.role], prompt_key=key, paused_between_steps=paused, media=media,
         )
 
-    def run_turn(contender: _Contender, ids: list[int], seed: int, name: str, max_new: int, key: str) -> Generation:
-        return run_interleaved([turn_steps(contender, ids, seed, name, max_new, key, False)])[0]
+    def run_turn(contender: _Contender, ids: list[int], seed: int, name: str, max_new: int, key: str,
+                 media: dict[str, torch.Tensor] | None) -> Generation:
+        return run_interleaved([turn_steps(contender, ids, seed, name, max_new, key, False, media)])[0]
+
+    def prompt_media(prompt: Prompt) -> dict[str, torch.Tensor] | None:
+        return image_inputs(model_location(config.target), prompt.image) if prompt.image else None
 
     def warm_turn(contender: _Contender, index: int) -> Generation:
         prompt = prompts[index % len(prompts)]
-        return run_turn(contender, encode_turn(target.tokenizer, [], prompt.turns[0], config.prompt_format), config.seed,
-                        f"{prompt.id} (warm-up)", min(16, config.max_new_tokens), WARM_UP_KEY)
+        return run_turn(contender, turn_inputs(prompt, [], prompt.turns[0]), config.seed, f"{prompt.id} (warm-up)",
+                        min(16, config.max_new_tokens), WARM_UP_KEY, prompt_media(prompt))
 
     for contender in contenders:  # until a warm-up captures no new CUDA graph (at most SETTLING_WARMUPS more)
         warm_up(lambda index: warm_turn(contender, index), lambda: runtimes[contender.role].captures, config.warmup)
 
     def timed_turn(order: list[_Contender], inputs: list[list[int]], seed: int, name: str,
-                   key: str) -> list[tuple[Generation, int, int]]:
+                   key: str, media: dict[str, torch.Tensor] | None) -> list[tuple[Generation, int, int]]:
         """Every contender's generation of one turn, with the graphs it captured and its discarded reruns."""
         if interleave == "step":
-            steps = [turn_steps(contender, ids, seed, name, config.max_new_tokens, key, True)
+            steps = [turn_steps(contender, ids, seed, name, config.max_new_tokens, key, True, media)
                      for contender, ids in zip(order, inputs)]
             return [(result, 0, 0) for result in run_interleaved(steps)]
-        return [without_captures(lambda: run_turn(contender, ids, seed, name, config.max_new_tokens, key),
+        return [without_captures(lambda: run_turn(contender, ids, seed, name, config.max_new_tokens, key, media),
                                  lambda: runtimes[contender.role].captures)
                 for contender, ids in zip(order, inputs)]
 
@@ -222,11 +235,12 @@ def run(config: RunConfig, progress: bool = True) -> int:
         target forward (the progress bar's figure)."""
         order = contenders if (index + sample) % 2 == 0 else contenders[::-1]
         histories = [[] for _ in order]
+        media = prompt_media(prompt)
         for turn, question in enumerate(prompt.turns):
             seed = generation_seed(config.seed, index, turn, sample)
             name = f"{prompt.id} turn {turn}" + (f" sample {sample}" if config.samples > 1 else "")
-            inputs = [encode_turn(target.tokenizer, history, question, config.prompt_format) for history in histories]
-            outcomes = timed_turn(order, inputs, seed, name, f"{prompt.id}#{turn}")
+            inputs = [turn_inputs(prompt, history, question) for history in histories]
+            outcomes = timed_turn(order, inputs, seed, name, f"{prompt.id}#{turn}", media)
             for contender, history, ids, (result, captured, reruns) in zip(order, histories, inputs, outcomes):
                 write_record(handle, _record(config, target, draft, contender, prompt, turn, sample, ids, seed, result,
                                              captured, reruns, runtimes[contender.role].options, interleave, repeat,

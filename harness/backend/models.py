@@ -142,6 +142,11 @@ def check_model_source(source: str) -> None:
         raise DraftcountError(f"model path '{source}' does not exist")
 
 
+def model_location(source: str) -> str:
+    """Where the model named ``source`` (a local directory or a hub id) lies on this machine."""
+    return str(Path(source).expanduser()) if not is_hub_id(source) else str(model_snapshot(source))
+
+
 def model_class(location: str) -> type:
     """The auto class that loads the model at ``location``: a causal LM, or a vision-language model (a LLaVA-style
     config with a ``vision_config``: its language model decodes, its vision tower runs at prefill)."""
@@ -163,7 +168,7 @@ def load_model(
     check_model_source(source)
     torch_dtype = resolve_dtype(dtype)
     torch_device = resolve_device(device)
-    location = str(Path(source).expanduser()) if not is_hub_id(source) else str(model_snapshot(source))
+    location = model_location(source)
     try:
         model = model_class(location).from_pretrained(location, dtype=torch_dtype,
                                                       attn_implementation=attn_implementation)

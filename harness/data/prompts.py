@@ -25,6 +25,7 @@ class Prompt:
     id: str
     category: str
     turns: tuple[str, ...]
+    image: str = ""  # a vision-language prompt's image file (harness.data.images); "" for text alone
 
 
 def _read_jsonl(path: Path) -> list[dict]:
@@ -32,14 +33,16 @@ def _read_jsonl(path: Path) -> list[dict]:
 
 
 def load_question_jsonl(path: Path) -> list[Prompt]:
-    """Spec-Bench / MT-Bench format: question_id, category, turns."""
+    """Spec-Bench / MT-Bench format: question_id, category, turns; and ``image``, a file relative to the prompt
+    file's folder, for a vision-language target."""
     prompts = []
     for row in _read_jsonl(path):
         if "turns" not in row:
             raise DraftcountError(f"{path}: a record has no 'turns' field (keys: {sorted(row)})")
         prompts.append(
             Prompt(id=str(row.get("question_id", len(prompts))), category=str(row.get("category", "")),
-                   turns=tuple(str(turn) for turn in row["turns"]))
+                   turns=tuple(str(turn) for turn in row["turns"]),
+                   image=str(Path(path).parent / row["image"]) if row.get("image") else "")
         )
     return prompts
 
