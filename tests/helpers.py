@@ -16,7 +16,7 @@ from harness import LoadedModel, SamplingConfig, generate
 from harness.engine.adapter import AdapterBase, StepContext
 from harness.engine.drafting import choose_children
 from harness.backend.forward import LMOutput, positions, run_model
-from harness.backend.kv_cache import new_cache
+from harness.backend.kv_cache import cache_argument, new_cache
 from harness.data.token_streams import save_tokens
 from harness.verify.sampling import align_vocab, logits_to_probs, make_generator
 from harness.engine.runtime import EngineOptions, EngineRuntime
@@ -236,15 +236,20 @@ def skip_residual_verifier():
     return partial(verify_tree, residual=lambda target, draft: target)
 
 
-def exact_distribution(target: LoadedModel, prompt: list[int], length: int, sampling: SamplingConfig) -> dict:
-    """P(first ``length`` generated tokens) under the target, by enumerating every sequence."""
+def exact_distribution(target: LoadedModel, prompt: list[int], length: int, sampling: SamplingConfig,
+                       media: dict[str, torch.Tensor] | None = None) -> dict:
+    """P(first ``length`` generated tokens) under the target, by enumerating every sequence (``media``: the
+    prompt's image, given to every row)."""
     vocab = target.vocab_size
     probabilities = {(): 1.0}
     with torch.no_grad():
         for _ in range(length):
             prefixes = list(probabilities)
-            batch = torch.tensor([prompt + list(prefix) for prefix in prefixes])
-            step = logits_to_probs(target.model(batch).logits[:, -1], sampling)
+            if media:
+                logits = logits_after_image(target, prompt, prefixes, media)
+            else:
+                logits = target.model(torch.tensor([prompt + list(prefix) for prefix in prefixes])).logits[:, -1]
+            step = logits_to_probs(logits, sampling)
             probabilities = {
                 prefix + (token,): probabilities[prefix] * float(step[row, token])
                 for row, prefix in enumerate(prefixes) for token in range(vocab)
@@ -252,13 +257,34 @@ def exact_distribution(target: LoadedModel, prompt: list[int], length: int, samp
     return probabilities
 
 
+def logits_after_image(target: LoadedModel, prompt: list[int], prefixes: list[tuple[int, ...]],
+                       media: dict[str, torch.Tensor]) -> torch.Tensor:
+    """The target's next-token logits after ``prompt`` (prefilled with its image, transformers' own forward) and each
+    of ``prefixes`` (decoded text-only on a copy of that cache): a generated token may equal the image placeholder,
+    which a full forward with the image would take for one more patch."""
+    cache = new_cache(target.config)
+    first = target.model(input_ids=torch.tensor([prompt]), use_cache=True, **cache_argument(target.model, cache),
+                         **media).logits[0, -1]
+    rows = []
+    for prefix in prefixes:
+        if not prefix:
+            rows.append(first)
+            continue
+        copied = copy.deepcopy(cache)
+        positions = torch.arange(len(prompt), len(prompt) + len(prefix))[None]
+        rows.append(target.model(input_ids=torch.tensor([list(prefix)]), position_ids=positions, use_cache=True,
+                                 **cache_argument(target.model, copied)).logits[0, -1])
+    return torch.stack(rows)
+
+
 def sampled_distribution(target: LoadedModel, adapter, prompt: list[int], length: int, sampling: SamplingConfig,
-                         samples: int, seed: int, verify=verify_tree) -> Counter:
+                         samples: int, seed: int, verify=verify_tree,
+                         media: dict[str, torch.Tensor] | None = None) -> Counter:
     counts: Counter = Counter()
     ids = torch.tensor([prompt])
     for index in range(samples):
         result = generate(target, adapter, ids, length, sampling, generator=make_generator(seed + index, "cpu"),
-                          verify=verify)
+                          verify=verify, media=media)
         counts[tuple(result.output_ids)] += 1
     return counts
 

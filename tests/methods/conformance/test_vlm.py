@@ -2,7 +2,8 @@
 patches of 8, its 64 image tokens projected into the trained Markov zoo's language model): the image goes into the
 target's prefill (``generate(..., media={"pixel_values": ...})``), decoding and verification are text-only, and
 every catalog method emits `ar`'s greedy tokens; `ar` equals transformers' own generate with the image, and the
-image changes what it emits (issue 49: the engine half; the VLM zoo, HiViS and DREAM are still to come)."""
+image changes what it emits; at T = 1, `sd` and `eagle` follow the target's law given the image (issue 49: the
+engine half; the VLM zoo, HiViS and DREAM are still to come)."""
 
 from __future__ import annotations
 
@@ -10,20 +11,22 @@ import pytest
 import torch
 from transformers import CLIPVisionConfig, LlavaConfig, LlavaForConditionalGeneration
 
-from harness import generate
-from tests.helpers import markov_llama
-from tests.methods.conformance import GREEDY, METHODS, Zoo, prompts
+from harness import SamplingConfig, generate
+from tests.helpers import chi_square_pvalue, exact_distribution, make_llama, markov_llama, sampled_distribution
+from tests.methods.conformance import ALPHA, GREEDY, METHODS, SAMPLES, Zoo, prompts
 
 VOCAB, IMAGE_TOKEN = 48, 47  # the Markov language's vocabulary; its last token stands for an image patch
 PATCHES = (64 // 8) ** 2
 
 
-def tiny_llava(seed: int = 0) -> LlavaForConditionalGeneration:
-    """A LLaVA whose language model is the trained Markov LM and whose vision tower and projector are random."""
-    language = markov_llama()
+def tiny_llava(language=None, seed: int = 0) -> LlavaForConditionalGeneration:
+    """A LLaVA around ``language`` (default: the trained Markov LM; its last token stands for an image patch) with a
+    random vision tower and projector."""
+    language = language if language is not None else markov_llama()
     vision = CLIPVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=2, num_attention_heads=2,
                               image_size=64, patch_size=8)
-    config = LlavaConfig(vision_config=vision, text_config=language.config, image_token_index=IMAGE_TOKEN,
+    config = LlavaConfig(vision_config=vision, text_config=language.config,
+                         image_token_index=language.config.vocab_size - 1, image_seq_length=PATCHES,
                          vision_feature_layer=-1, vision_feature_select_strategy="default")
     torch.manual_seed(seed)
     model = LlavaForConditionalGeneration(config).eval()
@@ -48,6 +51,14 @@ def image_prompts(count: int) -> list[tuple[torch.Tensor, dict[str, torch.Tensor
 def vlm_zoo(tmp_path_factory) -> Zoo:
     draft = markov_llama(hidden=24, layers=1, heads=2, seed=3)
     return Zoo(tmp_path_factory.mktemp("conformance-vlm"), tiny_llava(), draft, VOCAB, train_steps=20)
+
+
+@pytest.fixture(scope="module")
+def small_vlm_zoo(tmp_path_factory) -> Zoo:
+    """The 6-token zoo's peaked random models, the target inside a LLaVA (token 5 the image placeholder)."""
+    target = tiny_llava(make_llama(vocab=6, hidden=16, layers=1, heads=2, seed=0, init_range=1.0))
+    draft = make_llama(vocab=6, hidden=16, layers=1, heads=2, seed=1, init_range=1.0)
+    return Zoo(tmp_path_factory.mktemp("conformance-vlm-sampling"), target, draft, 6, train_steps=0)
 
 
 @pytest.fixture(scope="module")
@@ -82,3 +93,16 @@ def test_greedy_output_with_an_image_equals_ar(vlm_zoo: Zoo, vlm_ar: list[list[i
     for (ids, media), expected in zip(image_prompts(4), vlm_ar):
         result = generate(vlm_zoo.target, adapter, ids, 16, GREEDY, media=media)
         assert result.output_ids == expected, f"{method} left ar's greedy output with an image"
+
+
+@pytest.mark.parametrize("method", ["sd", "eagle"])
+def test_sampled_distribution_with_an_image_equals_the_target(small_vlm_zoo: Zoo, method: str):
+    """At T = 1 the first three tokens after a prompt with an image follow the target's law given that image (a
+    draft LM that never sees it, a head that reads the image positions' hidden states)."""
+    prompt = [1, 2, *[5] * PATCHES, 3]
+    media = {"pixel_values": torch.randn((1, 3, 64, 64), generator=torch.Generator().manual_seed(5))}
+    sampling = SamplingConfig(1.0)
+    exact = exact_distribution(small_vlm_zoo.target, prompt, 3, sampling, media)
+    counts = sampled_distribution(small_vlm_zoo.target, small_vlm_zoo.build(method), prompt, 3, sampling, SAMPLES,
+                                  seed=0, media=media)
+    assert chi_square_pvalue(counts, exact) > ALPHA
