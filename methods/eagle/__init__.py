@@ -7,6 +7,7 @@ trainer; cost: its cost model for the 8B-shape projection.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 from harness.errors import DraftcountError
 from harness.trees.beam_shape import BeamOptions
@@ -16,12 +17,18 @@ from harness.trees.beam_shape import BeamOptions
 class EagleOptions(BeamOptions):
     """The beam tree's shape (top_k, depth, budget, shape_file); the head's fusion comes with the drafter.
     ``parallel`` k > 0: P-EAGLE, a chain of k drafted by one forward of a head trained for it (the tree options are
-    then unused)."""
+    then unused). ``visual_tokens`` on a vision-language target: ``keep`` (the head reads the image positions'
+    hidden states too) or ``drop`` (HiViS: the head's context is the text positions alone, whose hidden states
+    already attended to the image, so its prefill shrinks to the text)."""
 
     parallel: int = 0
+    visual_tokens: Literal["keep", "drop"] = "keep"
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.parallel and self.visual_tokens == "drop":
+            raise DraftcountError("method 'eagle': visual_tokens=drop (HiViS) drafts trees; it does not combine with "
+                                  "parallel (P-EAGLE)")
         if self.parallel < 0 or self.parallel == 1:
             raise DraftcountError(f"option 'parallel' of method 'eagle' must be 0 (EAGLE-2 trees) or >= 2 (P-EAGLE's "
                                   f"chain of k from one forward), got {self.parallel}")

@@ -66,15 +66,17 @@ class EagleAdapter(AdapterBase):
 
     wants_target_hidden_states = True
 
-    def __init__(self, head: EagleHead | Eagle3Head, target: LoadedModel, shape: BeamShape) -> None:
+    def __init__(self, head: EagleHead | Eagle3Head, target: LoadedModel, shape: BeamShape,
+                 visual_tokens: str = "keep") -> None:
         self.runner = HeadRunner(head, target, head.cost(target.model.get_output_embeddings().weight.numel()))
+        self.image_token = image_token_of(target) if visual_tokens == "drop" else None
         self.head = self.runner.module
         self.target_hidden_layers = feature_indices(head.features)
         self.shape = shape
         self.max_draft_nodes = shape.max_nodes
         self.details = {"top_k": shape.top_k, "depth": shape.depth, "budget": shape.budget,
                         "fusion": head.features.fusion, "feature_layers": list(head.features.layers),
-                        "drafter_parameters": head.trainable_parameters()}
+                        "drafter_parameters": head.trainable_parameters(), "visual_tokens": visual_tokens}
         self._reset()
 
     def batch_row(self):
@@ -90,6 +92,8 @@ class EagleAdapter(AdapterBase):
                        if ctx is not None else None)
         self.pending = torch.empty(0)  # true features of positions fed_len.. not yet fed
         self.fed_len = 0
+        self.dropped = torch.empty(0, dtype=torch.long)  # the prompt's text tokens, when its image tokens are dropped
+        self.prompt_len = 0
         self.beam: BeamTree | None = None
         self.work = DrafterWork()  # nothing charged in an earlier (say, failed) generation carries over
 
@@ -127,11 +131,24 @@ class EagleAdapter(AdapterBase):
 
     def begin(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> None:
         self._reset(ctx)
-        self.pending = self._features(prefill.hidden_states, slice(None))
+        if self.image_token is None:
+            self.pending = self._features(prefill.hidden_states, slice(None))
+            return
+        text = (prompt_ids[0] != self.image_token).nonzero().flatten().to(self.runner.device)  # HiViS: text only
+        self.pending = self._features(prefill.hidden_states, text)
+        self.dropped, self.prompt_len = prompt_ids[0, text.to(prompt_ids.device)], prompt_ids.shape[-1]
+
+    def head_tokens(self, sequence: torch.Tensor, start: int, count: int) -> torch.Tensor:
+        """The head's input tokens ``start``..``start + count`` of its own sequence: the target's, or with
+        ``visual_tokens=drop`` the prompt's text tokens followed by every token after the prompt."""
+        if self.image_token is None:
+            return sequence[0, start : start + count]
+        own = torch.cat([self.dropped.to(sequence.device), sequence[0, self.prompt_len:]])
+        return own[start : start + count]
 
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
         count = self.pending.shape[0]
-        tokens = sequence[0, self.fed_len + 1 : self.fed_len + 1 + count]
+        tokens = self.head_tokens(sequence, self.fed_len + 1, count)
         hidden, flops = self._forward(
             ctx, self.pending, tokens, positions(self.fed_len, count, self.runner.device), None, logits_rows=1, step=1,
         )
@@ -165,6 +182,15 @@ class EagleAdapter(AdapterBase):
         crop_cache(self.cache, self.fed_len)  # drop the tree nodes' entries: they were built on predicted features
         index = index_on(verdict.path, target_out.logits.device)
         self.pending = self._features(target_out.hidden_states, index)
+
+
+def image_token_of(target: LoadedModel) -> int:
+    """A vision-language target's image placeholder token (``visual_tokens=drop``), or a one-line refusal."""
+    token = getattr(target.model.config, "image_token_index", None)
+    if token is None:
+        raise DraftcountError("eagle: visual_tokens=drop (HiViS) needs a vision-language target with an image "
+                              "placeholder token (image_token_index); this target has none")
+    return int(token)
 
 
 class ParallelEagleAdapter(EagleAdapter):
@@ -208,7 +234,7 @@ def build(options: EagleOptions, inputs: BuildInputs) -> EagleAdapter:
     target = inputs.target
     head = load_head(inputs.drafter_dir, target.model)
     if not options.parallel:
-        return EagleAdapter(head, target, options.shape())
+        return EagleAdapter(head, target, options.shape(), options.visual_tokens)
     if not getattr(head, "parallel", False):
         raise DraftcountError(f"eagle: option `parallel` needs a head trained for it (P-EAGLE's mask inputs); "
                               f"{inputs.drafter_dir} has none (train one with --opt parallel=K)")

@@ -11,7 +11,9 @@ import pytest
 import torch
 from transformers import CLIPVisionConfig, LlavaConfig, LlavaForConditionalGeneration
 
-from harness import SamplingConfig, generate
+from harness import SamplingConfig, generate, wrap_model
+from harness.engine.method_spec import BuildInputs, build_adapter
+from harness.errors import DraftcountError
 from tests.helpers import chi_square_pvalue, exact_distribution, make_llama, markov_llama, sampled_distribution
 from tests.methods.conformance import ALPHA, GREEDY, METHODS, SAMPLES, Zoo, prompts
 
@@ -106,3 +108,29 @@ def test_sampled_distribution_with_an_image_equals_the_target(small_vlm_zoo: Zoo
     counts = sampled_distribution(small_vlm_zoo.target, small_vlm_zoo.build(method), prompt, 3, sampling, SAMPLES,
                                   seed=0, media=media)
     assert chi_square_pvalue(counts, exact) > ALPHA
+
+
+def test_hivis_drops_the_image_from_the_heads_context_and_stays_lossless(vlm_zoo: Zoo, vlm_ar: list[list[int]]):
+    """eagle with ``visual_tokens=drop`` (HiViS): after the prefill the head's context holds the prompt's text
+    positions alone (64 fewer than with ``keep``); its greedy output is `ar`'s; a text target refuses it."""
+    inputs = vlm_zoo.inputs("eagle")
+    drop = build_adapter("eagle", {"visual_tokens": "drop"}, inputs)[0]
+    keep = build_adapter("eagle", {}, inputs)[0]
+    ids, media = image_prompts(4)[0]
+    for adapter, context in ((drop, ids.shape[1] - PATCHES), (keep, ids.shape[1])):
+        generate(vlm_zoo.target, adapter, ids, 1, GREEDY, media=media)  # the prefill and begin, no decoding step
+        assert adapter.pending.shape[0] == context
+    for (ids, media), expected in zip(image_prompts(4), vlm_ar):
+        assert generate(vlm_zoo.target, drop, ids, 16, GREEDY, media=media).output_ids == expected
+    text = BuildInputs(wrap_model(markov_llama()), None, inputs.drafter_dir)
+    with pytest.raises(DraftcountError, match="visual_tokens=drop .* needs a vision-language target"):
+        build_adapter("eagle", {"visual_tokens": "drop"}, text)
+
+
+def test_hivis_sampling_with_an_image_follows_the_target(small_vlm_zoo: Zoo):
+    prompt = [1, 2, *[5] * PATCHES, 3]
+    media = {"pixel_values": torch.randn((1, 3, 64, 64), generator=torch.Generator().manual_seed(6))}
+    sampling = SamplingConfig(1.0)
+    adapter = build_adapter("eagle", {"visual_tokens": "drop"}, small_vlm_zoo.inputs("eagle"))[0]
+    counts = sampled_distribution(small_vlm_zoo.target, adapter, prompt, 3, sampling, SAMPLES, seed=0, media=media)
+    assert chi_square_pvalue(counts, exact_distribution(small_vlm_zoo.target, prompt, 3, sampling, media)) > ALPHA
