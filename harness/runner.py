@@ -179,7 +179,9 @@ def run(config: RunConfig, progress: bool = True) -> int:
     trained_on = drafter_data(config.drafter)
     eos = eos_ids(target)
     verifiers = {"method": get_verifier(config.verifier), "baseline": get_verifier(DEFAULT_VERIFIER)}  # ar: as always
-    image_token, image_count = image_tokens(target.model.config) if any(p.image for p in prompts) else (0, 0)
+    images = any(prompt.image for prompt in prompts)
+    image_token, image_count = image_tokens(target.model.config) if images else (0, 0)
+    location = model_location(config.target) if images else ""  # where its image processor is saved
     runtime = EngineRuntime(target, config.engine)  # one per run: its static cache and graphs serve every turn
     runtime.reserve(image_count + longest_sequence(target.tokenizer, prompts, config.max_new_tokens,
                                                    config.prompt_format))  # sized before warm-up
@@ -209,7 +211,7 @@ def run(config: RunConfig, progress: bool = True) -> int:
         return run_interleaved([turn_steps(contender, ids, seed, name, max_new, key, False, media)])[0]
 
     def prompt_media(prompt: Prompt) -> dict[str, torch.Tensor] | None:
-        return image_inputs(model_location(config.target), prompt.image) if prompt.image else None
+        return image_inputs(location, prompt.image) if prompt.image else None
 
     def warm_turn(contender: _Contender, index: int) -> Generation:
         prompt = prompts[index % len(prompts)]

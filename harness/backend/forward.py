@@ -87,8 +87,6 @@ def run_model(
     def eager() -> tuple[torch.Tensor, ...]:
         mask = prefix_visible(attention_bias, past + new_tokens)
         if isinstance(cache, TreeStateCache):  # a hybrid target: the tree's shape read from its (full) mask
-            if mask is None and new_tokens > 1:
-                mask = causal_bias(past, new_tokens, lm.dtype, input_ids.device)
             return _tree_outputs(lm, input_ids, cache, position_ids, mask, logits_to_keep, kept)
         return _forward_outputs(lm, input_ids, cache, position_ids, mask, logits_to_keep, kept, total, media)
 
@@ -183,10 +181,20 @@ def _forward_outputs(lm: LoadedModel, input_ids: torch.Tensor, cache: DynamicCac
     return (output.logits, *(output.hidden_states[index] for index in kept))
 
 
+def hybrid_forward(model: torch.nn.Module, input_ids: torch.Tensor, cache: TreeStateCache, position_ids: torch.Tensor,
+                   mask: torch.Tensor | None, logits_to_keep: int = 0,
+                   hidden: bool = False) -> tuple[torch.Tensor, tuple[torch.Tensor, ...] | None]:
+    """``harness.hybrid.forward.tree_forward`` with ``mask`` as ``run_model`` takes it (full, or None: causal)."""
+    if mask is None and input_ids.shape[-1] > 1:  # a chain: the tree forward reads its shape from the mask
+        mask = causal_bias(cache.get_seq_length(), input_ids.shape[-1], next(model.parameters()).dtype,
+                           input_ids.device)
+    return tree_forward(model, input_ids, cache, position_ids, mask, logits_to_keep, hidden)
+
+
 def _tree_outputs(lm: LoadedModel, input_ids: torch.Tensor, cache: TreeStateCache, position_ids: torch.Tensor,
                   mask: torch.Tensor | None, logits_to_keep: int, kept: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
     """``_forward_outputs`` for a hybrid model on its ``TreeStateCache`` (``harness.hybrid.forward``)."""
-    logits, states = tree_forward(lm.model, input_ids, cache, position_ids, mask, logits_to_keep, bool(kept))
+    logits, states = hybrid_forward(lm.model, input_ids, cache, position_ids, mask, logits_to_keep, bool(kept))
     return (logits, *(states[index] for index in kept)) if kept else (logits,)
 
 

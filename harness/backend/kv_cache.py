@@ -77,6 +77,13 @@ def rollback_refusal(config: PretrainedConfig) -> str | None:
     return None
 
 
+def eager_refusal(config: PretrainedConfig) -> str | None:
+    """Why a model of ``config`` runs only eagerly, on a dynamic cache and one request at a time, or None:
+    ``rollback_refusal``'s answer, or a hybrid layout ``harness.hybrid`` runs over trees on its own cache (whose
+    Mamba2 state would also read a batch's padding)."""
+    return rollback_refusal(config) or ("layers are Mamba2 layers" if runs_trees(config) else None)
+
+
 def refuse_drafting(who: str, why: str | None) -> None:
     """The one-line refusal of ``who``, a drafting method or adapter, on a target whose cache cannot drop rejected
     drafts for reason ``why`` (``rollback_refusal``'s answer; None: nothing to refuse)."""

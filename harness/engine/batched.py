@@ -19,7 +19,7 @@ import torch
 
 from harness.backend.device import Stopwatch
 from harness.backend.forward import ForwardTally, LMOutput, run_model
-from harness.backend.kv_cache import new_cache, rollback_refusal
+from harness.backend.kv_cache import eager_refusal, new_cache
 from harness.backend.models import LoadedModel
 from harness.engine.adapter import NoDrafts, StepContext
 from harness.engine.batch_adapters import AdapterRows, RootOnlyRows
@@ -28,7 +28,6 @@ from harness.engine.batch_slots import BatchRow, SlotMask, causal, charge_rows, 
 from harness.engine.counters import GenerationCounters
 from harness.engine.draft_lm import DraftLMAdapter
 from harness.engine.loop import Generation, check_fits_context, trim_output
-from harness.hybrid.forward import runs_trees
 from harness.errors import DraftcountError
 from harness.trees.tree import TokenTree
 from harness.verify import DEFAULT_VERIFIER, VERIFIERS, Verifier
@@ -119,7 +118,7 @@ def generate_batch(
     ``phase_seconds`` the time of the batch's verify forwards (``target``) and drafting (``drafter``) it was part
     of."""
     drafting = rows_drafting(adapter, len(prompts))
-    why = rollback_refusal(target.config) or ("layers are Mamba2 layers" if runs_trees(target.config) else None)
+    why = eager_refusal(target.config)
     if why:  # a recurrent state reads every token fed, the masked ones too (padding, rejected drafts)
         raise DraftcountError(f"batches mask their padding and rejected drafts in the KV cache, which this target's "
                               f"recurrent state does not see: its {why}. Run it one request at a time")

@@ -40,9 +40,8 @@ from transformers.cache_utils import Cache
 from harness.errors import DraftcountError
 from harness.backend.cuda_graphs import GraphedForwards, check_capturable
 from harness.backend.forward import ForwardTally, LMOutput, run_model
-from harness.backend.kv_cache import new_cache, rollback_refusal
+from harness.backend.kv_cache import eager_refusal, new_cache, rollback_refusal
 from harness.backend.models import LoadedModel
-from harness.hybrid.forward import runs_trees
 from harness.backend.static_cache import new_static_cache, reset_static_cache, static_capacity
 from harness.trees.tree import TokenTree
 
@@ -117,8 +116,8 @@ class EngineRuntime:
 
     def __init__(self, target: LoadedModel, options: EngineOptions = EngineOptions(), capture: bool = True) -> None:
         self.rollback_refusal = rollback_refusal(target.config)  # why drafts cannot be dropped (hybrid), or None
-        self.hybrid = runs_trees(target.config)  # a hybrid target run over trees (harness.hybrid): eager only
-        options = options.resolved(target.device, full_attention=self.rollback_refusal is None and not self.hybrid)
+        eager_only = eager_refusal(target.config)  # that, or a hybrid run over trees by harness.hybrid
+        options = options.resolved(target.device, full_attention=eager_only is None)
         self.options = options
         self.capture = capture
         if options.compile == "on":
@@ -127,12 +126,9 @@ class EngineRuntime:
             compiled = torch.compile(target.model, backend=options.compile_backend, mode=mode, dynamic=True)
             target = dataclasses.replace(target, model=compiled)
         self.target = target
-        if self.rollback_refusal and (options.kv_cache == "static" or options.cuda_graphs != "off"):
+        if eager_only and (options.kv_cache == "static" or options.cuda_graphs != "off"):
             raise DraftcountError(f"kv_cache=static and CUDA graphs hold full-attention layers only, and this "
-                                  f"target's {self.rollback_refusal}: run it with kv_cache=dynamic cuda_graphs=off")
-        if self.hybrid and (options.kv_cache == "static" or options.cuda_graphs != "off"):
-            raise DraftcountError("a hybrid target's tree forward runs on its own cache, eagerly: run it with "
-                                  "kv_cache=dynamic cuda_graphs=off")
+                                  f"target's {eager_only}: run it with kv_cache=dynamic cuda_graphs=off")
         self.graphs = (self._graph_runner(target.config, "the target", target.device, target.dtype)
                        if options.cuda_graphs != "off" else None)
         self.static_cache: Cache | None = None

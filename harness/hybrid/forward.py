@@ -73,10 +73,9 @@ def mixer_over_tree(mixer: torch.nn.Module, hidden: torch.Tensor, cache: TreeSta
                             mixer.conv1d.bias, queries)
     x, b, c = mixer.act(conv).split([mixer.intermediate_size, groups * state_size, groups * state_size], dim=-1)
     step = softplus_dt(dt.float(), mixer.dt_bias.float(), tuple(mixer.time_step_limit))
-    fed = PendingNodes(raw, x.reshape(queries, heads, head_dim).float(),
-                       b.reshape(queries, groups, state_size).float(), step, torch.zeros_like(step))
-    nodes = pending.extended(fed)
-    nodes.cum = path_cumulative(parents, nodes.dt * -torch.exp(mixer.A_log.float()))
+    cum = path_cumulative(parents, torch.cat([pending.dt, step]) * -torch.exp(mixer.A_log.float()), queries)
+    nodes = pending.extended(PendingNodes(raw, x.reshape(queries, heads, head_dim).float(),
+                                          b.reshape(queries, groups, state_size).float(), step, cum))
     y = tree_scan(cache.states[layer], nodes, c.reshape(queries, groups, state_size).float(), mixer.D.float(),
                   parents, queries)
     cache.pending[layer] = nodes

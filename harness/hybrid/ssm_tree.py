@@ -109,9 +109,10 @@ def tree_convolution(conv_window: torch.Tensor, raw: torch.Tensor, parents: tupl
     return out if bias is None else out + bias.to(raw.dtype)
 
 
-def path_cumulative(parents: tuple[int, ...], dt_a: torch.Tensor) -> torch.Tensor:
-    """cum[node] = cum[parent] + dt_a[node] (0 above a root): ``dt_a`` (n, H) -> (n, H)."""
-    return ancestor_matrix(parents).to(dt_a) @ dt_a
+def path_cumulative(parents: tuple[int, ...], dt_a: torch.Tensor, queries: int) -> torch.Tensor:
+    """cum[node] = cum[parent] + dt_a[node] (0 above a root) of the last ``queries`` nodes: ``dt_a`` (n, H) ->
+    (queries, H), summed over each node's ancestors and itself."""
+    return ancestor_matrix(parents)[-queries:].to(dt_a) @ dt_a
 
 
 def tree_scan(state: torch.Tensor, nodes: PendingNodes, c: torch.Tensor, d: torch.Tensor, parents: tuple[int, ...],

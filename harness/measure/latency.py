@@ -12,11 +12,10 @@ from __future__ import annotations
 import torch
 from transformers import PreTrainedModel
 
-from harness.backend.forward import causal_bias, prefix_visible
+from harness.backend.forward import hybrid_forward, prefix_visible
 from harness.backend.kv_cache import cache_argument, crop_cache
 from harness.backend.timed import timed_seconds, timing_cache
 from harness.hybrid.cache import TreeStateCache
-from harness.hybrid.forward import tree_forward
 from harness.trees.tree import depths_of, tree_attention_bias
 
 
@@ -40,11 +39,9 @@ def target_latencies(model: PreTrainedModel, prefix: int, sizes: list[int], repe
 
     def run(input_ids: torch.Tensor, bias: torch.Tensor | None, position_ids: torch.Tensor | None) -> None:
         if isinstance(cache, TreeStateCache):  # a hybrid target: its tree forward (as the engine verifies)
-            if bias is None and input_ids.shape[1] > 1:
-                bias = causal_bias(cache.get_seq_length(), input_ids.shape[1], model.dtype, device)
             if position_ids is None:
                 position_ids = torch.arange(input_ids.shape[1], device=device)[None]
-            tree_forward(model, input_ids, cache, position_ids, bias)
+            hybrid_forward(model, input_ids, cache, position_ids, bias)
         else:
             model(input_ids=input_ids, attention_mask=bias, position_ids=position_ids, use_cache=True, **cached)
 
