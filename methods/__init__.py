@@ -48,4 +48,7 @@ CATALOG = (  # name, module (METHOD), summary, needs, colour in the figures, opt
           "chain by default", "drafter", "#808000", "methods.mtp:MtpOptions"),
     Entry("polybasic", "methods.polybasic.method", "Polybasic SD: target <- trained mid LM <- draft LM, staged "
           "verification", ("draft", "drafter"), "#b5651d", "methods.polybasic:PolybasicOptions"),
+    Entry("dream", "methods.dream.method", "DREAM: a 3-layer drafter cross-attending to the target's features "
+          "through tanh gates, EAGLE-2 trees; compresses an image to its most attended tokens", "drafter", "#e6194b",
+          "methods.dream:DreamOptions"),
 )

@@ -92,8 +92,8 @@ class EagleAdapter(AdapterBase):
                        if ctx is not None else None)
         self.pending = torch.empty(0)  # true features of positions fed_len.. not yet fed
         self.fed_len = 0
-        self.dropped = torch.empty(0, dtype=torch.long)  # the prompt's text tokens, when its image tokens are dropped
-        self.prompt_len = 0
+        self.kept_prompt = torch.empty(0, dtype=torch.long)  # the prompt tokens the head reads, when not all of them
+        self.prompt_len = 0  # the prompt's length when the head reads part of it, else 0
         self.beam: BeamTree | None = None
         self.work = DrafterWork()  # nothing charged in an earlier (say, failed) generation carries over
 
@@ -108,49 +108,67 @@ class EagleAdapter(AdapterBase):
         return self.head, "head"
 
     def _forward(self, ctx: StepContext, features: torch.Tensor, tokens: torch.Tensor, position_ids: torch.Tensor,
-                 bias: torch.Tensor | None, logits_rows: int, step: int = 1,
-                 masks: int = 0) -> tuple[torch.Tensor, float]:
+                 bias: torch.Tensor | None, logits_rows: int, step: int = 1, masks: int = 0,
+                 embeds: torch.Tensor | None = None) -> tuple[torch.Tensor, float]:
         """The head over (features, tokens) at ``position_ids``; the last ``masks`` slots are P-EAGLE's mask slots
-        (their inputs are placeholders the head replaces)."""
+        (their inputs are placeholders the head replaces); ``embeds``, when given, stand in for the tokens'
+        embeddings (``head_embeds``)."""
         past = self.cache.get_seq_length()
         head, key = self.step_head(step)
         extra = {"masks": masks} if masks else {}
         key = (key, masks) if masks else key
 
+        inputs = {"features": features, "tokens": tokens, "position_ids": position_ids}
+        if embeds is not None:
+            inputs["embeds"] = embeds
+
         def call(inputs: dict[str, torch.Tensor], mask: torch.Tensor | None) -> torch.Tensor:
+            own = {"embeds": inputs["embeds"][None]} if "embeds" in inputs else {}
             return head(inputs["features"][None], inputs["tokens"][None], inputs["position_ids"], self.cache,
-                        mask, **extra)[0]
+                        mask, **extra, **own)[0]
 
         with ctx.counters.phase("drafter"):
-            hidden = run_drafter(call, self.cache, {"features": features, "tokens": tokens,
-                                                    "position_ids": position_ids},
-                                 tokens.shape[0], bias, self.runner.dtype, self.graphs, key=key)
+            hidden = run_drafter(call, self.cache, inputs, tokens.shape[0], bias, self.runner.dtype, self.graphs,
+                                 key=key)
         flops = self.runner.cost.forward_flops(tokens.shape[0], past + tokens.shape[0], logits_rows)
         ctx.counters.drafter.add(tokens.shape[0], flops)
         return hidden, flops
 
     def begin(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> None:
         self._reset(ctx)
-        if self.image_token is None:
+        kept = self.head_positions(ctx, prompt_ids, prefill)
+        if kept is None:
             self.pending = self._features(prefill.hidden_states, slice(None))
             return
-        text = (prompt_ids[0] != self.image_token).nonzero().flatten().to(self.runner.device)  # HiViS: text only
-        self.pending = self._features(prefill.hidden_states, text)
-        self.dropped, self.prompt_len = prompt_ids[0, text.to(prompt_ids.device)], prompt_ids.shape[-1]
+        self.pending = self._features(prefill.hidden_states, kept.to(self.runner.device))
+        self.kept_prompt, self.prompt_len = prompt_ids[0, kept.to(prompt_ids.device)], prompt_ids.shape[-1]
+
+    def head_positions(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> torch.Tensor | None:
+        """The prompt positions the head reads after the prefill: all of them (None), or with ``visual_tokens=drop``
+        (HiViS) the text positions alone. A drafter that keeps part of an image (`dream`) overrides it."""
+        if self.image_token is None:
+            return None
+        return (prompt_ids[0] != self.image_token).nonzero().flatten()
 
     def head_tokens(self, sequence: torch.Tensor, start: int, count: int) -> torch.Tensor:
-        """The head's input tokens ``start``..``start + count`` of its own sequence: the target's, or with
-        ``visual_tokens=drop`` the prompt's text tokens followed by every token after the prompt."""
-        if self.image_token is None:
+        """The head's input tokens ``start``..``start + count`` of its own sequence: the target's, or when it reads
+        part of the prompt (``head_positions``) the kept prompt tokens followed by every token after the prompt."""
+        if not self.prompt_len:
             return sequence[0, start : start + count]
-        own = torch.cat([self.dropped.to(sequence.device), sequence[0, self.prompt_len:]])
+        own = torch.cat([self.kept_prompt.to(sequence.device), sequence[0, self.prompt_len:]])
         return own[start : start + count]
+
+    def head_embeds(self, start: int, tokens: torch.Tensor) -> torch.Tensor | None:
+        """Input embeddings for the head's tokens from ``start`` of its own sequence, or None (the head embeds its
+        tokens itself). A drafter that reads the target's prompt embeddings (`dream`: an image's) overrides it."""
+        return None
 
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
         count = self.pending.shape[0]
         tokens = self.head_tokens(sequence, self.fed_len + 1, count)
         hidden, flops = self._forward(
             ctx, self.pending, tokens, positions(self.fed_len, count, self.runner.device), None, logits_rows=1, step=1,
+            embeds=self.head_embeds(self.fed_len + 1, tokens),
         )
         count_useful_drafter_flops(ctx.counters, flops)
         self.fed_len += count

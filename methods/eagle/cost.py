@@ -19,9 +19,17 @@ COMPONENT = "eagle_step"
 def step_latency(target: PreTrainedModel, top_k: int, prefix: int, repeats: int,
                  timing: str = "eager") -> float:
     """One EAGLE-2 expansion: the head on ``top_k`` frontier nodes (tree mask over its cache) + their logits."""
+    return head_step_latency(new_head(target, FeatureSpec("none", ("last",)), seed=0), target, top_k, prefix, repeats,
+                             timing)
+
+
+def head_step_latency(head: torch.nn.Module, target: PreTrainedModel, top_k: int, prefix: int, repeats: int,
+                      timing: str = "eager") -> float:
+    """One beam expansion of ``head`` (an EAGLE-style head: features, tokens, positions, cache, mask) on ``top_k``
+    frontier nodes over a ``prefix`` in its cache, and their logits through the target's LM head."""
     device = next(target.parameters()).device
     lm_head = target.get_output_embeddings().weight
-    head = new_head(target, FeatureSpec("none", ("last",)), seed=0).to(device, target.dtype).eval()
+    head = head.to(device, target.dtype).eval()
     hidden = target.config.hidden_size
     cache = timing_cache(head.config, prefix + top_k, target.dtype, device, timing)
     head(torch.randn(1, prefix, hidden, device=device, dtype=target.dtype),

@@ -76,17 +76,27 @@ def unrolled_outputs(head: EagleHead | Eagle3Head, batch: dict[str, torch.Tensor
 
 def eagle_loss(head: EagleHead | Eagle3Head, lm_head: torch.nn.Module, batch: dict[str, torch.Tensor],
                options: EagleTrainOptions) -> torch.Tensor:
-    following = batch["last"][:, 1:]  # f_{p+1}: what the output at p should be
+    regression = options.regression_weight if head.features.fusion == "none" else 0.0
+    return unrolled_loss(head, lm_head, unrolled_outputs(head, batch, options.steps_unrolled), batch["last"][:, 1:],
+                         options.objective, options.ce_weight, regression, options.step_decay)
+
+
+def unrolled_loss(head: torch.nn.Module, lm_head: torch.nn.Module, outputs: list[torch.Tensor],
+                  following: torch.Tensor, objective: str, ce_weight: float, regression_weight: float,
+                  step_decay: float) -> torch.Tensor:
+    """EAGLE's loss over unrolled steps: step k's outputs (B, T-1, H) against ``following`` (f_{p+1}, what the
+    output at p should be): ``ce_weight`` x the objective's token loss against softmax(lm_head(f_{p+1})) plus
+    ``regression_weight`` x smooth-L1 on the feature, over the positions step k trains, weighted by step_decay**k."""
     with torch.no_grad():
         target_probs = torch.softmax(lm_head(following).float(), dim=-1)
     total = following.new_zeros(())
-    for step, out in enumerate(unrolled_outputs(head, batch, options.steps_unrolled)):
+    for step, out in enumerate(outputs):
         mask = unrolled_step_mask(out, step)
-        loss = options.ce_weight * token_loss(options.objective)(head.logits(out, lm_head), target_probs, mask)
-        if head.features.fusion == "none" and options.regression_weight > 0:
+        loss = ce_weight * token_loss(objective)(head.logits(out, lm_head), target_probs, mask)
+        if regression_weight > 0:
             regression = F.smooth_l1_loss(out, following, reduction="none").mean(-1)
-            loss = loss + options.regression_weight * (regression * mask).sum() / mask.sum()
-        total = total + options.step_decay**step * loss
+            loss = loss + regression_weight * (regression * mask).sum() / mask.sum()
+        total = total + step_decay**step * loss
     return total
 
 

@@ -38,7 +38,7 @@ def test_quick_plan_on_the_gpu_config(tmp_path):
     counts = job_counts(result.stdout)
     assert counts["lossless_run"] == len(method_names()) - 1  # every catalog method but ar, its reference
     assert counts["bench"] == 5 * 2 and counts["bench_pass"] == 5 * 2  # 5 variants x T 0, 1 x graphs / eager
-    assert counts["train_drafter"] == 10 and counts["cuda_tests"] == 1
+    assert counts["train_drafter"] == 11 and counts["cuda_tests"] == 1
     assert not CALIBRATION_RULES & set(counts), counts  # fixed tree shapes: no calibration job
     gpu = gpu_resources(result.stdout)
     assert gpu["bench"] == {"1"} and gpu["bench_pass"] == {"1"}  # timed jobs hold the GPU alone

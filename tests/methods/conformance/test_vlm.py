@@ -3,7 +3,7 @@ patches of 8, its 64 image tokens projected into the trained Markov zoo's langua
 target's prefill (``generate(..., media={"pixel_values": ...})``), decoding and verification are text-only, and
 every catalog method emits `ar`'s greedy tokens; `ar` equals transformers' own generate with the image, and the
 image changes what it emits; at T = 1, `sd` and `eagle` follow the target's law given the image (issue 49: the
-engine half; the VLM zoo, HiViS and DREAM are still to come)."""
+engine half, HiViS's decode side and DREAM; the VLM zoo is still to come)."""
 
 from __future__ import annotations
 
@@ -97,10 +97,11 @@ def test_greedy_output_with_an_image_equals_ar(vlm_zoo: Zoo, vlm_ar: list[list[i
         assert result.output_ids == expected, f"{method} left ar's greedy output with an image"
 
 
-@pytest.mark.parametrize("method", ["sd", "eagle"])
+@pytest.mark.parametrize("method", ["ar", "sd", "eagle", "dream"])
 def test_sampled_distribution_with_an_image_equals_the_target(small_vlm_zoo: Zoo, method: str):
     """At T = 1 the first three tokens after a prompt with an image follow the target's law given that image (a
-    draft LM that never sees it, a head that reads the image positions' hidden states)."""
+    draft LM that never sees it, a head that reads the image positions' hidden states, DREAM's drafter over the
+    image's most attended share with the image's own embeddings)."""
     prompt = [1, 2, *[5] * PATCHES, 3]
     media = {"pixel_values": torch.randn((1, 3, 64, 64), generator=torch.Generator().manual_seed(5))}
     sampling = SamplingConfig(1.0)

@@ -1,0 +1,90 @@
+"""Training a DREAM drafter: ``python -m harness train --method dream --target T --data D --out DIR``.
+
+The loss is DREAM's (their ``dream/train/main_deepspeed.py``): for pairs (f_p, x_{p+1}) the drafter's output is
+trained toward f_{p+1} by smooth-L1 regression (``regression_weight``, their v_w) and through the target's LM head by
+soft cross-entropy (``ce_weight``, their p_w), as EAGLE's (``methods.eagle.training.unrolled_loss``, over
+``unroll_steps`` training-time-test steps; DREAM trains one); and its middle layer's output (after the gated
+cross-attention) toward the target's hidden state that DREAM picks per position by attention entropy: among the
+outputs of the first ``mid_fraction`` of the target's layers (``methods.dream.attention.mid_candidates``), the one
+whose next layer attends with the least entropy there (``mid_weight``, smooth-L1). Features come from the target on
+the fly or from a dump (``last`` and the candidate layers).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+
+from harness.backend.models import text_config
+from harness.errors import DraftcountError
+from harness.options import parse_options
+from harness.training.drafters import (
+    DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, shift_right,
+    train_drafter, unrolled_forward,
+)
+from harness.training.features import layer_key
+from harness.training.objectives import uses_tree_loss
+from methods.dream.attention import attention_candidates, entropy_mid_states, mid_candidates
+from methods.dream.checkpoint import save_dream
+from methods.dream.head import DreamHead, new_dream_head
+from methods.eagle.training import head_agreement, unrolled_loss
+
+
+@dataclass(frozen=True)
+class DreamTrainOptions(DrafterLoopOptions):
+    unroll_steps: int = 1  # training-time-test steps (DREAM: 1, as EAGLE-2)
+    step_decay: float = 0.8
+    regression_weight: float = 1.0  # DREAM's v_w
+    ce_weight: float = 0.1  # DREAM's p_w
+    mid_weight: float = 1.0  # the middle layer's regression onto the entropy-chosen target layer
+    mid_fraction: float = 0.4  # the share of the target's layers the middle layer's target is chosen from
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if uses_tree_loss(self.objective):
+            raise DraftcountError(f"dream trains with a token-level objective; {self.objective!r} adds a tree loss "
+                                  f"that only the eagle trainer implements")
+        if self.unroll_steps < 1 or not 0.0 < self.mid_fraction <= 1.0:
+            raise DraftcountError(f"dream training needs unroll_steps >= 1 and mid_fraction in (0, 1], got "
+                                  f"{self.unroll_steps} and {self.mid_fraction}")
+
+
+def dream_loss(head: DreamHead, lm_head: torch.nn.Module, batch: dict[str, torch.Tensor], mid: torch.Tensor,
+               options: DreamTrainOptions) -> torch.Tensor:
+    """EAGLE's unrolled loss on the drafter's outputs plus ``mid_weight`` x smooth-L1 of its middle layer (teacher-
+    forced step) against ``mid`` (B, T, H), the entropy-chosen target states (slot p: position p + 1's)."""
+    tokens = batch["input_ids"][:, 1:]
+    middles: list[torch.Tensor] = []
+
+    def step_forward(inputs, position_ids, cache, bias):
+        out, middle = head(inputs, tokens, position_ids, cache, bias, with_mid=True)
+        middles.append(middle)
+        return out
+
+    outputs = unrolled_forward(step_forward, batch["last"][:, :-1], shift_right, options.unroll_steps, head.config)
+    loss = unrolled_loss(head, lm_head, outputs, batch["last"][:, 1:], options.objective, options.ce_weight,
+                         options.regression_weight, options.step_decay)
+    return loss + options.mid_weight * F.smooth_l1_loss(middles[0], mid[:, 1:])
+
+
+def train_dream(request: DrafterTrainRequest) -> dict:
+    """Train (or, with 0 steps, just initialise) a DREAM drafter and save it to ``request.out``."""
+    options = parse_options(DreamTrainOptions, request.options, "dream training")
+    target = frozen_target(request)
+    depth = int(text_config(target.config).num_hidden_layers)
+    candidates = attention_candidates(target.model, mid_candidates(depth, options.mid_fraction))
+    source = feature_source(request, target, ["last", *candidates], options.seq_len)
+    lm_head = target.model.get_output_embeddings()
+    head = new_dream_head(target.model, options.seed).to(target.device)
+
+    def batch_loss(batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        mid = entropy_mid_states(target.model, {index: batch[layer_key(index)] for index in candidates})
+        return dream_loss(head, lm_head, batch, mid, options)
+
+    return train_drafter(request, options, target, source,
+                         lambda: Fitted(head, fit_drafter(head, batch_loss, source, target, request, options),
+                                        {"mid_layers": candidates}),
+                         lambda module, batch: head_agreement(module, lm_head, batch, max(2, options.unroll_steps)),
+                         save_dream)
