@@ -18,6 +18,7 @@ whose children included an accepted token.
 from __future__ import annotations
 
 import copy
+from functools import partial
 
 from collections.abc import Callable, Hashable
 
@@ -76,7 +77,8 @@ class EagleAdapter(AdapterBase):
         self.max_draft_nodes = shape.max_nodes
         self.details = {"top_k": shape.top_k, "depth": shape.depth, "budget": shape.budget,
                         "fusion": head.features.fusion, "feature_layers": list(head.features.layers),
-                        "drafter_parameters": head.trainable_parameters(), "visual_tokens": visual_tokens}
+                        "drafter_parameters": head.trainable_parameters(), "visual_tokens": visual_tokens,
+                        "step_residuals": getattr(head, "residual_steps", 0)}
         self._reset()
 
     def batch_row(self):
@@ -104,8 +106,12 @@ class EagleAdapter(AdapterBase):
     def step_head(self, step: int) -> tuple[Callable[..., torch.Tensor], Hashable]:
         """The network that runs draft step ``step`` (1: the catch-up forward, whose output drafts depth 1;
         d + 1: the expansion of the depth-d frontier, which drafts depth d + 1) and its CUDA-graph key: here the
-        one head at every step. A drafter with step-dependent modules (`prism`) overrides it."""
-        return self.head, "head"
+        one head at every step, or with HiViS v2's step residuals the head told its step (one key per residual). A
+        drafter with step-dependent modules (`prism`) overrides it."""
+        index = getattr(self.head, "residual_index", lambda step: None)(step)
+        if index is None:
+            return self.head, "head"
+        return partial(self.head, step=step), ("head", index)
 
     def _forward(self, ctx: StepContext, features: torch.Tensor, tokens: torch.Tensor, position_ids: torch.Tensor,
                  bias: torch.Tensor | None, logits_rows: int, step: int = 1, masks: int = 0,

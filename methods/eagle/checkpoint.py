@@ -75,7 +75,9 @@ def build_head(layout: str, config: LlamaConfig, state: dict[str, torch.Tensor],
     if config.hidden_size != width:
         raise DraftcountError(f"{label}: {config.hidden_size} wide; the target is {width}")
     config.vocab_size = vocab
-    return EagleHead(config, features, fc_bias="fc.bias" in state, parallel="mask_embedding" in state)
+    residuals = int(state["step_residuals"].shape[0]) if "step_residuals" in state else 0
+    return EagleHead(config, features, fc_bias="fc.bias" in state, parallel="mask_embedding" in state,
+                     residual_steps=residuals)
 
 
 def load_head(source: str | Path, target: PreTrainedModel) -> EagleHead | Eagle3Head:

@@ -64,7 +64,7 @@ class EagleHead(nn.Module):
     """The draft head (see the module docstring). The LM head is the target's, passed to ``logits``."""
 
     def __init__(self, config: LlamaConfig, features: FeatureSpec, fc_bias: bool = True,
-                 parallel: bool = False) -> None:
+                 parallel: bool = False, residual_steps: int = 0) -> None:
         super().__init__()
         config._attn_implementation = "sdpa"
         self.config = config
@@ -77,6 +77,27 @@ class EagleHead(nn.Module):
         self.rotary_emb = LlamaRotaryEmbedding(config)
         if parallel:
             self.enable_parallel()
+        if residual_steps:
+            self.enable_step_residuals(residual_steps)
+
+    @property
+    def residual_steps(self) -> int:
+        """How many step-dependent residuals the head adds to fed-back features (HiViS v2; 0: none)."""
+        return int(self.step_residuals.shape[0]) if hasattr(self, "step_residuals") else 0
+
+    def enable_step_residuals(self, count: int) -> None:
+        """HiViS v2's step-dependent bias-correction residuals: one learned vector per fed-back step (started at 0),
+        added to the predicted features the head reads at draft step 2, 3, ... (the last one repeats)."""
+        weight = self.embed_tokens.weight
+        self.step_residuals = nn.Parameter(torch.zeros(count, self.config.hidden_size, dtype=weight.dtype,
+                                                       device=weight.device))
+        self.config.step_residuals = count
+
+    def residual_index(self, step: int) -> int | None:
+        """Which residual corrects the features fed at draft ``step`` (1: the catch-up on true features, none)."""
+        if step < 2 or not self.residual_steps:
+            return None
+        return min(step - 2, self.residual_steps - 1)
 
     @property
     def parallel(self) -> bool:
@@ -100,9 +121,13 @@ class EagleHead(nn.Module):
 
     def forward(self, features: torch.Tensor, input_ids: torch.Tensor, position_ids: torch.Tensor,
                 cache: DynamicCache | None = None, attention_bias: torch.Tensor | None = None,
-                masks: int = 0) -> torch.Tensor:
+                masks: int = 0, step: int = 1) -> torch.Tensor:
         """(B, q, H) predicted next features for pairs (feature at p, token at p + 1) at positions p; the last
-        ``masks`` slots are P-EAGLE's mask slots (their feature and token inputs are ignored)."""
+        ``masks`` slots are P-EAGLE's mask slots (their feature and token inputs are ignored); at draft ``step``
+        >= 2 a head with step residuals (HiViS v2) corrects the fed-back features by that step's residual."""
+        index = self.residual_index(step)
+        if index is not None:
+            features = features + self.step_residuals[index].to(features.dtype)
         mask_inputs = (self.mask_embedding, self.mask_feature, masks) if masks else None
         return fused_layer_forward(self.embed_tokens, self.rotary_emb, self.fc, self.layers[0], features, input_ids,
                                    position_ids, cache, attention_bias, mask_inputs)
@@ -115,7 +140,8 @@ class EagleHead(nn.Module):
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
     def cost(self, lm_head_params: int) -> ModelCost:
-        body = sum(p.numel() for name, p in self.named_parameters() if not name.startswith(("embed_tokens", "mask_")))
+        body = sum(p.numel() for name, p in self.named_parameters()
+                   if not name.startswith(("embed_tokens", "mask_", "step_residuals")))
         return ModelCost(body_params=body, head_params=lm_head_params, num_layers=1,
                          attention_width=self.config.num_attention_heads * self.config.head_dim)
 

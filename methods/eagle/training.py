@@ -57,6 +57,7 @@ class EagleTrainOptions(GtoTrainOptions):
     parallel: int = 0  # P-EAGLE: k > 0 adds mask inputs and trains blocks of k - 1 masks (methods.eagle.parallel)
     anchors: int = 32  # P-EAGLE: mask blocks per window
     parallel_weight: float = 1.0  # P-EAGLE: the masks' token loss beside EAGLE's
+    step_residuals: bool = False  # HiViS v2: a learned bias-correction residual per fed-back step (unroll_steps - 1)
 
     @property
     def steps_unrolled(self) -> int:
@@ -68,10 +69,17 @@ def unrolled_outputs(head: EagleHead | Eagle3Head, batch: dict[str, torch.Tensor
     tokens = batch["input_ids"][:, 1:]
     features = head.input_features([batch[layer_key(layer)][:, :-1] for layer in head.features.layers])
 
+    step_numbers = iter(range(1, steps + 1))
+
     def step_forward(inputs, position_ids, cache, bias):
-        return head(inputs, tokens, position_ids, cache, bias)
+        return head(inputs, tokens, position_ids, cache, bias, **draft_step(head, next(step_numbers)))
 
     return unrolled_forward(step_forward, features, shift_right, steps, head.config)
+
+
+def draft_step(head: torch.nn.Module, step: int) -> dict[str, int]:
+    """``{"step": step}`` for a head whose forward depends on the draft step (HiViS v2's residuals), else {}."""
+    return {"step": step} if getattr(head, "residual_steps", 0) else {}
 
 
 def eagle_loss(head: EagleHead | Eagle3Head, lm_head: torch.nn.Module, batch: dict[str, torch.Tensor],
@@ -142,7 +150,8 @@ def head_path_logprob(head: EagleHead | Eagle3Head, state: HeadState, prefix_len
         total = total + torch.log_softmax(head.logits(hidden, state.lm_head).float(), dim=-1)[token]
         if index + 1 < tokens.shape[0]:
             position = torch.full((1, 1), prefix_len + index, device=hidden.device)
-            hidden = head(hidden[None, None], token.reshape(1, 1), position, cache, None)[0, 0]
+            hidden = head(hidden[None, None], token.reshape(1, 1), position, cache, None,
+                          **draft_step(head, index + 2))[0, 0]
     return total
 
 
@@ -152,11 +161,17 @@ EAGLE_GTO = GtoHooks(adapter=EagleAdapter, catch_up=head_catch_up, path_logprob=
 def initial_head(options: EagleTrainOptions, target: LoadedModel, spec: FeatureSpec) -> torch.nn.Module:
     """A fresh head, or the trained one ``init`` names (in training mode; its fusion must be the option's)."""
     if not options.init:
-        return new_head(target.model, spec, options.seed).to(target.device)
-    head = load_head(Path(options.init), target.model).to(target.device).train()
-    if head.features.fusion != options.fusion:
-        raise DraftcountError(f"init head {options.init} has fusion {head.features.fusion}; "
-                              f"pass fusion={head.features.fusion}")
+        head = new_head(target.model, spec, options.seed).to(target.device)
+    else:
+        head = load_head(Path(options.init), target.model).to(target.device).train()
+        if head.features.fusion != options.fusion:
+            raise DraftcountError(f"init head {options.init} has fusion {head.features.fusion}; "
+                                  f"pass fusion={head.features.fusion}")
+    if options.step_residuals and not getattr(head, "residual_steps", 0):
+        if not isinstance(head, EagleHead) or options.steps_unrolled < 2 or options.parallel:
+            raise DraftcountError("eagle training: step_residuals (HiViS v2) needs fusion none, unroll_steps >= 2 "
+                                  "and no parallel")
+        head.enable_step_residuals(options.steps_unrolled - 1)
     return head
 
 

@@ -12,8 +12,9 @@ import torch
 from transformers import CLIPVisionConfig, LlavaConfig, LlavaForConditionalGeneration
 
 from harness import SamplingConfig, generate, wrap_model
-from harness.engine.method_spec import BuildInputs, build_adapter
+from harness.engine.method_spec import BuildInputs, build_adapter, method_spec
 from harness.errors import DraftcountError
+from harness.training.drafters import DrafterTrainRequest
 from tests.helpers import chi_square_pvalue, exact_distribution, make_llama, markov_llama, sampled_distribution
 from tests.methods.conformance import ALPHA, GREEDY, METHODS, SAMPLES, Zoo, prompts
 
@@ -135,3 +136,31 @@ def test_hivis_sampling_with_an_image_follows_the_target(small_vlm_zoo: Zoo):
     adapter = build_adapter("eagle", {"visual_tokens": "drop"}, small_vlm_zoo.inputs("eagle"))[0]
     counts = sampled_distribution(small_vlm_zoo.target, adapter, prompt, 3, sampling, SAMPLES, seed=0, media=media)
     assert chi_square_pvalue(counts, exact_distribution(small_vlm_zoo.target, prompt, 3, sampling, media)) > ALPHA
+
+
+def test_hivis_v2_step_residuals_correct_fed_back_features_and_stay_lossless(vlm_zoo: Zoo, vlm_ar: list[list[int]],
+                                                                              tmp_path):
+    """HiViS v2: a head trained with ``step_residuals`` over 3 unrolled steps carries 2 learned residuals, added to
+    the features it reads at draft step 2 (the first) and 3 and later (the last), not to the catch-up's true
+    features; with the image dropped from its context it emits `ar`'s greedy tokens."""
+    options = {"seq_len": "48", "batch_size": "8", "lr": "3e-3", "unroll_steps": "3", "step_residuals": "true"}
+    method_spec("eagle").train(DrafterTrainRequest(method="eagle", target=str(vlm_zoo.root / "target"),
+                                                   data=vlm_zoo.root / "tokens.pt", out=tmp_path / "v2", steps=20,
+                                                   progress=False, options=options))
+    adapter = build_adapter("eagle", {"visual_tokens": "drop"}, BuildInputs(vlm_zoo.target, None, tmp_path / "v2"))[0]
+    head = adapter.head
+    assert head.residual_steps == 2 and float(head.step_residuals.detach().abs().sum()) > 0
+    assert [adapter.step_head(step)[1] for step in (1, 2, 3, 6)] == ["head", ("head", 0), ("head", 1), ("head", 1)]
+    generator = torch.Generator().manual_seed(0)
+    features = torch.randn(1, 5, head.config.hidden_size, generator=generator)
+    tokens, position_ids = torch.randint(VOCAB, (1, 5), generator=generator), torch.arange(5)[None]
+    with torch.no_grad():
+        for step, index in ((2, 0), (3, 1), (7, 1)):
+            corrected = head(features + head.step_residuals[index], tokens, position_ids)
+            assert torch.allclose(head(features, tokens, position_ids, step=step), corrected, atol=1e-6)
+    for (ids, media), expected in zip(image_prompts(4), vlm_ar):
+        assert generate(vlm_zoo.target, adapter, ids, 16, GREEDY, media=media).output_ids == expected
+    with pytest.raises(DraftcountError, match="step_residuals .* unroll_steps >= 2"):
+        method_spec("eagle").train(DrafterTrainRequest(method="eagle", target=str(vlm_zoo.root / "target"),
+                                                       data=vlm_zoo.root / "tokens.pt", out=tmp_path / "bad", steps=1,
+                                                       progress=False, options={**options, "unroll_steps": "1"}))
