@@ -12,6 +12,7 @@ from harness.engine.arguments import add_method_run_arguments, sampling_of
 from harness.errors import DraftcountError
 from harness.gpu import commands as gpu_commands
 from harness.training import command as train_command
+from harness.training import vlm_command
 from harness.options import parse_key_values, parse_options
 
 
@@ -338,12 +339,14 @@ def main(argv: list[str] | None = None) -> int:
                        help="model: weights, config, tokenizer; drafter: an EAGLE head's config and weights")
     fetch.add_argument("--out", required=True, type=Path, help="directory to fill with links")
     gpu_commands.add_parsers(subparsers)
+    vlm_command.add_parsers(subparsers)
     args = parser.parse_args(argv)
     handlers = {"fetch": _cmd_fetch, "run": _cmd_run, "train": train_command.run, "methods": _cmd_methods, "summarize": _cmd_summarize,
                 "figures": _cmd_figures, "report": _cmd_report, "export-specbench": _cmd_export_specbench,
                 "specbench-speed": _cmd_specbench_speed,
                 "divergence": _cmd_divergence, "measure": _cmd_measure, "metrics": _cmd_metrics,
-                "build-datastore": _cmd_build_datastore, "regenerate": _cmd_regenerate, **gpu_commands.HANDLERS}
+                "build-datastore": _cmd_build_datastore, "regenerate": _cmd_regenerate, **gpu_commands.HANDLERS,
+                **vlm_command.HANDLERS}
     try:
         return handlers[args.command](args)
     except DraftcountError as error:

@@ -33,6 +33,7 @@ class Metric:
 
 
 USEFUL_DRAFTER_FLOPS = "drafter_useful_flops"  # the counters' extra that drafter-FLOP waste is computed from
+PREFILL_TOKENS = "drafter_prefill_tokens"  # the counters' extra: prompt positions a head reads after the prefill
 
 METRICS: tuple[Metric, ...] = (
     Metric("variant", "the variant's name (bench.methods)", "a configuration of a method"),

@@ -7,7 +7,9 @@ soft cross-entropy (``ce_weight``, their p_w), as EAGLE's (``methods.eagle.train
 cross-attention) toward the target's hidden state that DREAM picks per position by attention entropy: among the
 outputs of the first ``mid_fraction`` of the target's layers (``methods.dream.attention.mid_candidates``), the one
 whose next layer attends with the least entropy there (``mid_weight``, smooth-L1). Features come from the target on
-the fly or from a dump (``last`` and the candidate layers).
+the fly or from a dump (``last`` and the candidate layers); a dump that holds ``layer0`` (the target's input
+embeddings: a vision-language target's dump, ``python -m harness vlm-features``) gives the drafter its inputs as
+DREAM trains, an image position's being the image's projected feature.
 """
 
 from __future__ import annotations
@@ -56,10 +58,11 @@ def dream_loss(head: DreamHead, lm_head: torch.nn.Module, batch: dict[str, torch
     """EAGLE's unrolled loss on the drafter's outputs plus ``mid_weight`` x smooth-L1 of its middle layer (teacher-
     forced step) against ``mid`` (B, T, H), the entropy-chosen target states (slot p: position p + 1's)."""
     tokens = batch["input_ids"][:, 1:]
+    embeds = batch["layer0"][:, 1:] if "layer0" in batch else None  # a VLM dump's input embeddings (the image's)
     middles: list[torch.Tensor] = []
 
     def step_forward(inputs, position_ids, cache, bias):
-        out, middle = head(inputs, tokens, position_ids, cache, bias, with_mid=True)
+        out, middle = head(inputs, tokens, position_ids, cache, bias, embeds=embeds, with_mid=True)
         middles.append(middle)
         return out
 

@@ -25,6 +25,7 @@ from collections.abc import Callable, Hashable
 import torch
 from transformers import DynamicCache
 
+from harness.analysis.metrics import PREFILL_TOKENS
 from harness.engine.adapter import AdapterBase, StepContext
 from harness.engine.drafting import parallel_chain
 from harness.errors import DraftcountError
@@ -143,6 +144,7 @@ class EagleAdapter(AdapterBase):
     def begin(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> None:
         self._reset(ctx)
         kept = self.head_positions(ctx, prompt_ids, prefill)
+        ctx.counters.add_extra(PREFILL_TOKENS, prompt_ids.shape[-1] if kept is None else kept.shape[0])
         if kept is None:
             self.pending = self._features(prefill.hidden_states, slice(None))
             return
