@@ -7,7 +7,7 @@
 #   snakemake --cores all results/figures/speedup.pdf      # one figure (and what it needs)
 #   snakemake --cores all checks                            # lossless, divergence, overheads, host syncs, projection
 #   snakemake --cores all load                              # batch sizes against throughput (bench.batch_sizes)
-#   snakemake --cores all --configfile workflow/config/default.yaml workflow/config/vlm.yaml study_vlm  # bar charts
+#   snakemake --cores all study_vlm --configfile workflow/config/default.yaml workflow/config/vlm.yaml  # bar charts
 #   snakemake -n                                            # list what would run
 #   snakemake --profile workflow/profiles/gpu all checks    # a GPU box: everything, on the GPU
 #   bash workflow/scripts/gpu_quick.sh                      # a lent GPU window: the quick check (target quick)

@@ -1,18 +1,34 @@
-"""The `vlm` study's view (issue 49): on bar charts, which drafted tokens each method gets accepted, split into the
-tokens only the image determines (the colours and lengths of the answer's dict literal,
-``harness.data.bar_charts.image_determined_spans``) and the rest (the code around them), beside tau, the paired
-speedup, drafter FLOPs and the tokens the drafter reads at prefill."""
+"""The `vlm` study's view (issue 49): on bar charts (``harness.data.bar_charts``), which drafted tokens each method
+gets accepted, split into the tokens only the image determines (the colours and lengths of the answer's dict
+literal, ``image_determined_spans``) and the rest (the code around them), beside tau, the paired speedup, drafter
+FLOPs and the tokens the drafter reads at prefill."""
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pandas as pd
 
 from harness.analysis.metrics import PREFILL_TOKENS
 from harness.analysis.summary import records_frame, summarize
-from harness.data.bar_charts import image_determined_spans, image_determined_tokens
 from harness.store.records import read_records
+
+LITERAL = re.compile(r'"([a-z]+)": (\d+)')  # a bar chart's answer: "colour": length in its first line's literal
+
+
+def image_determined_spans(text: str) -> list[tuple[int, int]]:
+    """Character spans of ``text`` that only the image determines: the colours and lengths of the first line's
+    dict literal (a continuation that never wrote one has none)."""
+    first = text.split("\n", 1)[0]
+    if not first.startswith("bars = {"):
+        return []
+    return [span for match in LITERAL.finditer(first) for span in (match.span(1), match.span(2))]
+
+
+def image_determined_tokens(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[bool]:
+    """Per token (its character offsets in the text): whether it overlaps an image-determined span."""
+    return [any(start < stop_span and begin < stop for begin, stop_span in spans) for start, stop in offsets]
 
 
 def accepted_mask(step_accepted: list[int], new_tokens: int) -> list[bool]:

@@ -10,8 +10,8 @@ that is the same for every chart:
     for name, length in bars.items():
         print(name, length / total)
 
-The colours and lengths in the dict literal can only come from the image (the *image-determined* tokens); the rest
-is predictable from the text before it. A key/value table rendered as text was tried first: a random-init 2-layer
+The colours and lengths in the dict literal can only come from the image (the *image-determined* tokens,
+``harness.analysis.vlm.image_determined_spans``); the rest is predictable from the text before it. A key/value table rendered as text was tried first: a random-init 2-layer
 vision tower learned no digit in 1300 steps on CPU (held-out digit accuracy 0.08-0.15, chance 0.1), while these bars
 are read perfectly after about 350 steps (docs/vlm.md).
 """
@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -33,7 +32,6 @@ PROMPT = "# the bar chart in the image, as Python\n"
 CATEGORY = "bar_chart"
 TEMPLATE = ("total = sum(bars.values())\nlongest = max(bars, key=bars.get)\nfor name, length in bars.items():\n"
             "    print(name, length / total)\n")
-LITERAL = re.compile(r'"([a-z]+)": (\d+)')
 
 
 @dataclass(frozen=True)
@@ -70,20 +68,6 @@ def render_chart(chart: BarChart):
     for row, (colour, length) in enumerate(chart.bars):
         draw.rectangle([0, ROW * row + 2, UNIT * length - 1, ROW * row + ROW - 3], fill=COLORS[colour])
     return image
-
-
-def image_determined_spans(text: str) -> list[tuple[int, int]]:
-    """Character spans of ``text`` that only the image determines: the colours and lengths of the first line's
-    dict literal (a continuation that never wrote one has none)."""
-    first = text.split("\n", 1)[0]
-    if not first.startswith("bars = {"):
-        return []
-    return [span for match in LITERAL.finditer(first) for span in (match.span(1), match.span(2))]
-
-
-def image_determined_tokens(offsets: list[tuple[int, int]], spans: list[tuple[int, int]]) -> list[bool]:
-    """Per token (its character offsets in the text): whether it overlaps an image-determined span."""
-    return [any(start < stop_span and begin < stop for begin, stop_span in spans) for start, stop in offsets]
 
 
 def write_prompt_set(out_dir: Path, count: int, seed: int) -> Path:

@@ -28,8 +28,9 @@ from transformers import (
 )
 
 from harness.data.bar_charts import (
-    BarChart, PROMPT, image_determined_spans, image_determined_tokens, random_chart, render_chart,
+    BarChart, PROMPT, random_chart, render_chart,
 )
+from harness.analysis.vlm import image_determined_spans, image_determined_tokens
 from harness.data.images import with_image
 from harness.data.prompts import encode_turn
 from harness.data.templates import PromptFormat
