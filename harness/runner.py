@@ -210,8 +210,14 @@ def run(config: RunConfig, progress: bool = True) -> int:
                  media: dict[str, torch.Tensor] | None) -> Generation:
         return run_interleaved([turn_steps(contender, ids, seed, name, max_new, key, False, media)])[0]
 
+    media_of: dict[str, dict[str, torch.Tensor]] = {}  # each image read once per run, whatever its samples and turns
+
     def prompt_media(prompt: Prompt) -> dict[str, torch.Tensor] | None:
-        return image_inputs(location, prompt.image) if prompt.image else None
+        if not prompt.image:
+            return None
+        if prompt.image not in media_of:
+            media_of[prompt.image] = image_inputs(location, prompt.image)
+        return media_of[prompt.image]
 
     def warm_turn(contender: _Contender, index: int) -> Generation:
         prompt = prompts[index % len(prompts)]

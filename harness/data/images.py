@@ -55,5 +55,12 @@ def with_image(ids: list[int], token: int, count: int, bos: int | None) -> list[
 
 
 def image_record(path: str) -> dict[str, str]:
-    """What a record says of the image a generation read: its file name and the SHA-256 of its bytes."""
-    return {"name": Path(path).name, "sha256": hashlib.sha256(Path(path).read_bytes()).hexdigest()}
+    """What a record says of the image a generation read: its file name and the SHA-256 of its bytes (hashed once
+    per file version: its size and modification time)."""
+    stat = Path(path).stat()
+    return dict(_image_record(path, stat.st_size, stat.st_mtime_ns))
+
+
+@functools.lru_cache(maxsize=1024)
+def _image_record(path: str, size: int, mtime_ns: int) -> tuple[tuple[str, str], ...]:
+    return (("name", Path(path).name), ("sha256", hashlib.sha256(Path(path).read_bytes()).hexdigest()))

@@ -84,8 +84,8 @@ def test_projection_script_on_the_committed_summary(tmp_path):
     # every catalog drafter with a cost model of its own (prism's and mtp's step is eagle's, dspark's dflash's;
     # polybasic has none)
     assert set(latency.component) == {"target", "draft_lm", "eagle_step", "lyanna_depth", "owl_step", "dflash_step",
-                                      "medusa_head"}
-    assert latency.groupby("timing").size().to_dict() == {"eager": 11, "static": 11}  # 3 + 3 sizes, 5 drafters
+                                      "medusa_head", "dream_step"}
+    assert latency.groupby("timing").size().to_dict() == {"eager": 12, "static": 12}  # 3 + 3 sizes, 6 drafters
     projection = pd.read_csv(tmp_path / "projection.csv")
     assert projection.basis.str.startswith("projection: Llama-3.1-8B shapes / 64").all()
     assert (projection[projection.variant == "ar"].projected_speedup == 1.0).all()

@@ -52,22 +52,22 @@ def test_dry_run_lists_every_rule(tmp_path):
     counts = job_counts(result.stdout)
     assert ZOO_RULES | TREE_RULES | MODEL_FREE_RULES | REPORT_RULES | {"bench", "all"} <= set(counts), counts
     # {ar, ar_control, sd, tree_sd, eagle, lyanna, pld, suffix, stand, reader, hedgespec, prism, owl, medusa, mtp,
-    #  pard, polybasic, dflash, dspark} x 2 datasets x {0, 1}
-    assert counts["bench"] == 19 * 4
-    assert counts["train_drafter"] == 10  # eagle, lyanna, prism, owl, medusa, mtp, pard, polybasic's mid LM, dflash,
-    # dspark
+    #  pard, polybasic, dflash, dspark, dream} x 2 datasets x {0, 1}
+    assert counts["bench"] == 20 * 4
+    assert counts["train_drafter"] == 11  # eagle, lyanna, prism, owl, medusa, mtp, pard, polybasic's mid LM, dflash,
+    # dspark, dream
     assert counts["tree_shape"] == 4 and counts["sequoia_tree"] == 2 and counts["stand_tree"] == 2
     assert not {"long_prompts", "tokenize_domain", "domain_prompts"} & set(counts)
     studies = job_counts(snakemake("-n", "studies", *overrides(tmp_path)).stdout)
-    # the main 76 + families {eagle_b24, howl, hydra, medusa_static, mtp_tree, p_eagle} x 4 and {prism_m1,
+    # the main 80 + families {eagle_b24, howl, hydra, medusa_static, mtp_tree, p_eagle} x 4 and {prism_m1,
     # dflash_l1, dflash_tree} x 2, data source {eagle, lyanna, dflash}_regen x 4, long context {eagle, owl,
     # howl}_long x stdlib_long x 2, traversal {tree_sd, eagle, lyanna, stand}_tv x 2 datasets at T = 1, 7 ablations
     # x 2, stand_samples x 2, domains {eagle_net, eagle_gui, hedgespec_domains} x 2, GTO {eagle_gto, eagle_more,
     # lyanna_gto, lyanna_b24} x 2, budgets {lyanna, eagle} x {12, 48} and 3 tree_sd trees x 2, edits {suffix,
     # suffix_local, suffix_path, pld, eagle, lyanna, dflash, pard}_edits x stdlib_edits x 2
-    assert studies["bench"] == 76 + 24 + 6 + 12 + 6 + 8 + 14 + 2 + 6 + 8 + 14 + 16
+    assert studies["bench"] == 80 + 24 + 6 + 12 + 6 + 8 + 14 + 2 + 6 + 8 + 14 + 16
     assert studies["edit_prompts"] == 1 and studies["long_prompts"] == 1 and studies["tokenize_domain"] == 2 and studies["domain_prompts"] == 1
-    assert studies["train_drafter"] == 24 and studies["sequoia_tree"] == 6  # per T: the chosen budget, 16 and 32
+    assert studies["train_drafter"] == 25 and studies["sequoia_tree"] == 6  # per T: the chosen budget, 16 and 32
     assert studies["regenerate"] == 1  # the target's continuations, for the three _regen drafters
     assert studies["studies_summary"] == studies["studies_report"] == 1
     assert counts["figure"] == 7 and studies["studies_figure"] == 12  # each figure with data, one job each
@@ -100,7 +100,7 @@ def test_one_target_runs_only_what_it_needs(tmp_path):
     assert sweep["bench"] == 4 + 4 + 4 and sweep["train_drafter"] == 5
     figure = job_counts(snakemake("-n", str(tmp_path / "results" / "figures" / "speedup.pdf"),
                                   *overrides(tmp_path)).stdout)
-    assert figure["figure"] == 1 and figure["bench"] == 19 * 4 and "report" not in figure
+    assert figure["figure"] == 1 and figure["bench"] == 20 * 4 and "report" not in figure
     families = {name: job_counts(snakemake("-n", f"bench_{name}", *overrides(tmp_path)).stdout)
                 for name in ("prism", "owl", "polybasic")}
     assert families["prism"]["bench"] == 4 and families["prism"]["train_drafter"] == 1  # prism_m1: ablate_prism
