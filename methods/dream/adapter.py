@@ -48,10 +48,13 @@ class DreamAdapter(EagleAdapter):
         super().__init__(head, target, shape)
         self.image_token = getattr(target.model.config, "image_token_index", None)  # None: a text target
         self.visual_keep = visual_keep
+        self.last_layer: tuple[torch.nn.Module, torch.nn.Module] | None = None  # what compression reads
         if self.image_token is not None:
-            self.target_hidden_layers = (0, -2, -1) if visual_keep < 1 else (0, -1)
-            layers, rotary = language_layers(target.model) if visual_keep < 1 else ((None,), None)
-            self.last_layer = (layers[-1], rotary)
+            self.target_hidden_layers = (0, -1)  # the prompt's embeddings (an image's features) and the last state
+            if visual_keep < 1:
+                layers, rotary = language_layers(target.model)
+                self.last_layer = (layers[-1], rotary)
+                self.target_hidden_layers = (0, -2, -1)  # and the last layer's input, whose attention ranks the image
         self.details.update({"visual_keep": visual_keep, "drafter_layers": 3})
         self.prompt_embeds = torch.empty(0)
 

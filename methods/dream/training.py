@@ -7,14 +7,17 @@ soft cross-entropy (``ce_weight``, their p_w), as EAGLE's (``methods.eagle.train
 cross-attention) toward the target's hidden state that DREAM picks per position by attention entropy: among the
 outputs of the first ``mid_fraction`` of the target's layers (``methods.dream.attention.mid_candidates``), the one
 whose next layer attends with the least entropy there (``mid_weight``, smooth-L1). Features come from the target on
-the fly or from a dump (``last`` and the candidate layers); a dump that holds ``layer0`` (the target's input
+the fly or from a dump (``last`` and the candidate layers; a dump without the candidates, as the default workflow's
+holds ``last`` alone, has them computed by the target from each batch's tokens); a dump that holds ``layer0`` (the target's input
 embeddings: a vision-language target's dump, ``python -m harness vlm-features``) gives the drafter its inputs as
 DREAM trains, an image position's being the image's projected feature.
 """
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -26,7 +29,7 @@ from harness.training.drafters import (
     DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, shift_right,
     train_drafter, unrolled_forward,
 )
-from harness.training.features import layer_key
+from harness.training.features import layer_key, target_features
 from harness.training.objectives import uses_tree_loss
 from methods.dream.attention import attention_candidates, entropy_mid_states, mid_candidates
 from methods.dream.checkpoint import save_dream
@@ -72,18 +75,27 @@ def dream_loss(head: DreamHead, lm_head: torch.nn.Module, batch: dict[str, torch
     return loss + options.mid_weight * F.smooth_l1_loss(middles[0], mid[:, 1:])
 
 
+def dump_layers(data: Path) -> set[str] | None:
+    """The layers a feature dump at ``data`` holds, or None when ``data`` is a token stream (features on the fly)."""
+    index = data / "index.json"
+    return set(json.loads(index.read_text())["layers"]) if data.is_dir() and index.is_file() else None
+
+
 def train_dream(request: DrafterTrainRequest) -> dict:
     """Train (or, with 0 steps, just initialise) a DREAM drafter and save it to ``request.out``."""
     options = parse_options(DreamTrainOptions, request.options, "dream training")
     target = frozen_target(request)
     depth = int(text_config(target.config).num_hidden_layers)
     candidates = attention_candidates(target.model, mid_candidates(depth, options.mid_fraction))
-    source = feature_source(request, target, ["last", *candidates], options.seq_len)
+    dumped = dump_layers(Path(request.data))
+    from_source = dumped is None or {layer_key(index) for index in candidates} <= dumped
+    source = feature_source(request, target, ["last", *candidates] if from_source else ["last"], options.seq_len)
     lm_head = target.model.get_output_embeddings()
     head = new_dream_head(target.model, options.seed).to(target.device)
 
     def batch_loss(batch: dict[str, torch.Tensor]) -> torch.Tensor:
-        mid = entropy_mid_states(target.model, {index: batch[layer_key(index)] for index in candidates})
+        states = batch if from_source else target_features(target.model, batch["input_ids"], candidates)
+        mid = entropy_mid_states(target.model, {index: states[layer_key(index)] for index in candidates})
         return dream_loss(head, lm_head, batch, mid, options)
 
     return train_drafter(request, options, target, source,

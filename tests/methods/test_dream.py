@@ -12,9 +12,12 @@ from harness import SamplingConfig
 from harness.backend.models import load_model
 from harness.analysis.metrics import USEFUL_DRAFTER_FLOPS
 from harness.engine.loop import generate
-from harness.engine.method_spec import BuildInputs, build_adapter
+from harness.data.token_streams import load_tokens
+from harness.engine.method_spec import BuildInputs, build_adapter, method_spec
 from harness.errors import DraftcountError
 from harness.options import parse_options
+from harness.training.drafters import DrafterTrainRequest
+from harness.training.features import dump_features
 from methods.dream import DreamOptions
 from methods.dream.attention import (
     attention_candidates, attention_entropy, attention_received, entropy_mid_states, mid_candidates,
@@ -162,3 +165,20 @@ def test_on_a_vision_language_target_the_context_keeps_the_text_and_the_top_imag
     assert torch.allclose(image_rows, pooled, atol=1e-5)
     text_rows = adapter.prompt_embeds[(adapter.kept_prompt != IMAGE_TOKEN).nonzero().flatten()]
     assert torch.allclose(text_rows, embeds[0, ids[0] != IMAGE_TOKEN], atol=1e-6)
+
+
+def test_a_dump_without_the_candidate_layers_trains_as_one_with_them(dream_setup):
+    """The default workflow's dump holds `last` alone: the middle layer's targets are then computed by the target
+    from each batch's tokens, and the drafter comes out as from a dump that holds them (float32 features)."""
+    target, root, _ = dream_setup
+    tokens = load_tokens(root / "tokens.pt")
+    for name, layers in (("last-only", ["last"]), ("with-candidates", ["last", 1])):
+        dump_features(target.model, tokens, root / f"dump-{name}", 16, 48, layers, 8, "float32", seed=0)
+    heads = []
+    for name in ("last-only", "with-candidates"):
+        request = DrafterTrainRequest(method="dream", target=str(root / "target"), data=root / f"dump-{name}",
+                                      out=root / f"dream-{name}", steps=3, progress=False,
+                                      options={"seq_len": "48", "batch_size": "4", "lr": "3e-3"})
+        method_spec("dream").train(request)
+        heads.append(load_dream(root / f"dream-{name}", target.model).state_dict())
+    assert all(torch.allclose(heads[0][key], heads[1][key], atol=1e-6) for key in heads[0])
