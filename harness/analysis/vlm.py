@@ -42,12 +42,11 @@ def accepted_mask(step_accepted: list[int], new_tokens: int) -> list[bool]:
 
 def token_offsets(tokenizer, ids: list[int]) -> tuple[str, list[tuple[int, int]]]:
     """The decoded text of ``ids`` and each token's character span in it."""
-    offsets, end = [], 0
+    text, offsets = "", []
     for index in range(len(ids)):
-        text = tokenizer.decode(ids[: index + 1])
-        offsets.append((end, len(text)))
-        end = len(text)
-    return tokenizer.decode(ids), offsets
+        start, text = len(text), tokenizer.decode(ids[: index + 1])
+        offsets.append((start, len(text)))
+    return text, offsets
 
 
 def record_split(record: dict, tokenizer) -> dict[str, int]:

@@ -15,6 +15,7 @@ the image-conditioned features its drafters train on.
 
 from __future__ import annotations
 
+import functools
 import json
 import random
 from dataclasses import asdict, dataclass
@@ -58,7 +59,9 @@ class VlmShape:
     context: int = 512
 
 
+@functools.lru_cache(maxsize=1)
 def image_processor() -> CLIPImageProcessor:
+    """The target's image processor (one per process: every batch and dump reads through it)."""
     return CLIPImageProcessor(size={"shortest_edge": IMAGE_SIZE}, crop_size={"height": IMAGE_SIZE, "width": IMAGE_SIZE},
                               image_mean=[0.5, 0.5, 0.5], image_std=[0.5, 0.5, 0.5], do_convert_rgb=True)
 

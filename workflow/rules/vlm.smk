@@ -2,6 +2,8 @@
 # `study_vlm`): a LLaVA-style target trained on bar charts, a text-only draft LM, image-conditioned features, the
 # drafters that read them (eagle keeping the image positions, HiViS dropping them, DREAM compressing them), every
 # variant paired with ar on a bar-chart prompt set, and the study's table (harness/analysis/vlm.py).
+from harness.catalog import entry as catalog_entry
+
 if "vlm" in config:
     VLM = config["vlm"]
 
@@ -96,7 +98,7 @@ if "vlm" in config:
     def vlm_variant_inputs(wildcards):
         variant = VLM["variants"][wildcards.variant]
         inputs = {"target": vlm_work("models/target"), "prompts": vlm_work("prompts/question.jsonl")}
-        if variant["method"] in ("sd", "tree_sd"):
+        if catalog_entry(variant["method"]).needs_draft:
             inputs["draft"] = vlm_work("models/draft")
         if variant.get("drafter"):
             inputs["drafter"] = vlm_work(f"drafters/{variant['drafter']}")
