@@ -163,6 +163,10 @@ class EagleAdapter(AdapterBase):
         part of the prompt (``head_positions``) the kept prompt tokens followed by every token after the prompt."""
         if not self.prompt_len:
             return sequence[0, start : start + count]
+        kept = self.kept_prompt.shape[0]
+        if start >= kept:  # past the prompt (every step after the first): a slice, no copy of the sequence
+            shift = self.prompt_len - kept
+            return sequence[0, start + shift : start + shift + count]
         own = torch.cat([self.kept_prompt.to(sequence.device), sequence[0, self.prompt_len:]])
         return own[start : start + count]
 
