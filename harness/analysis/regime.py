@@ -86,8 +86,10 @@ def regime_card(metrics_paths: list[Path], summary: pd.DataFrame) -> str:
     target = target_metrics(metrics_paths)
     degeneracy, sampling = target.get("degeneracy") or {}, target.get("sampling") or {}
     forward_over_step, verify_over_one, span, _ = cost_ratios(summary)
+    machine = target.get("trained_on") or {}
     rows = [
         ["target parameters", _number(target.get("parameters"), "{:,}")],
+        ["target trained on", ", ".join(machine["gpus"]) or machine["cpu"] if machine else "-"],
         ["held-out perplexity", _number(target.get("heldout_perplexity"), "{:.1f}")],
         ["greedy repetition rate (4-grams)", _number(degeneracy.get("repetition_rate"), "{:.2f}")],
         ["looping share (greedy continuations)", _number(degeneracy.get("looping_share"), "{:.2f}")],
@@ -97,7 +99,7 @@ def regime_card(metrics_paths: list[Path], summary: pd.DataFrame) -> str:
         ["1-token forward / drafter step (median)", _number(forward_over_step, "{:.1f}")],
         [f"verify forward / 1-token forward (median, {span} tokens)", _number(verify_over_one, "{:.2f}")],
     ]
-    if not target and all(row[1] == "-" for row in rows[6:]):
+    if not target and all(row[1] == "-" for row in rows[7:]):
         return ""
     sentence = transfer_sentence(forward_over_step, verify_over_one, span, h100_reference())
     return markdown_table(["regime", "value"], rows) + ("\n\n" + sentence if sentence else "")

@@ -12,6 +12,7 @@ from harness.engine.adapter import NoDrafts
 from harness.engine.loop import generate
 from harness.data.token_streams import even_windows, load_tokens, random_windows
 from harness.backend.models import wrap_model
+from harness.store.records import environment
 from harness.verify.sampling import SamplingConfig, make_generator
 from harness.training.gates import apply_gates
 from harness.training.loop import TrainConfig, batches_from_step, train
@@ -53,6 +54,14 @@ def sampling_regime(model, tokenizer, heldout: torch.Tensor, prompts: int, new_t
         top10.append(top.sum(-1))
     return {"entropy_nats": float(torch.cat(entropies).mean()), "top1_mass": float(torch.cat(top1).mean()),
             "top10_mass": float(torch.cat(top10).mean()), "samples": prompts, "new_tokens": new_tokens}
+
+
+def trained_on(device: str) -> dict:
+    """The machine a model trained on: fp32 training is bit-reproducible on one CPU type at any thread count, not
+    across CPU types (their kernels round differently), so the report names it beside the target's figures."""
+    hardware, versions = environment()["hardware"], environment()["versions"]
+    return {"device": device, "cpu": hardware["cpu"], "gpus": hardware["gpus"], "torch": versions["torch"],
+            "torch_threads": torch.get_num_threads()}
 
 
 def model_shape(fields: dict) -> ModelShape:
@@ -114,6 +123,7 @@ def train_zoo_lm(role: str, tokenizer_dir: Path, train_tokens: Path, heldout_tok
         **({"grown_from": grown["base"]} if grown else {}),
         "training": result.as_dict(),
         "tokens_per_second": result.tokens / result.seconds if result.seconds else 0.0,
+        "trained_on": trained_on(device),
         "heldout_perplexity": heldout_perplexity(model, windows),
         "degeneracy": degeneracy(model, tokenizer, heldout, evaluation["degeneracy_prompts"],
                                  evaluation["degeneracy_tokens"]),

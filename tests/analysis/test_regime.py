@@ -9,7 +9,8 @@ from harness.analysis.regime import H100_LATENCIES, cost_ratios, h100_reference,
 
 TARGET = {"parameters": 14950656, "heldout_perplexity": 57.1,
           "degeneracy": {"repetition_rate": 0.31, "looping_share": 0.25},
-          "sampling": {"entropy_nats": 2.4, "top1_mass": 0.52, "top10_mass": 0.88}}
+          "sampling": {"entropy_nats": 2.4, "top1_mass": 0.52, "top10_mass": 0.88},
+          "trained_on": {"device": "cpu", "cpu": "AMD EPYC", "gpus": [], "torch": "2.13.0+cpu", "torch_threads": 2}}
 SUMMARY = pd.DataFrame([
     {"variant": "ar", "method": "ar", "target_seconds_per_forward": 0.010, "drafter_seconds_per_forward": 0.0,
      "verified_per_step": 1.0},
@@ -42,6 +43,9 @@ def test_the_card(tmp_path):
     path = tmp_path / "target.json"
     path.write_text(json.dumps(TARGET))
     card = regime_card([path], SUMMARY)
-    for cell in ("14,950,656", "57.1", "0.31", "0.25", "2.40", "0.52 / 0.88", "| 5.0 |", "2.50"):
+    for cell in ("| AMD EPYC |", "14,950,656", "57.1", "0.31", "0.25", "2.40", "0.52 / 0.88", "| 5.0 |", "2.50"):
         assert cell in card
     assert regime_card([], SUMMARY.iloc[:0]) == ""
+    on_a_gpu = {**TARGET, "trained_on": {**TARGET["trained_on"], "device": "cuda", "gpus": ["NVIDIA H100"]}}
+    path.write_text(json.dumps(on_a_gpu))
+    assert "| NVIDIA H100 |" in regime_card([path], SUMMARY)

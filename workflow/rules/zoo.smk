@@ -201,7 +201,7 @@ if not external_models():
             device=compute_device(),
             gates=config.get("gates", {}).get("target", {}),
             allow_weak=config.get("allow_weak_models", False),
-        threads: config["threads"]
+        threads: config["target"].get("threads", config["threads"])
         resources:
             mem_mb=8000,
             runtime=training_minutes(config["target"]),
