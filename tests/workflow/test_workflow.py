@@ -40,6 +40,18 @@ def job_counts(output: str) -> dict[str, int]:
     return counts
 
 
+def job_threads(output: str) -> dict[str, set[int]]:
+    """Each planned rule's thread counts, from a dry run's job blocks (a job on one thread prints none)."""
+    threads, rule = {}, None
+    for line in output.splitlines():
+        if line.startswith(("rule ", "localrule ")):
+            rule = line.split()[1].rstrip(":")
+            threads.setdefault(rule, set())
+        elif rule and line.strip().startswith("threads:"):
+            threads[rule].add(int(line.split(":")[1]))
+    return {rule: counts or {1} for rule, counts in threads.items()}
+
+
 def overrides(tmp_path):
     return ["--config", f"work_dir={tmp_path / 'work'}", f"results_dir={tmp_path / 'results'}"]
 
@@ -261,10 +273,17 @@ def test_a_bad_option_value_stops_the_plan(tmp_path, options, says):
 
 @pytest.mark.parametrize("profile", ["default", "smoke", "slurm", "gpu"])
 def test_every_profile_plans_the_pipeline_and_the_checks(tmp_path, profile):
-    result = snakemake("-n", "--profile", f"workflow/profiles/{profile}", "all", "checks", *overrides(tmp_path))
+    cores = ["--cores", "2"] if profile in ("default", "smoke") else []  # (a dry run's one core scales threads down)
+    result = snakemake("-n", *cores, "--profile", f"workflow/profiles/{profile}", "all", "checks",
+                       *overrides(tmp_path))
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     counts = job_counts(result.stdout)
     assert {"bench", "summary", "report", "lossless", "overheads", "host_sync", "projection", "checks"} <= set(counts)
+    threads = job_threads(result.stdout)
+    if profile in ("default", "smoke"):  # training jobs on one thread, two side by side; the target, alone, on two
+        # (the smoke target on one: beside the test suite's other worker two threads oversubscribe the cores)
+        assert threads["train_draft"] == threads["train_drafter"] == {1}
+        assert threads["train_target"] == ({2} if profile == "default" else {1})
     if profile == "gpu":  # an engine pass: the GPU's eager one (the smoke profile has none; test_gpu_quick runs one)
         assert 0 < counts["bench_pass"] <= counts["bench"] and counts["pass_summary"] == 1
     if profile == "gpu":
