@@ -57,11 +57,11 @@ def sampling_regime(model, tokenizer, heldout: torch.Tensor, prompts: int, new_t
 
 
 def trained_on(device: str) -> dict:
-    """The machine a model trained on: fp32 training is bit-reproducible on one CPU type at any thread count, not
-    across CPU types (their kernels round differently), so the report names it beside the target's figures."""
-    hardware, versions = environment()["hardware"], environment()["versions"]
-    return {"device": device, "cpu": hardware["cpu"], "gpus": hardware["gpus"], "torch": versions["torch"],
-            "torch_threads": torch.get_num_threads()}
+    """The machine a model trained on: fp32 training is reproducible on one CPU type, not across CPU types (their
+    kernels round differently), so the report names it beside the target's figures."""
+    machine = environment()
+    return {"device": device, "cpu": machine["hardware"]["cpu"], "gpus": machine["hardware"]["gpus"],
+            "torch": machine["versions"]["torch"], "torch_threads": torch.get_num_threads()}
 
 
 def model_shape(fields: dict) -> ModelShape:
