@@ -39,13 +39,63 @@ def check_layers(model: PreTrainedModel, layers: list[int | str]) -> None:
 
 @torch.no_grad()
 def target_features(model: PreTrainedModel, input_ids: torch.Tensor, layers: list[int | str]) -> dict[str, torch.Tensor]:
-    """{layer key: (B, T, H) hidden states} for ``input_ids`` (B, T)."""
+    """{layer key: (B, T, H) hidden states} for ``input_ids`` (B, T). Without 'last' and below the top layer, the
+    forward stops at the deepest layer asked for (``early_features``): the same states for a fraction of the work."""
+    early = early_features(model, input_ids, layers)
+    if early is not None:
+        return early
     need_all = any(layer != "last" for layer in layers)
     output = model.base_model(input_ids=input_ids, output_hidden_states=need_all)
     features = {}
     for layer in layers:
         features[layer_key(layer)] = output.last_hidden_state if layer == "last" else output.hidden_states[int(layer)]
     return features
+
+
+class _StopForward(Exception):
+    """Raised by a hook to end a forward once the deepest layer asked for has its input."""
+
+
+def decoder_layers(model: PreTrainedModel) -> torch.nn.ModuleList | None:
+    """The decoder layers of a text or vision-language target (None when the layout is not a known one)."""
+    base = model.base_model
+    for owner in (base, getattr(base, "language_model", None)):
+        layers = getattr(owner, "layers", None)
+        if isinstance(layers, torch.nn.ModuleList):
+            return layers
+    return None
+
+
+def early_features(model: PreTrainedModel, input_ids: torch.Tensor,
+                   layers: list[int | str]) -> dict[str, torch.Tensor] | None:
+    """The hidden states of ``layers`` (integers only, all below the model's depth) read as the inputs of decoder
+    layers 0..max(layers), the forward stopped before the deepest one runs; None when that does not apply ('last'
+    or the top layer asked for, or no decoder layer list). Hidden state i is decoder layer i's input (the
+    embeddings for i = 0), so these are the full forward's states, bit for bit, at max(layers) / depth of its cost."""
+    decoder = decoder_layers(model)
+    if decoder is None or any(layer == "last" for layer in layers):
+        return None
+    wanted = sorted({int(layer) for layer in layers})
+    if wanted[-1] >= len(decoder):
+        return None
+    captured: dict[int, torch.Tensor] = {}
+
+    def capture(index: int):
+        def hook(module, args, kwargs):
+            captured[index] = args[0] if args else kwargs["hidden_states"]
+            if index == wanted[-1]:
+                raise _StopForward
+        return hook
+
+    handles = [decoder[index].register_forward_pre_hook(capture(index), with_kwargs=True) for index in wanted]
+    try:
+        model.base_model(input_ids=input_ids, use_cache=False)
+    except _StopForward:
+        pass
+    finally:
+        for handle in handles:
+            handle.remove()
+    return {layer_key(layer): captured[int(layer)] for layer in layers}
 
 
 def dump_size_bytes(sequences: int, seq_len: int, hidden: int, layers: int, dtype: torch.dtype) -> int:

@@ -8,7 +8,7 @@ from transformers import AutoTokenizer
 
 from harness.data.code_prompts import make_code_prompts
 from harness.data.corpus import Document, build_stdlib_corpus, collect_python_files, load_documents
-from harness.training.features import FeatureSource, dump_features, target_features
+from harness.training.features import FeatureSource, dump_features, early_features, target_features
 from harness.data.token_streams import even_windows, random_windows, tokenize_documents
 from harness.training.zoo import ModelShape, new_model, repetition_rate, save_model, train_tokenizer
 
@@ -115,6 +115,31 @@ def test_features_dump_matches_on_the_fly(tmp_path):
     torch.testing.assert_close(recomputed["last"], model.model(dumped["input_ids"]).last_hidden_state)
     live = FeatureSource(["last"], 12, target=model, tokens=tokens).batch(2, torch.Generator().manual_seed(1))
     assert live["last"].shape == (2, 12, 16)
+
+
+@pytest.mark.parametrize("family", ["llama", "bamba"])
+def test_features_below_the_top_stop_the_forward_early_with_the_same_states(family):
+    """Layers below the top without 'last' come from a forward stopped at the deepest of them: the full forward's
+    states bit for bit (a text target and a hybrid one), and the deeper layers never run."""
+    from tests.helpers import make_bamba, make_llama
+
+    model = (make_llama(vocab=50, hidden=16, layers=4, heads=2) if family == "llama" else make_bamba(vocab=50)).eval()
+    ids = torch.randint(0, 50, (2, 12), generator=torch.Generator().manual_seed(0))
+    full = model.base_model(input_ids=ids, output_hidden_states=True).hidden_states
+    depth = len(full) - 1
+    ran = []
+    hooks = [layer.register_forward_hook(lambda module, args, out, index=index: ran.append(index))
+             for index, layer in enumerate(model.base_model.layers)]
+    for layers in ([1], [0, 2], [depth - 1], [2, 1]):
+        ran.clear()
+        early = target_features(model, ids, layers)
+        assert ran == list(range(max(layers)))  # the layers below the deepest asked for, and no more
+        assert all(torch.equal(early[f"layer{layer}"], full[layer]) for layer in layers)
+    for hook in hooks:
+        hook.remove()
+    assert early_features(model, ids, [depth]) is None and early_features(model, ids, ["last", 1]) is None
+    torch.testing.assert_close(target_features(model, ids, [depth, "last"])["last"],
+                               model.base_model(input_ids=ids).last_hidden_state)
 
 
 def test_code_prompts_end_at_a_header():
