@@ -25,6 +25,7 @@ from harness.verify.verdict import Verdict
 
 if TYPE_CHECKING:
     from harness.backend.cuda_graphs import GraphedForwards
+    from harness.engine.batch_slots import RowsDrafting
     from harness.engine.runtime import EngineRuntime
 
 
@@ -107,6 +108,11 @@ class DraftAdapter(Protocol):
         """A copy that drafts one row of a static batch (``harness.engine.batched``): the weights shared, its
         generation state its own (``begin`` resets it); None: the adapter decodes one request at a time."""
 
+    def batch_drafting(self) -> RowsDrafting | None:
+        """A drafter of every row of a static batch at once (one forward per draft step for the whole batch, with
+        ``harness.engine.batched``'s rows hooks: prefill, draft, accepted, select), or None: the rows draft one
+        after another, each through a ``batch_row`` copy."""
+
 
 class AdapterBase:
     """The defaults of ``DraftAdapter``: no hidden states, fused verification, no details, nothing to do at
@@ -130,6 +136,9 @@ class AdapterBase:
         pass
 
     def batch_row(self) -> DraftAdapter | None:
+        return None
+
+    def batch_drafting(self) -> RowsDrafting | None:
         return None
 
 

@@ -4,6 +4,7 @@ the trees of one step, and each row's share of a batched forward (``harness.engi
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Protocol
 
 import torch
 
@@ -11,6 +12,7 @@ from harness.backend.forward import LMOutput, count_forward
 from harness.backend.models import LoadedModel
 from harness.engine.adapter import StepContext
 from harness.trees.tree import TokenTree, ancestor_matrix
+from harness.verify.verdict import Verdict
 
 PAD_TOKEN = 0  # what fills a masked slot (never attended, so any token id)
 
@@ -31,6 +33,30 @@ class BatchRow:
     def sequence(self) -> torch.Tensor:
         """The prompt and every emitted token (1, L + produced), the root last: what an adapter drafts from."""
         return torch.cat([self.prompt, torch.tensor([self.produced], device=self.prompt.device)], dim=-1)
+
+
+class RowsDrafting(Protocol):
+    """How the rows of a static batch draft (``harness.engine.batched`` calls these, in this order each step).
+
+    wants_hidden / hidden_layers: the target's hidden states the drafting reads (as ``DraftAdapter``'s).
+    prefill: the batch's prompts (left-padded ids, valid slots, positions) went through the target as ``out``.
+    draft: every live row's tree, each resolved (its shape on the host).
+    accepted: every row's verdict on its tree and the target's output over the padded trees.
+    select: only the rows ``keep`` (indices into the live rows) stay in the batch.
+    """
+
+    wants_hidden: bool
+    hidden_layers: tuple[int, ...] | None
+
+    def prefill(self, rows: list[BatchRow], ids: torch.Tensor, valid: torch.Tensor, position_ids: torch.Tensor,
+                out: LMOutput) -> None: ...
+
+    def draft(self, rows: list[BatchRow]) -> list[TokenTree]: ...
+
+    def accepted(self, rows: list[BatchRow], trees: list[TokenTree], verdicts: list[Verdict],
+                 out: LMOutput) -> None: ...
+
+    def select(self, keep: torch.Tensor) -> None: ...
 
 
 @dataclass

@@ -9,8 +9,10 @@ target over every row's tree, padded to one node count) -> ``verify_rows`` (the 
 row's own random generator, so a row's output has the law of a batch-1 generation) -> the drafting learns.
 
 How the rows draft: `ar` not at all; a draft LM over a fixed tree shape (`sd`, `tree_sd`) level by level for all
-rows at once (``harness.engine.batch_draft_lm``); an adapter that drafts batch rows (``batch_row``: `eagle`,
-`lyanna`, `dflash`) with one copy per row (``harness.engine.batch_adapters``). Others are refused with one line.
+rows at once (``harness.engine.batch_draft_lm``); an adapter with a drafter of its own for the whole batch
+(``batch_drafting``: `eagle`'s head, one forward per draft step, ``methods.eagle.batch``); an adapter that drafts
+batch rows (``batch_row``: `lyanna`, `dflash`, the EAGLE variants) with one copy per row, one row after another
+(``harness.engine.batch_adapters``). Others are refused with one line.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from harness.backend.models import LoadedModel
 from harness.engine.adapter import NoDrafts, StepContext
 from harness.engine.batch_adapters import AdapterRows, RootOnlyRows
 from harness.engine.batch_draft_lm import DraftLMRows
-from harness.engine.batch_slots import BatchRow, SlotMask, causal, charge_rows, left_padded, pad_trees
+from harness.engine.batch_slots import BatchRow, RowsDrafting, SlotMask, causal, charge_rows, left_padded, pad_trees
 from harness.engine.counters import GenerationCounters
 from harness.engine.draft_lm import DraftLMAdapter
 from harness.engine.loop import Generation, check_fits_context, trim_output
@@ -35,7 +37,7 @@ from harness.verify.sampling import SamplingConfig, next_token
 from harness.verify.verdict import Verdict
 
 
-def rows_drafting(adapter, count: int) -> RootOnlyRows | DraftLMRows | AdapterRows:
+def rows_drafting(adapter, count: int) -> RowsDrafting:
     """How ``count`` rows draft with ``adapter`` (one line for an adapter that cannot draft batch rows)."""
     if isinstance(adapter, NoDrafts):
         return RootOnlyRows()
@@ -44,7 +46,8 @@ def rows_drafting(adapter, count: int) -> RootOnlyRows | DraftLMRows | AdapterRo
     if adapter.separate_root_forward:
         raise DraftcountError(f"{type(adapter).__name__} verifies its root in a forward of its own (unfused "
                               "verification), which batches do not run: fuse it to decode batches")
-    return AdapterRows(adapter, count)
+    together = adapter.batch_drafting()
+    return together if together is not None else AdapterRows(adapter, count)
 
 
 def prefill_rows(target: LoadedModel, rows: list[BatchRow], cache, drafting) -> SlotMask:

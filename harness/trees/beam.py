@@ -26,7 +26,7 @@ sampling lossless (EAGLE's convention).
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass
 
 import torch
@@ -81,6 +81,40 @@ def grow_beam_tree(root: torch.Tensor, root_logprobs: torch.Tensor, expand: Expa
     """Grow a tree below ``root`` from its children's log-probabilities (V,) and ``expand`` for deeper levels.
 
     Nothing is read on the host here (see the module docstring)."""
+    return grow_beam_trees([root], root_logprobs[None], lambda frontiers: [expand(frontiers[0])], shape)[0]
+
+
+def grow_beam_trees(roots: list[torch.Tensor], root_logprobs: torch.Tensor,
+                    expand_rows: Callable[[list[Frontier]], list[torch.Tensor]], shape: BeamShape) -> list[BeamTree]:
+    """One tree per row of a static batch, grown in lockstep: ``root_logprobs`` (B, V); ``expand_rows`` takes
+    every row's frontier of one depth (all rows reach each depth together: one shape) and returns each row's
+    children's log-probabilities (k, V), so a drafter expands the whole batch in one forward per depth. Each row's
+    tree is the one ``grow_beam_tree`` grows from that row alone (``beam_growth``)."""
+    growths = [beam_growth(root, logprobs, shape) for root, logprobs in zip(roots, root_logprobs)]
+    trees: list[BeamTree | None] = [None] * len(growths)
+    frontiers = [_advance(growth, None, trees, index) for index, growth in enumerate(growths)]
+    while all(frontier is not None for frontier in frontiers):
+        children = expand_rows(frontiers)
+        frontiers = [_advance(growth, child, trees, index)
+                     for index, (growth, child) in enumerate(zip(growths, children))]
+    return trees
+
+
+def _advance(growth: Generator[Frontier, torch.Tensor, BeamTree], child: torch.Tensor | None,
+             trees: list[BeamTree | None], index: int) -> Frontier | None:
+    """The growth's next frontier after sending it ``child`` (None: start it); None once it has returned its tree
+    (stored at ``trees[index]``)."""
+    try:
+        return next(growth) if child is None else growth.send(child)
+    except StopIteration as done:
+        trees[index] = done.value
+        return None
+
+
+def beam_growth(root: torch.Tensor, root_logprobs: torch.Tensor,
+                shape: BeamShape) -> Generator[Frontier, torch.Tensor, BeamTree]:
+    """The growth of one tree (see the module docstring) as a generator: it yields each frontier to expand, is
+    sent that frontier's children's log-probabilities (k, V), and returns the tree."""
     device = root_logprobs.device
     k = min(shape.top_k, root_logprobs.shape[-1])
     scores, tokens = root_logprobs.float().topk(k)
@@ -93,7 +127,7 @@ def grow_beam_tree(root: torch.Tensor, root_logprobs: torch.Tensor, expand: Expa
     offset = k
     for depth in range(2, shape.depth + 1):
         expanded.append(frontier_pool)
-        child_logprobs, child_tokens = expand(frontier).float().topk(k, dim=-1)
+        child_logprobs, child_tokens = (yield frontier).float().topk(k, dim=-1)
         candidate_scores = (frontier_scores[:, None] + child_logprobs).reshape(-1)
         candidate_tokens = child_tokens.reshape(-1)
         pool_scores.append(candidate_scores)

@@ -43,6 +43,7 @@ from methods.eagle import EagleOptions
 from harness.verify.verdict import Verdict
 from harness.engine.method_spec import BuildInputs
 from harness.training.features import feature_indices, feature_rows
+from methods.eagle.batch import EagleRows
 from methods.eagle.checkpoint import load_head
 from methods.eagle.head import EagleHead
 from methods.eagle.head3 import Eagle3Head
@@ -86,6 +87,14 @@ class EagleAdapter(AdapterBase):
         """A copy for one row of a static batch: the drafter shared, the state reset by ``begin``."""
         row = copy.copy(self)
         return row
+
+    def batch_drafting(self) -> EagleRows | None:
+        """Every row of a static batch drafted at once (``methods.eagle.batch``) by the plain adapter; a variant
+        that reads part of the prompt or overrides a step (HiViS ``drop``, `prism`, `dream`, P-EAGLE) drafts its
+        rows one after another (``batch_row``)."""
+        if type(self) is not EagleAdapter or self.image_token is not None:
+            return None
+        return EagleRows(self)
 
     def _reset(self, ctx: StepContext | None = None) -> None:
         lookahead = (self.shape.depth - 1) * self.shape.top_k + 1  # the tree's fed frontiers
