@@ -129,6 +129,22 @@ def left_padded(prompts: list[torch.Tensor], device: torch.device) -> tuple[torc
             (slots[None] - pads[:, None]).clamp(min=0).to(device))
 
 
+def pending_block(pending: list[torch.Tensor], starts: list[int]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """Every row's pending drafter inputs (each (n_i, H)) as one block for a batched catch-up forward, left-padded
+    so that each row's newest input is the block's last: inputs (B, w, H), positions (B, w) (row i's from
+    ``starts[i]``; 0 at a pad) and which entries are real (B, w)."""
+    width = max(values.shape[0] for values in pending)
+    inputs = pending[0].new_zeros(len(pending), width, pending[0].shape[-1])
+    positions = torch.zeros(len(pending), width, dtype=torch.long, device=pending[0].device)
+    real = torch.zeros(len(pending), width, dtype=torch.bool, device=pending[0].device)
+    for row, (values, start) in enumerate(zip(pending, starts)):
+        count = values.shape[0]
+        inputs[row, width - count:] = values
+        positions[row, width - count:] = torch.arange(start, start + count, device=values.device)
+        real[row, width - count:] = True
+    return inputs, positions, real
+
+
 def row_output(out: LMOutput, row: int, nodes: slice) -> LMOutput:
     """Row ``row``'s part of a batched forward's output, at ``nodes``, as a batch-1 forward gives it (1, n, ...)."""
     states = None if out.hidden_states is None else tuple(

@@ -10,9 +10,10 @@ row's own random generator, so a row's output has the law of a batch-1 generatio
 
 How the rows draft: `ar` not at all; a draft LM over a fixed tree shape (`sd`, `tree_sd`) level by level for all
 rows at once (``harness.engine.batch_draft_lm``); an adapter with a drafter of its own for the whole batch
-(``batch_drafting``: `eagle`'s head, one forward per draft step, ``methods.eagle.batch``); an adapter that drafts
-batch rows (``batch_row``: `lyanna`, `dflash`, the EAGLE variants) with one copy per row, one row after another
-(``harness.engine.batch_adapters``). Others are refused with one line.
+(``batch_drafting``: `eagle`'s head, one forward per draft step, ``methods.eagle.batch``; `lyanna`'s backbone,
+``methods.lyanna.batch``); an adapter that drafts batch rows (``batch_row``: `dflash`, the EAGLE variants,
+`lyanna` reusing states) with one copy per row, one row after another (``harness.engine.batch_adapters``). Others
+are refused with one line.
 """
 
 from __future__ import annotations

@@ -17,7 +17,7 @@ from harness.analysis.metrics import PREFILL_TOKENS
 from harness.backend.device import index_on
 from harness.backend.forward import LMOutput
 from harness.backend.kv_cache import crop_cache, new_cache
-from harness.engine.batch_slots import PAD_TOKEN, BatchRow, SlotMask, causal, row_output
+from harness.engine.batch_slots import PAD_TOKEN, BatchRow, SlotMask, causal, pending_block, row_output
 from harness.engine.counters import DrafterWork, count_useful_drafter_flops
 from harness.trees.beam import BeamTree, Frontier, frontier_attention_bias, grow_beam_trees
 from harness.trees.tree import TokenTree
@@ -78,17 +78,12 @@ class EagleRows:
         so every row's last output is its root's); each row charged its own tokens. Returns (B, H)."""
         device = self.runner.device
         counts = [pending.shape[0] for pending in self.pending]
-        width = max(counts)
-        features = self.pending[0].new_zeros(len(rows), width, self.pending[0].shape[-1])
+        features, position_ids, real = pending_block(self.pending, self.fed)
+        width = features.shape[1]
         tokens = torch.full((len(rows), width), PAD_TOKEN, dtype=torch.long, device=device)
-        position_ids = torch.zeros(len(rows), width, dtype=torch.long, device=device)
-        real = torch.zeros(len(rows), width, dtype=torch.bool, device=device)
         for index, (row, count) in enumerate(zip(rows, counts)):
-            fed, start = self.fed[index], width - count
-            features[index, start:] = self.pending[index]
-            tokens[index, start:] = row.sequence()[0, fed + 1 : fed + 1 + count].to(device)
-            position_ids[index, start:] = torch.arange(fed, fed + count, device=device)
-            real[index, start:] = True
+            fed = self.fed[index]
+            tokens[index, width - count:] = row.sequence()[0, fed + 1 : fed + 1 + count].to(device)
         block = self.mask.extend(real)
         head, _ = self.adapter.step_head(1)
         hidden = head(features, tokens, position_ids, self.cache,

@@ -44,6 +44,7 @@ from harness.verify.verdict import Verdict
 from harness.engine.method_spec import BuildInputs
 from harness.training.features import feature_indices, feature_rows
 from methods.lyanna import LyannaOptions
+from methods.lyanna.batch import LyannaRows
 from methods.lyanna.model import LyannaModel, load_drafter
 
 
@@ -88,6 +89,11 @@ class LyannaAdapter(AdapterBase):
         row = copy.copy(self)
         row.side = SideStream(self.device)  # its own run-ahead stream: rows draft one after another
         return row
+
+    def batch_drafting(self) -> LyannaRows | None:
+        """Every row of a static batch drafted by one backbone forward per depth (``methods.lyanna.batch``); with
+        reuse=states (and so overlap) each row keeps speculative cache entries of its own: rows one after another."""
+        return None if self.options.reuse == "states" else LyannaRows(self)
 
     def _reset(self, ctx: StepContext | None = None) -> None:
         lookahead = self.shape.depth + self.options.overlap_steps + 2  # the chain and the states run ahead
@@ -174,6 +180,12 @@ class LyannaAdapter(AdapterBase):
         self.depth_positions = list(range(first, first + self.shape.depth))
         root_known = self.root_logits is not None
         states = self._depth_states(ctx, first + root_known, self.depth_positions[-1])
+        return self.tree_from_states(ctx, sequence[0, -1], states)
+
+    def tree_from_states(self, ctx: StepContext, root: torch.Tensor, states: dict[int, torch.Tensor]) -> TokenTree:
+        """The round's tree from its depth states (by the position they predict; ``depth_positions`` set): their
+        logits, the injection of each node's parent token, the beam; with overlap=on, the run-ahead."""
+        root_known = self.root_logits is not None
         with_states = [p for p in self.depth_positions if p in states]
         stacked = torch.stack([states[p] for p in with_states])
         with ctx.counters.phase("drafter"):
@@ -202,7 +214,6 @@ class LyannaAdapter(AdapterBase):
         def expand(frontier: Frontier) -> torch.Tensor:
             return node_logprobs(frontier.depth + 1, frontier.tokens)
 
-        root = sequence[0, -1]
         self.beam = grow_beam_tree(root, node_logprobs(1, root.reshape(1))[0], expand, self.shape)
         if self.options.overlap == "on":
             self._run_ahead(ctx, states)
@@ -221,6 +232,16 @@ class LyannaAdapter(AdapterBase):
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
         self.side.join([*self._cache_tensors(), *self.chain.states.values()])
+        self.settle(ctx, verdict)
+        keep_from = self.fed_len + verdict.num_accepted + 1  # cache slot of the next round's depth-1 position
+        if self.options.reuse == "states" and keep_from < self.cache.get_seq_length():
+            self.chain.cache_keys = [layer.keys[..., keep_from:, :] for layer in self.cache.layers]
+            self.chain.cache_values = [layer.values[..., keep_from:, :] for layer in self.cache.layers]
+        crop_cache(self.cache, self.fed_len)
+        self.take_features(verdict, target_out)
+
+    def settle(self, ctx: StepContext, verdict: Verdict) -> None:
+        """The round's drafter work settled (useful, carried, wasted) and its backbone states counted."""
         accepted = verdict.num_accepted
         root_fed = self.root_logits is not None
         next_first = self.depth_positions[0] + accepted + 1
@@ -237,11 +258,10 @@ class LyannaAdapter(AdapterBase):
         kept = {unit[1] for unit in useful + carried if unit[0] == "state"} | {self.depth_positions[0] + root_fed}
         ctx.counters.add_extra("backbone_states_computed", len(self.computed))
         ctx.counters.add_extra("backbone_states_wasted", len(self.computed - kept))
-        keep_from = self.fed_len + accepted + 1  # cache slot of the next round's depth-1 position
-        if self.options.reuse == "states" and keep_from < self.cache.get_seq_length():
-            self.chain.cache_keys = [layer.keys[..., keep_from:, :] for layer in self.cache.layers]
-            self.chain.cache_values = [layer.values[..., keep_from:, :] for layer in self.cache.layers]
-        crop_cache(self.cache, self.fed_len)
+
+    def take_features(self, verdict: Verdict, target_out: LMOutput) -> None:
+        """The accepted path's true features wait for the next catch-up; this round's chain becomes the previous."""
+        root_fed = self.root_logits is not None
         self.previous = self.chain
         path = verdict.path[1:] if root_fed else verdict.path  # a root fed on its own is in the cache already
         index = index_on(path, target_out.logits.device)
