@@ -108,8 +108,8 @@ class DraftAdapter(Protocol):
         """A copy that drafts one row of a static batch (``harness.engine.batched``): the weights shared, its
         generation state its own (``begin`` resets it); None: the adapter decodes one request at a time."""
 
-    def batch_drafting(self) -> RowsDrafting | None:
-        """A drafter of every row of a static batch at once (one forward per draft step for the whole batch, with
+    def batch_drafting(self, count: int) -> RowsDrafting | None:
+        """A drafter of ``count`` rows of a static batch at once (one forward per draft step for the whole batch, with
         ``harness.engine.batched``'s rows hooks: prefill, draft, accepted, select), or None: the rows draft one
         after another, each through a ``batch_row`` copy."""
 
@@ -138,7 +138,7 @@ class AdapterBase:
     def batch_row(self) -> DraftAdapter | None:
         return None
 
-    def batch_drafting(self) -> RowsDrafting | None:
+    def batch_drafting(self, count: int) -> RowsDrafting | None:
         return None
 
 

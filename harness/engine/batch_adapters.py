@@ -2,14 +2,17 @@
 copy of the adapter (the weights shared, the state its own), one row after another, from the row's slice of the
 batched target forwards; the target then verifies every row's tree in one forward. The drafter's work is B
 batch-1 drafts per step (the load study times it as drafter time), and each row's drafts are the ones a batch-1
-generation of that prompt would make."""
+generation of that prompt would make. ``SharedCacheRows`` is the base of a drafter that serves every row in one
+forward (``batch_drafting``): the row copies keep the bookkeeping, one KV cache the batch's drafter state."""
 
 from __future__ import annotations
 
 import torch
+from transformers import PretrainedConfig
 
 from harness.backend.forward import LMOutput
-from harness.engine.batch_slots import BatchRow, row_output
+from harness.backend.kv_cache import crop_cache, new_cache
+from harness.engine.batch_slots import BatchRow, SlotMask, row_output
 from harness.errors import DraftcountError
 from harness.trees.tree import TokenTree, root_only
 from harness.verify.verdict import Verdict
@@ -69,3 +72,26 @@ class AdapterRows:
     def select(self, keep: torch.Tensor) -> None:
         self.adapters = [self.adapters[index] for index in keep.tolist()]
 
+
+class SharedCacheRows(AdapterRows):
+    """Row copies (as ``AdapterRows``: each begins and commits on its row's part of the target's forwards and keeps
+    its row's drafter bookkeeping) whose drafter runs ONE forward for every row: its KV cache is one cache for the
+    batch with a slot mask (``SlotMask``, as the target's). A subclass writes ``draft`` and sets ``kept_slots``, the
+    cache slots that stay after verification (its speculative slots, the same count for every row, go)."""
+
+    def __init__(self, adapter, count: int, config: PretrainedConfig, device: torch.device) -> None:
+        super().__init__(adapter, count)
+        self.device = device
+        self.cache = new_cache(config)
+        self.mask = SlotMask(torch.zeros(count, 0, dtype=torch.bool, device=device))
+        self.kept_slots = 0
+
+    def accepted(self, rows: list[BatchRow], trees: list[TokenTree], verdicts: list[Verdict], out: LMOutput) -> None:
+        crop_cache(self.cache, self.kept_slots)
+        self.mask.valid = self.mask.valid[:, : self.kept_slots]
+        super().accepted(rows, trees, verdicts, out)
+
+    def select(self, keep: torch.Tensor) -> None:
+        super().select(keep)
+        self.cache.batch_select_indices(keep.to(self.device))
+        self.mask.select(keep)

@@ -11,9 +11,9 @@ row's own random generator, so a row's output has the law of a batch-1 generatio
 How the rows draft: `ar` not at all; a draft LM over a fixed tree shape (`sd`, `tree_sd`) level by level for all
 rows at once (``harness.engine.batch_draft_lm``); an adapter with a drafter of its own for the whole batch
 (``batch_drafting``: `eagle`'s head, one forward per draft step, ``methods.eagle.batch``; `lyanna`'s backbone,
-``methods.lyanna.batch``); an adapter that drafts batch rows (``batch_row``: `dflash`, the EAGLE variants,
-`lyanna` reusing states) with one copy per row, one row after another (``harness.engine.batch_adapters``). Others
-are refused with one line.
+``methods.lyanna.batch``; `dflash`'s one forward, ``methods.dflash.batch``); an adapter that drafts batch rows
+(``batch_row``: the EAGLE variants, `lyanna` reusing states) with one copy per row, one row after another
+(``harness.engine.batch_adapters``). Others are refused with one line.
 """
 
 from __future__ import annotations
@@ -47,7 +47,7 @@ def rows_drafting(adapter, count: int) -> RowsDrafting:
     if adapter.separate_root_forward:
         raise DraftcountError(f"{type(adapter).__name__} verifies its root in a forward of its own (unfused "
                               "verification), which batches do not run: fuse it to decode batches")
-    together = adapter.batch_drafting()
+    together = adapter.batch_drafting(count)
     return together if together is not None else AdapterRows(adapter, count)
 
 

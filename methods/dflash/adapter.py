@@ -31,6 +31,7 @@ from harness.trees.tree import TokenTree
 from harness.verify.sampling import logits_to_probs, sample_from_probs
 from harness.verify.verdict import Verdict
 from methods.dflash import DFlashOptions
+from methods.dflash.batch import DFlashRows
 from methods.dflash.checkpoint import load_drafter
 from methods.dflash.model import DFlashDrafter
 
@@ -80,22 +81,37 @@ class DFlashAdapter(AdapterBase):
     def begin(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> None:
         self._reset(self._rows(prefill.hidden_states, slice(None)))
 
+    def batch_drafting(self, count: int) -> DFlashRows | None:
+        """Every row of a static batch drafted in one forward a step (``methods.dflash.batch``); a subclass that
+        plans its own step (`dspark`) drafts its rows one after another."""
+        return DFlashRows(self, count) if type(self) is DFlashAdapter else None
+
     def draft_block(self, ctx: StepContext, root: torch.Tensor) -> torch.Tensor:
         """The drafter's one forward: (drafts, width) outputs of the drafting slots; the context rows join its
         cache."""
         count, block = self.pending[0].shape[0], self.block_size
         with ctx.counters.phase("drafter"):
             context = self.drafter.context(self.pending)[None]
-            embedded = self.drafter.block_embeddings(self.embed(root.reshape(1, 1).to(self.device))[0, 0].to(self.dtype),
-                                                     self.embed, block)[None]
-            hidden = self.drafter(context, embedded, positions(self.fed_len, count + block, self.device), self.cache)
+            hidden = self.drafter(context, self.block_input(root)[None],
+                                  positions(self.fed_len, count + block, self.device), self.cache)
             crop_cache(self.cache, self.fed_len + count)  # keep the context; the block's keys are redrawn each step
+        self.charge_block(ctx, count)
+        return self.drafter.draft_rows(hidden[0])
+
+    def block_input(self, root: torch.Tensor) -> torch.Tensor:
+        """(block, width): the block's inputs, the root's embedding then the mask's."""
+        return self.drafter.block_embeddings(self.embed(root.reshape(1, 1).to(self.device))[0, 0].to(self.dtype),
+                                             self.embed, self.block_size)
+
+    def charge_block(self, ctx: StepContext, count: int) -> None:
+        """The step's forward over ``count`` context rows and the block, charged: the context's share useful, the
+        block's booked over the draft nodes; the context rows are fed."""
+        block = self.block_size
         self.fed_len += count
         flops = self.cost.forward_flops(count + block, self.fed_len + block, self.drafts)
         ctx.counters.drafter.add(count + block, flops)
         count_useful_drafter_flops(ctx.counters, flops * count / (count + block))
         self.work.charge(list(range(1, self.drafts + 1)), flops * block / (count + block))
-        return self.drafter.draft_rows(hidden[0])
 
     def block_logits(self, ctx: StepContext, hidden: torch.Tensor) -> torch.Tensor:
         """(drafts, V) logits of the drafting slots (the target's LM head)."""
@@ -104,7 +120,10 @@ class DFlashAdapter(AdapterBase):
 
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
         root = sequence[0, -1]
-        logits = self.block_logits(ctx, self.draft_block(ctx, root))
+        return self.tree_from_logits(ctx, root, self.block_logits(ctx, self.draft_block(ctx, root)))
+
+    def tree_from_logits(self, ctx: StepContext, root: torch.Tensor, logits: torch.Tensor) -> TokenTree:
+        """The step's tree from the drafting slots' logits (drafts, V): a chain, or the beam tree of their top-k."""
         with ctx.counters.phase("drafter"):
             if self.shape is not None:
                 return self.beam_tree(root, logits)

@@ -88,13 +88,13 @@ class EagleAdapter(AdapterBase):
         row = copy.copy(self)
         return row
 
-    def batch_drafting(self) -> EagleRows | None:
+    def batch_drafting(self, count: int) -> EagleRows | None:
         """Every row of a static batch drafted at once (``methods.eagle.batch``) by the plain adapter; a variant
         that reads part of the prompt or overrides a step (HiViS ``drop``, `prism`, `dream`, P-EAGLE) drafts its
         rows one after another (``batch_row``)."""
         if type(self) is not EagleAdapter or self.image_token is not None:
             return None
-        return EagleRows(self)
+        return EagleRows(self, count)
 
     def _reset(self, ctx: StepContext | None = None) -> None:
         lookahead = (self.shape.depth - 1) * self.shape.top_k + 1  # the tree's fed frontiers

@@ -90,10 +90,10 @@ class LyannaAdapter(AdapterBase):
         row.side = SideStream(self.device)  # its own run-ahead stream: rows draft one after another
         return row
 
-    def batch_drafting(self) -> LyannaRows | None:
+    def batch_drafting(self, count: int) -> LyannaRows | None:
         """Every row of a static batch drafted by one backbone forward per depth (``methods.lyanna.batch``); with
         reuse=states (and so overlap) each row keeps speculative cache entries of its own: rows one after another."""
-        return None if self.options.reuse == "states" else LyannaRows(self)
+        return None if self.options.reuse == "states" else LyannaRows(self, count)
 
     def _reset(self, ctx: StepContext | None = None) -> None:
         lookahead = self.shape.depth + self.options.overlap_steps + 2  # the chain and the states run ahead
