@@ -57,13 +57,10 @@ class _StopForward(Exception):
 
 
 def decoder_layers(model: PreTrainedModel) -> torch.nn.ModuleList | None:
-    """The decoder layers of a text or vision-language target (None when the layout is not a known one)."""
-    base = model.base_model
-    for owner in (base, getattr(base, "language_model", None)):
-        layers = getattr(owner, "layers", None)
-        if isinstance(layers, torch.nn.ModuleList):
-            return layers
-    return None
+    """The decoder layers of a text or vision-language target (transformers' ``get_decoder``: a vision-language
+    model's language model), or None when it has no layer list."""
+    layers = getattr(model.get_decoder(), "layers", None)
+    return layers if isinstance(layers, torch.nn.ModuleList) else None
 
 
 def early_features(model: PreTrainedModel, input_ids: torch.Tensor,

@@ -232,16 +232,6 @@ class LyannaAdapter(AdapterBase):
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
         self.side.join([*self._cache_tensors(), *self.chain.states.values()])
-        self.settle(ctx, verdict)
-        keep_from = self.fed_len + verdict.num_accepted + 1  # cache slot of the next round's depth-1 position
-        if self.options.reuse == "states" and keep_from < self.cache.get_seq_length():
-            self.chain.cache_keys = [layer.keys[..., keep_from:, :] for layer in self.cache.layers]
-            self.chain.cache_values = [layer.values[..., keep_from:, :] for layer in self.cache.layers]
-        crop_cache(self.cache, self.fed_len)
-        self.take_features(verdict, target_out)
-
-    def settle(self, ctx: StepContext, verdict: Verdict) -> None:
-        """The round's drafter work settled (useful, carried, wasted) and its backbone states counted."""
         accepted = verdict.num_accepted
         root_fed = self.root_logits is not None
         next_first = self.depth_positions[0] + accepted + 1
@@ -258,10 +248,11 @@ class LyannaAdapter(AdapterBase):
         kept = {unit[1] for unit in useful + carried if unit[0] == "state"} | {self.depth_positions[0] + root_fed}
         ctx.counters.add_extra("backbone_states_computed", len(self.computed))
         ctx.counters.add_extra("backbone_states_wasted", len(self.computed - kept))
-
-    def take_features(self, verdict: Verdict, target_out: LMOutput) -> None:
-        """The accepted path's true features wait for the next catch-up; this round's chain becomes the previous."""
-        root_fed = self.root_logits is not None
+        keep_from = self.fed_len + accepted + 1  # cache slot of the next round's depth-1 position
+        if self.options.reuse == "states" and keep_from < self.cache.get_seq_length():
+            self.chain.cache_keys = [layer.keys[..., keep_from:, :] for layer in self.cache.layers]
+            self.chain.cache_values = [layer.values[..., keep_from:, :] for layer in self.cache.layers]
+        crop_cache(self.cache, self.fed_len)
         self.previous = self.chain
         path = verdict.path[1:] if root_fed else verdict.path  # a root fed on its own is in the cache already
         index = index_on(path, target_out.logits.device)
