@@ -24,7 +24,9 @@ runs eagerly instead: that is how the buffer logic is tested without a GPU.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass
 
 import torch
@@ -38,25 +40,51 @@ from harness.backend.static_cache import PreallocatedLayer, static_layers
 StaticCall = Callable[[dict[str, torch.Tensor], torch.Tensor], tuple[torch.Tensor, ...]]
 EagerCall = Callable[[], tuple[torch.Tensor, ...]]  # the same forward, run the plain way
 MAX_GRAPHED_TOKENS = 256  # default: forwards over more new positions than this are not graphed
+GRAPHED_REGION: ContextVar[bool] = ContextVar("graphed_region", default=False)  # inside a graphed forward's body
+
+
+@contextmanager
+def graphed_region() -> Iterator[None]:
+    """Mark the block as the body of a graphed forward: under capture it runs once and is then replayed, so an op
+    counter (``harness.measure.dispatch``) books what it dispatches as inside a graph, not as per-step host work."""
+    token = GRAPHED_REGION.set(True)
+    try:
+        yield
+    finally:
+        GRAPHED_REGION.reset(token)
 
 
 def write_full_width_bias(buffer: torch.Tensor, bias: torch.Tensor | None, past: int, count: int) -> None:
     """Fill ``buffer`` (1, 1, q, capacity) for ``count`` queries after ``past`` cached positions.
 
     ``bias`` (..., q, W) covers the last W of the past + q keys (earlier keys are visible to every query);
-    None means causal. Keys beyond past + q are masked."""
+    None means causal. Keys beyond past + q are masked. Two or three device ops, whatever the shape: a single query
+    sees everything up to itself (one fill), a causal block comes from a cache of upper-triangular blocks."""
     low = torch.finfo(buffer.dtype).min
     if bias is not None and bias.shape[-1] > past + count:
         raise DraftcountError(f"a mask over {bias.shape[-1]} keys for a forward that sees {past + count}")
     buffer.fill_(low)
+    if bias is None and count == 1:
+        buffer[..., :past + 1] = 0
+        return
     if bias is None:
         buffer[..., :past] = 0
-        buffer[0, 0, :, past:past + count] = torch.full((count, count), low, dtype=buffer.dtype,
-                                                         device=buffer.device).triu(1)
+        buffer[0, 0, :, past:past + count] = causal_block(count, buffer.dtype, buffer.device)
         return
     width = bias.shape[-1]
     buffer[..., :past + count - width] = 0
     buffer[0, 0, :, past + count - width:past + count] = bias.reshape(count, width)
+
+
+_CAUSAL_BLOCKS: dict[tuple[int, torch.dtype, torch.device], torch.Tensor] = {}
+
+
+def causal_block(count: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """(count, count): 0 on and below the diagonal, the dtype's lowest value above it; made once per shape."""
+    key = (count, dtype, device)
+    if key not in _CAUSAL_BLOCKS:
+        _CAUSAL_BLOCKS[key] = torch.full((count, count), torch.finfo(dtype).min, dtype=dtype, device=device).triu(1)
+    return _CAUSAL_BLOCKS[key]
 
 
 SEQUENCE_DEPENDENT_ROPE = frozenset({"dynamic", "longrope"})  # frequencies chosen from the sequence length at run time
@@ -162,7 +190,8 @@ class GraphedForwards:
         for layer in layers:
             layer.graph_slots = graph.slots
         try:
-            return tuple(call(graph.inputs, graph.bias))
+            with graphed_region():
+                return tuple(call(graph.inputs, graph.bias))
         finally:
             for layer in layers:
                 layer.graph_slots = None

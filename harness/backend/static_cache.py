@@ -31,11 +31,11 @@ class PreallocatedLayer(CacheLayerMixin):
     is_sliding = False
 
     def __init__(self, capacity: int) -> None:
+        self.key_buffer: torch.Tensor | None = None
+        self.value_buffer: torch.Tensor | None = None
         super().__init__()
         self.capacity = capacity
         self.length = 0
-        self.key_buffer: torch.Tensor | None = None
-        self.value_buffer: torch.Tensor | None = None
         self.graph_slots: torch.Tensor | None = None  # set only while a CUDA graph is captured
 
     def lazy_initialization(self, key_states: torch.Tensor, value_states: torch.Tensor) -> None:
@@ -49,11 +49,27 @@ class PreallocatedLayer(CacheLayerMixin):
         self.value_buffer = torch.zeros(batch, heads, self.capacity, value_dim, dtype=dtype, device=device)
         self.dtype, self.device = dtype, device
         self.is_initialized = True
-        self._expose()
 
-    def _expose(self) -> None:
-        self.keys = self.key_buffer[:, :, : self.length]
-        self.values = self.value_buffer[:, :, : self.length]
+    # ``keys``/``values``: views of the filled part, made when read (a graphed forward sets the length of every layer
+    # each call, and two views per layer per call were a tenth of a step's host time on a GPU). Assigning them
+    # (transformers' ``__init__`` does) is accepted and ignored: the buffers are the truth.
+    @property
+    def keys(self) -> torch.Tensor | None:
+        return None if self.key_buffer is None else self.key_buffer[:, :, : self.length]
+
+    @keys.setter
+    def keys(self, value: torch.Tensor | None) -> None:
+        if value is not None and self.key_buffer is not None and value.data_ptr() != self.key_buffer.data_ptr():
+            raise DraftcountError("a static KV cache's keys are its buffer's; write into them, do not replace them")
+
+    @property
+    def values(self) -> torch.Tensor | None:
+        return None if self.value_buffer is None else self.value_buffer[:, :, : self.length]
+
+    @values.setter
+    def values(self, value: torch.Tensor | None) -> None:
+        if value is not None and self.value_buffer is not None and value.data_ptr() != self.value_buffer.data_ptr():
+            raise DraftcountError("a static KV cache's values are its buffer's; write into them, do not replace them")
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
                ) -> tuple[torch.Tensor, torch.Tensor]:
@@ -69,7 +85,6 @@ class PreallocatedLayer(CacheLayerMixin):
         self.key_buffer[:, :, self.length:end].copy_(key_states)
         self.value_buffer[:, :, self.length:end].copy_(value_states)
         self.length = end
-        self._expose()
         return self.keys, self.values
 
     def set_length(self, length: int) -> None:
@@ -77,8 +92,6 @@ class PreallocatedLayer(CacheLayerMixin):
         if not 0 <= length <= self.capacity:
             raise DraftcountError(f"static KV cache length {length} is outside 0..{self.capacity}")
         self.length = length
-        if self.is_initialized:
-            self._expose()
 
     def append(self, keys: torch.Tensor, values: torch.Tensor) -> None:
         """Put saved entries back after the current length. Entries that are still where they were saved

@@ -63,6 +63,10 @@ class GenerationCounters:
         """A context manager timing its block as phase ``name`` (a no-op when nobody times)."""
         return self.clock.phase(name)
 
+    def section(self, name: str):
+        """A named part of the host's work (``PhaseClock.section``): timed as ``host``, counted apart."""
+        return self.clock.section(name)
+
     def record_prefill(self) -> None:
         self.step_tokens.append(1)
         self.target.phase = "target"

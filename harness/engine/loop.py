@@ -7,7 +7,7 @@ decides, the cache keeps the accepted path, the adapter learns the verdict } unt
 
 from __future__ import annotations
 
-from collections.abc import Generator, Mapping
+from collections.abc import Callable, Generator, Mapping
 from dataclasses import dataclass
 
 import torch
@@ -65,7 +65,8 @@ def _verify_root_apart(runtime: EngineRuntime, adapter: DraftAdapter, ctx: StepC
     root_out = run_model(target, sequence[:, -1:], cache, positions(prefix_len, 1, target.device), ctx.counters.target,
                          output_hidden_states=hidden, graphs=runtime.graphs, hidden_layers=layers)
     adapter.observe_root(ctx, root_out)
-    tree = adapter.propose(ctx, sequence)
+    with ctx.counters.section("tree"):
+        tree = adapter.propose(ctx, sequence)
     tree.resolve()  # the drafts' mask is built from the shape on the host: a read that fusion avoids
     if tree.size == 1:
         return tree, root_out
@@ -109,7 +110,8 @@ def draft_and_run_target(runtime: EngineRuntime, adapter: DraftAdapter, ctx: Ste
     hidden, layers = adapter.wants_target_hidden_states, adapter.target_hidden_layers
     if adapter.separate_root_forward:
         return _verify_root_apart(runtime, adapter, ctx, sequence, cache, hidden, layers)
-    tree = adapter.propose(ctx, sequence)
+    with ctx.counters.section("tree"):
+        tree = adapter.propose(ctx, sequence)
     return tree, runtime.verify(tree, cache, sequence.shape[-1] - 1, ctx.counters.target, hidden, layers)
 
 
@@ -145,12 +147,14 @@ def generation_steps(
     prompt_key: str = "",
     paused_between_steps: bool = False,
     media: Mapping[str, torch.Tensor] | None = None,
+    clock: Callable[[torch.device], PhaseClock] = PhaseClock,
 ) -> Generator[None, None, Generation]:
     """``generate`` one step at a time: a generator that yields after the prefill and after every decoding step
     and returns the ``Generation``. With ``paused_between_steps`` (host-only devices) its timers stop while it
     is suspended, so two generations driven in turns, step by step (``run_interleaved``), each time only their
     own steps: what the runner does to compare a method with `ar` under the same machine conditions. ``media``: the
-    prompt's other prefill inputs (a vision-language target's ``pixel_values``; decoding is text-only after it)."""
+    prompt's other prefill inputs (a vision-language target's ``pixel_values``; decoding is text-only after it).
+    ``clock``: makes the generation's phase clock (a counting one: ``harness.measure.dispatch``)."""
     check_batch_size_one(prompt_ids, "generate")
     if max_new_tokens < 1:
         raise DraftcountError(f"max_new_tokens must be >= 1, got {max_new_tokens}")
@@ -166,7 +170,7 @@ def generation_steps(
                       prompt_key, media=media)
     prompt_ids = prompt_ids.to(target.device)
     stopwatch = Stopwatch(target.device)
-    counters.start_clock(PhaseClock(target.device))
+    counters.start_clock(clock(target.device))
     with torch.inference_mode():  # not held across a yield: another generation may run in between
         cache = runtime.cache_for(ctx.max_sequence, adapter.max_draft_nodes)
         sequence, first_id = prefill(runtime, adapter, ctx, prompt_ids, cache)

@@ -24,15 +24,15 @@ class Stage:
     what: str
 
 
-STAGES = (
-    Stage("cuda tests", "checks/pytest_cuda.txt", "`pytest -m cuda` (beside the zoo's training)"),
-    Stage("lossless runs", "checks/lossless/*.jsonl", "every catalog method, float32, greedy, paired with ar"),
-    Stage("lossless table", "checks/lossless.csv", "`harness divergence --expect-identical` over those runs"),
-    Stage("bench (default engine)", "raw/*/*.jsonl", "timed paired runs under bench.engine"),
-    Stage("bench (eager pass)", "raw-eager/*/*.jsonl", "the same runs with dynamic caches, no graphs"),
-    Stage("summary", "tables/summary.csv", "per variant and temperature (default engine)"),
-    Stage("summary (eager pass)", "tables/summary_eager.csv", "the same for the eager pass"),
-    Stage("report", "report.md", "the report: tables, phases, figures"),
+STAGES = (  # in the order gpu_quick.sh runs them: quick_timed, quick_lossless, quick_cuda
+    Stage("bench", "raw/*/*.jsonl", "1: timed paired runs under bench.engine, alone on the GPU (ar_control first)"),
+    Stage("summary", "tables/summary.csv", "1: per variant and temperature"),
+    Stage("report", "report.md", "1: the report: tables, phases, figures"),
+    Stage("bare loop", "checks/bare_loop.txt", "1: `measure bare-loop`: ar against the engine's floor"),
+    Stage("dispatch", "checks/dispatch.csv", "1: `measure dispatch`: ops and kernel launches per step"),
+    Stage("lossless runs", "checks/lossless/*.jsonl", "2: every catalog method, float32, greedy, paired with ar"),
+    Stage("lossless table", "checks/lossless.csv", "2: `harness divergence --expect-identical` over those runs"),
+    Stage("cuda tests", "checks/pytest_cuda.txt", "3: `pytest -m cuda`, with the time left"),
 )
 SPEEDUP_COLUMNS = ("variant", "temperature", "turns", "tau", "tokens_per_s", "speedup_paired_mean",
                    "speedup_ci_low", "speedup_ci_high", "speedup_bound", "phase_target_per_token",
@@ -79,20 +79,24 @@ def _cell(value: object) -> str:
 
 
 def speedup_section(results: Path) -> str:
-    """The paired speedups of the default engine and of the eager pass, side by side in one table."""
-    frames = []
-    for engine, name in (("default", "summary.csv"), ("eager", "summary_eager.csv")):
-        path = results / "tables" / name
-        if path.is_file():
-            frame = pd.read_csv(path)
-            frame.insert(0, "engine", engine)
-            frames.append(frame)
-    if not frames:
+    """The paired speedups under the run's engine (CUDA graphs on a GPU)."""
+    path = results / "tables" / "summary.csv"
+    if not path.is_file():
         return "No speedup table: the bench jobs did not finish."
-    table = pd.concat(frames, ignore_index=True)
-    columns = ["engine", *[c for c in SPEEDUP_COLUMNS if c in table.columns]]
+    table = pd.read_csv(path)
+    columns = [c for c in SPEEDUP_COLUMNS if c in table.columns]
     rows = [[_cell(value) for value in row] for row in table[columns].itertuples(index=False)]
     return markdown_table(columns, rows)
+
+
+def measurement_section(results: Path, name: str, lines: int) -> str:
+    """The closing ``lines`` lines of a measurement's printout (``checks/<name>``), as a code block."""
+    path = results / "checks" / name
+    if not path.is_file():
+        return "Not finished."
+    text = [line for line in path.read_text(errors="replace").splitlines()
+            if line.strip() and "warn" not in line.lower() and "it/s]" not in line]  # no progress bars
+    return "```\n" + "\n".join(text[-lines:]) + "\n```"
 
 
 def environment_lines() -> list[str]:
@@ -148,6 +152,21 @@ def quick_readme(results: Path, work: Path, started: float, state: str, command:
         "`ar_control` is `ar` against `ar`. Phase columns: seconds per new token.",
         "",
         speedup_section(results),
+        "",
+        "## ar against the engine's floor (`measure bare-loop` on the trained target)",
+        "",
+        "`replay` replays one captured decoding step per token (forward, mask, argmax on the device) and reads each "
+        "token: the floor of an engine that reads its tokens. `bare` is a plain eager loop. Goal on a GPU: ar >= 0.8x "
+        "of replay.",
+        "",
+        measurement_section(results, "bare_loop.txt", 14),
+        "",
+        "## Ops and launches per decoding step (`measure dispatch`, random models)",
+        "",
+        "ATen ops dispatched outside graphed forwards per step, by phase (each about one kernel launch in eager "
+        "CUDA); on a GPU the profiler's kernel launches outside graphs against graph launches per step.",
+        "",
+        measurement_section(results, "dispatch.txt", 24),
         "",
         "## Models",
         "",

@@ -12,6 +12,8 @@ MEASUREMENTS: dict[str, tuple[str, str]] = {
     "bare-loop": ("harness.measure.bare_loop", "our ar against a bare model(...) decode loop, with an A/A control"),
     "overheads": ("harness.measure.overheads", "each overhead switch against its absence, interleaved"),
     "step-costs": ("harness.measure.step_costs", "seconds of each phase of a decoding step, per method"),
+    "dispatch": ("harness.measure.dispatch", "ATen ops a decoding step dispatches outside graphed forwards, by phase, "
+                                             "per method (each about one kernel launch in eager CUDA)"),
     "host-sync": ("harness.measure.host_sync_audit", "host synchronisations per decoding step, per method"),
     "static-tree": ("harness.measure.static_tree", "a static tree pruned to the nodes most accepted on calibration "
                                                    "prompts (stand)"),

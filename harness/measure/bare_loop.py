@@ -1,15 +1,23 @@
-"""Benchmark: our `ar` (the whole engine: adapter, tree, verifier, cache edits, counters, phase clock) against a
-bare ``model(...)`` greedy decode loop on the same model, prompts and lengths, with an A/A control.
+"""Benchmark: our `ar` (the whole engine: adapter, tree, verifier, cache edits, counters, phase clock) against bare
+decode loops on the same model, prompts and lengths, with an A/A control.
 
-Three contenders decode the same prompts to the same number of tokens (EOS ignored), step-interleaved as the
-runner does it (one token of each in turn, in a rotating order, each timing only its own steps) so machine noise
-hits all alike: ``bare`` (a DynamicCache, one forward per token, argmax: nothing else), ``ar`` and ``ar again``
-(the same engine twice: the A/A control, whose ratio shows the measurement's own noise). Prints tokens/s of each and the paired ratios (geometric mean and interval over
-trials); the engine's overhead is ``bare / ar - 1``. Checks that all three produced the same tokens.
+Contenders, each decoding the same prompts to the same number of tokens (EOS ignored), greedy:
+
+- ``bare``: a DynamicCache, one eager forward per token, argmax: nothing else;
+- ``replay`` (the engine's floor): ``harness.measure.replay_loop``, one captured step replayed per token (the forward,
+  the mask, the argmax on the device), the host reading each token once; on a CPU the same step runs eagerly;
+- ``ar`` and ``ar again``: our engine twice (the A/A control: their ratio is the measurement's own noise);
+- with ``--generate static|compiled``: transformers' ``generate`` with a static cache (``compiled``: and its
+  ``torch.compile``), as ``measure ar-vs-generate`` runs it.
+
+On a CPU the contenders run step-interleaved (one token of each in turn, in a rotating order, each timing only its
+own steps) so that machine noise hits all alike; on a GPU, where a timing cannot pause, each trial runs them one
+after another in a rotating order. Prints tokens/s of each and the paired ratios (geometric mean and interval over
+trials), and checks that all produced the same tokens.
 
     python -m harness measure bare-loop --model work/models/target                  # the default target
-    python -m harness measure bare-loop --model work/models/target --prompt-tokens 32 --threads 2
     python -m harness measure bare-loop --random-shape workflow/config/default.yaml  # untrained, same shape
+    python -m harness measure bare-loop --shape llama-3.1-8b --device cuda --dtype bfloat16 --new-tokens 128
 """
 
 from __future__ import annotations
@@ -31,15 +39,19 @@ from harness.engine.loop import generation_steps, run_interleaved
 from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.engine.runtime import EngineOptions, EngineRuntime
 from harness.errors import DraftcountError
-from harness.measure.ar_vs_generate import config_target_shape, random_llama_shaped
+from harness.measure.ar_vs_generate import REFERENCES, config_target_shape, random_llama_shaped
+from harness.measure.projection import SHAPES, shaped_llama
+from harness.measure.replay_loop import ReplayLoop
 from harness.options import parse_key_values, parse_options
 from harness.verify.sampling import SamplingConfig
 
 
 def bare_decode_steps(lm: LoadedModel, prompt: torch.Tensor, new_tokens: int) -> Generator[None, None, Timed]:
     """Greedy decoding with nothing but the model: prefill, then one forward and one argmax per token. Yields
-    between tokens like ``generation_steps`` (its stopwatch paused meanwhile); returns the tokens and seconds."""
+    between tokens like ``generation_steps`` (its stopwatch paused meanwhile on a CPU); returns the tokens and
+    seconds."""
     model = lm.model
+    pauses = lm.device.type == "cpu"
     cache = DynamicCache(config=model.config)
     watch = Stopwatch(lm.device)
     with torch.inference_mode():
@@ -47,9 +59,11 @@ def bare_decode_steps(lm: LoadedModel, prompt: torch.Tensor, new_tokens: int) ->
         token = logits[:, -1].argmax(-1, keepdim=True)
     produced = [token]
     for _ in range(new_tokens - 1):
-        watch.pause()
+        if pauses:
+            watch.pause()
         yield
-        watch.resume()
+        if pauses:
+            watch.resume()
         with torch.inference_mode():
             logits = model(input_ids=token, use_cache=True, **cache_argument(model, cache)).logits
             token = logits[:, -1].argmax(-1, keepdim=True)
@@ -64,6 +78,40 @@ class Timed:
     seconds: float
 
 
+def replay_decode_steps(loop: ReplayLoop, prompt: torch.Tensor, new_tokens: int) -> Generator[None, None, Timed]:
+    """``loop``'s decoding (reading each token, as an engine must), timed like ``bare_decode_steps``."""
+    pauses = loop.lm.device.type == "cpu"
+    watch = Stopwatch(loop.lm.device)
+    steps = loop.decode_steps(prompt, new_tokens, read_each_token=True)
+    while True:
+        try:
+            next(steps)
+        except StopIteration as done:
+            return Timed(done.value, watch.elapsed())
+        if pauses:
+            watch.pause()
+        yield
+        if pauses:
+            watch.resume()
+
+
+def generate_steps(lm: LoadedModel, prompt: torch.Tensor, new_tokens: int,
+                   reference: str) -> Generator[None, None, Timed]:
+    """transformers' ``generate`` (``REFERENCES[reference]``) as one whole step."""
+    watch = Stopwatch(lm.device)
+    with torch.inference_mode():
+        out = lm.model.generate(prompt, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                                **REFERENCES[reference])
+    seconds = watch.elapsed()
+    yield from ()
+    return Timed(out[0, prompt.shape[1]:].tolist(), seconds)
+
+
+def run_whole(steps: list[Generator[None, None, Timed]]) -> list[Timed]:
+    """Each generation run through, one after another (a GPU's timings cannot pause)."""
+    return [run_interleaved([one])[0] for one in steps]
+
+
 def engine_ar(lm: LoadedModel, engine: EngineOptions) -> tuple:
     """An `ar` adapter and an engine runtime of its own."""
     return build_adapter("ar", {}, BuildInputs(lm, None, None))[0], EngineRuntime(lm, engine)
@@ -72,6 +120,9 @@ def engine_ar(lm: LoadedModel, engine: EngineOptions) -> tuple:
 def load_lm(args: argparse.Namespace, parser: argparse.ArgumentParser) -> LoadedModel:
     if args.model:
         return load_model(args.model, args.dtype, args.device, with_tokenizer=False)
+    if args.shape:
+        model = shaped_llama(SHAPES[args.shape], resolve_dtype(args.dtype), args.device)  # built on the device
+        return wrap_model(model, source=f"random {args.shape} shape")
     try:
         shape, vocab_size = config_target_shape(args.random_shape)
     except DraftcountError as error:
@@ -87,6 +138,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
     source.add_argument("--model", help="HF model directory (the workflow's target: work/models/target)")
     source.add_argument("--random-shape", nargs="+", type=Path, metavar="CONFIG",
                         help="a random Llama shaped like these workflow config files' target (merged in order)")
+    source.add_argument("--shape", choices=sorted(SHAPES), help="a random Llama of a published shape, built on the "
+                                                                "device (llama-3.1-8b: 16 GB in bfloat16)")
+    parser.add_argument("--generate", choices=sorted(REFERENCES), help="add transformers' generate() as a contender")
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--dtype", default="float32")
     parser.add_argument("--threads", type=int, default=1, help="torch threads (the workflow's bench jobs: 1)")
@@ -101,26 +155,35 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
     engine = parse_options(EngineOptions, parse_key_values(args.engine), "the engine (--engine)")
     lm = load_lm(args, parser)
     lm.model.generation_config.eos_token_id = None
-    generator = torch.Generator().manual_seed(1)
+    generator = torch.Generator(device="cpu").manual_seed(1)  # prompts drawn on the host, the same on any device
     prompts = [torch.randint(0, lm.vocab_size, (1, args.prompt_tokens), generator=generator).to(lm.device)
                for _ in range(args.trials + 1)]
+
+    pauses = lm.device.type == "cpu"
 
     def ours(adapter, runtime: EngineRuntime):  # each `ar` its own adapter and runtime: they run side by side
         def steps(prompt: torch.Tensor) -> Generator[None, None, Timed]:
             result = yield from generation_steps(lm, adapter, prompt, args.new_tokens, SamplingConfig(),
-                                                 runtime=runtime, paused_between_steps=True)
+                                                 runtime=runtime, paused_between_steps=pauses)
             return Timed(result.output_ids, result.counters.wall_seconds)
         return steps
 
+    loop = ReplayLoop(lm, args.prompt_tokens + args.new_tokens)
     contenders = {"bare": lambda prompt: bare_decode_steps(lm, prompt, args.new_tokens),
+                  "replay": lambda prompt: replay_decode_steps(loop, prompt, args.new_tokens),
                   "ar": ours(*engine_ar(lm, engine)), "ar again": ours(*engine_ar(lm, engine))}
+    if args.generate:
+        lm.model.generation_config.pad_token_id = 0
+        contenders["generate"] = lambda prompt: generate_steps(lm, prompt, args.new_tokens, args.generate)
     names = list(contenders)
-    run_interleaved([contenders[name](prompts[0]) for name in names])  # warm-up, not counted
+    drive = run_interleaved if pauses else run_whole
+    drive([contenders[name](prompts[0]) for name in names])  # warm-up (and captures), not counted
     rates: dict[str, list[float]] = {name: [] for name in contenders}
     mismatches = 0
     for trial, prompt in enumerate(prompts[1:]):
-        order = names[trial % 3:] + names[:trial % 3]
-        results = dict(zip(order, run_interleaved([contenders[name](prompt) for name in order])))
+        shift = trial % len(names)
+        order = names[shift:] + names[:shift]
+        results = dict(zip(order, drive([contenders[name](prompt) for name in order])))
         for name, result in results.items():
             rates[name].append(args.new_tokens / result.seconds)
         mismatches += len({tuple(result.tokens) for result in results.values()}) > 1
@@ -132,13 +195,18 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
     for name, values in rates.items():
         print(f"{name:9s}: {np.median(values):8.1f} tokens/s (median)")
     trials = np.arange(args.trials)
-    for label, numerator, denominator in (("ar / bare", "ar", "bare"), ("A/A: ar again / ar", "ar again", "ar")):
+    pairs = [("ar / bare", "ar", "bare"), ("ar / replay", "ar", "replay"), ("A/A: ar again / ar", "ar again", "ar")]
+    if args.generate:
+        pairs.insert(2, (f"ar / generate ({args.generate})", "ar", "generate"))
+    for label, numerator, denominator in pairs:
         ratios = np.array(rates[numerator]) / np.array(rates[denominator])
         low, high = prompt_bootstrap_interval(ratios, trials)
-        print(f"{label:20s}: {geometric_mean(ratios):.3f} [{low:.3f}, {high:.3f}] (geometric mean of paired "
+        print(f"{label:24s}: {geometric_mean(ratios):.3f} [{low:.3f}, {high:.3f}] (geometric mean of paired "
               "ratios, 95% interval)")
     overhead = geometric_mean(np.array(rates["bare"]) / np.array(rates["ar"])) - 1
     print(f"engine overhead per token over the bare loop: {100 * overhead:+.1f}%")
+    floor = geometric_mean(np.array(rates["ar"]) / np.array(rates["replay"]))
+    print(f"ar at {floor:.2f}x of the replayed loop's tokens/s (the engine's floor; goal on a GPU: >= 0.8x)")
     print(f"outputs identical in {args.trials - mismatches}/{args.trials} trials")
     return 1 if mismatches else 0
 

@@ -32,6 +32,11 @@ from harness.backend.device import Stopwatch, timer_name
 from harness.engine.method_spec import BuildInputs, build_adapter, method_spec
 from harness.measure.latency import target_latencies
 from harness.measure.projection import SHAPES, scaled_shape, shaped_llama
+from harness.measure.bare_loop import bare_decode_steps
+from harness.measure.dispatch import dispatch_per_step, replay_floor_per_step
+from harness.measure.replay_loop import ReplayLoop
+from harness.engine.loop import run_interleaved
+from harness import wrap_model
 from methods.eagle.cost import step_latency as eagle_step_latency
 from methods.lyanna.cost import step_latency as lyanna_depth_latency
 from tests.helpers import make_llama, markov_batches, train_briefly
@@ -203,3 +208,28 @@ def test_projection_latencies_replay_from_cuda_graphs():
     assert set(latencies) == {1, 16} and all(0 < seconds < 1 for seconds in latencies.values())
     assert 0 < eagle_step_latency(model, top_k=4, prefix=64, repeats=3, timing="cuda_graphs") < 1
     assert 0 < lyanna_depth_latency(model, top_k=4, prefix=64, repeats=3, timing="cuda_graphs") < 1
+
+
+def test_replay_loop_captures_one_step_and_decodes_as_a_plain_loop():
+    """The engine's floor (``measure bare-loop``'s replay): one captured step per token, the same tokens as a plain
+    eager loop, and after the capture no op dispatched per token outside the graph but the token's read."""
+    target = make_llama(vocab=64, hidden=32, layers=2, heads=2, seed=0).to("cuda").eval()
+    lm = wrap_model(target)
+    prompt = torch.randint(0, 64, (1, 9), generator=torch.Generator(device="cpu").manual_seed(0)).to("cuda")
+    loop = ReplayLoop(lm, 9 + 20)
+    tokens = loop.decode(prompt, 20)
+    assert loop.capture and tokens == run_interleaved([bare_decode_steps(lm, prompt, 20)])[0].tokens
+    floor = replay_floor_per_step(lm, prompt, 20)
+    assert floor.total() <= 1.0 and floor.graph == 0  # the read alone; the step's ops live in the graph
+
+
+def test_dispatch_counts_nothing_inside_a_replayed_graph():
+    """Under CUDA graphs `ar`'s target forward is replayed: its ops are counted at capture only, so a counted
+    generation after the warm-up books none to the graph and a handful outside it."""
+    target = make_llama(vocab=64, hidden=32, layers=2, heads=2, seed=0).to("cuda").eval()
+    lm = wrap_model(target)
+    adapter, _ = build_adapter("ar", {}, BuildInputs(lm, None, None))
+    runtime = EngineRuntime(lm, EngineOptions(kv_cache="static", cuda_graphs="on"))
+    prompt = torch.randint(0, 64, (1, 9), generator=torch.Generator(device="cpu").manual_seed(0)).to("cuda")
+    counts = dispatch_per_step(lm, adapter, prompt, 16, GREEDY, runtime)
+    assert counts.graph == 0 and 0 < counts.total() < 20, counts

@@ -37,12 +37,25 @@ def test_quick_plan_on_the_gpu_config(tmp_path):
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
     assert counts["lossless_run"] == len(method_names()) - 1  # every catalog method but ar, its reference
-    assert counts["bench"] == 5 * 2 and counts["bench_pass"] == 5 * 2  # 5 variants x T 0, 1 x graphs / eager
+    assert counts["bench"] == 5 * 2 and "bench_pass" not in counts  # 5 variants x T 0, 1 under graphs; no eager pass
     assert counts["train_drafter"] == 11 and counts["cuda_tests"] == 1
+    assert counts["quick_bare_loop"] == counts["quick_dispatch"] == 1
     assert not CALIBRATION_RULES & set(counts), counts  # fixed tree shapes: no calibration job
     gpu = gpu_resources(result.stdout)
-    assert gpu["bench"] == {"1"} and gpu["bench_pass"] == {"1"}  # timed jobs hold the GPU alone
+    for timed in ("bench", "quick_bare_loop", "quick_dispatch", "cuda_tests"):  # they hold the GPU alone
+        assert gpu[timed] == {"1"}, timed
     assert gpu["train_target"] == gpu["train_drafter"] == gpu["lossless_run"] == {"0"}  # the rest share it
+
+
+def test_quick_stages_split_the_plan(tmp_path):
+    """The timed stage trains the models its timed runs need, and nothing of the lossless or CUDA stages; its timed
+    jobs wait for every one of those models (no training shares the GPU while a job is timed)."""
+    timed = job_counts(snakemake("-n", "quick_timed", *QUICK, *quick_overrides(tmp_path), "--resources",
+                                 "gpu=1").stdout)
+    assert "lossless_run" not in timed and "cuda_tests" not in timed and timed["bench"] == 10
+    assert timed["train_drafter"] == 2  # eagle and lyanna: the timed variants' drafters
+    lossless = job_counts(snakemake("-n", "quick_lossless", *QUICK, *quick_overrides(tmp_path)).stdout)
+    assert "bench" not in lossless and lossless["lossless_run"] == len(method_names()) - 1
 
 
 def test_quick_plan_at_cpu_size(tmp_path):
@@ -66,9 +79,12 @@ def test_entry_script_runs_the_quick_check_on_cpu(tmp_path):
     assert "41 skipped" in readme or "skipped" in readme.split("## CUDA tests")[1].split("##")[0]
     assert f"{len(CPU_LOSSLESS)} methods, every output equals its paired ar output" in readme
     speedups = readme.split("## Paired speedups against ar")[1]
-    for engine in ("default", "eager"):
-        assert f"| {engine} | ar_control | 0 |" in speedups and f"| {engine} | pld | 1 |" in speedups
+    assert "| ar_control | 0 |" in speedups and "| pld | 1 |" in speedups
+    assert "ar at " in readme.split("## ar against the engine's floor")[1]  # the bare-loop ratio
+    assert "(replay floor)" in readme and "pld" in readme.split("Ops and launches per decoding step")[1]
     assert (out / "checks" / "lossless.csv").is_file() and (out / "report.md").is_file()
+    log = (out / "snakemake.log").read_text()
+    assert log.index("stage quick_timed") < log.index("stage quick_lossless") < log.index("stage quick_cuda")
 
 
 def test_entry_script_refuses_a_bad_argument():

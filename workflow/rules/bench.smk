@@ -85,11 +85,19 @@ def bench_runtime(wildcards):
 
 
 def bench_gate(wildcards):
-    """What a timed job waits for under the quick check (quick.share_gpu): the CUDA tests and the lossless runs, so
-    that nothing else runs on the GPU while it is timed."""
+    """What a timed job waits for under the quick check (quick.share_gpu): every model the timed variants run, so that
+    no training shares the GPU while a job is timed (the lossless runs and the CUDA tests come after the timed
+    stage: workflow/scripts/gpu_quick.sh runs the stages in turn)."""
     if not QUICK.get("share_gpu", False):
         return []
-    return [check_path("pytest_cuda.txt"), *expand(check_path("lossless/{variant}.jsonl"), variant=lossless_variants())]
+    models = {target_model()}
+    for variant in variant_names():
+        method = variant_method(variant)
+        if plan.needs_draft_lm(method):
+            models.add(draft_model())
+        if plan.needs_drafter(method):
+            models.add(drafter_dir(variant_drafter(variant)))
+    return sorted(models)
 
 
 rule bench:

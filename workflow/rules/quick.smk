@@ -1,11 +1,15 @@
-# The quick GPU check (target `quick`; workflow/config/gpu-quick.yaml, entry: bash workflow/scripts/gpu_quick.sh):
-# the CUDA tests beside the zoo's training, every catalog method's float32 lossless run, and the paired speedup
-# table under the default engine and each engine pass, with the report. Each stage writes into results_dir as it
-# finishes; the entry script writes the folder's README.md before and after.
+# The quick GPU check (workflow/config/gpu-quick.yaml; entry: bash workflow/scripts/gpu_quick.sh), in three stages
+# that the entry script runs in turn, each with the time the earlier ones left (docs/gpu.md#the-quick-check):
+#   quick_timed:    the zoo's training, then alone on the GPU the timed paired runs (ar_control first), their summary
+#                   and report, `measure bare-loop` on the trained target and `measure dispatch`;
+#   quick_lossless: every catalog method's float32 greedy lossless run and its table;
+#   quick_cuda:     the CUDA tests, with whatever time is left.
+# `quick` is all three. Each stage writes into results_dir as it finishes; the entry script writes the folder's
+# README.md before and after.
 
 
 rule cuda_tests:
-    # always succeeds: a failing CUDA test is a finding for the README, not a reason to skip the timed stages
+    # always succeeds: a failing CUDA test is a finding for the README, not a reason to lose the other stages
     output:
         check_path("pytest_cuda.txt"),
     params:
@@ -13,17 +17,72 @@ rule cuda_tests:
     resources:
         mem_mb=8000,
         runtime=30,
+        gpu=gpus_per_job(timed=True),
     shell:
         "set +e; python -m pytest {params.arguments} -q -p no:cacheprovider > {output}.partial 2>&1;"
         " echo \"exit status $?\" >> {output}.partial; mv {output}.partial {output}"
 
 
-def quick_outputs():
-    outputs = [check_path("pytest_cuda.txt"), check_path("lossless.csv"), results("tables/summary.csv"),
-               results("report.md")]
-    return outputs + expand(results("tables/summary_{pass}.csv"), **{"pass": engine_passes()})
+rule quick_bare_loop:
+    # our ar against the engine's floor (one replayed graph per token) and a plain eager loop, on the trained target
+    input:
+        target=target_model(),
+    output:
+        check_path("bare_loop.txt"),
+    params:
+        arguments=QUICK.get("bare_loop", "--trials 4 --prompt-tokens 128 --new-tokens 128"),
+        device=config["bench"].get("device", "cpu"),
+        dtype=config["bench"].get("dtype", "float32"),
+    threads: config["bench"].get("threads", config["threads"])
+    resources:
+        mem_mb=8000,
+        runtime=10,
+        gpu=gpus_per_job(timed=True),
+    shell:
+        "python -m harness measure bare-loop --model {input.target} --device {params.device} --dtype {params.dtype}"
+        " --threads {threads} {params.arguments} > {output}.partial 2>&1 && mv {output}.partial {output}"
+
+
+rule quick_dispatch:
+    # ATen ops per decoding step outside graphs, by phase, per method; on a GPU also the profiler's kernel launches
+    # against graph launches (random models: the counts depend on the shapes drafted, not on what was learned)
+    output:
+        table=check_path("dispatch.csv"),
+        log=check_path("dispatch.txt"),
+    params:
+        arguments=QUICK.get("dispatch", "--new-tokens 48"),
+        device=config["bench"].get("device", "cpu"),
+        dtype=config["bench"].get("dtype", "float32"),
+    threads: config["bench"].get("threads", config["threads"])
+    resources:
+        mem_mb=8000,
+        runtime=10,
+        gpu=gpus_per_job(timed=True),
+    shell:
+        "python -m harness measure dispatch --device {params.device} --dtype {params.dtype} {params.arguments}"
+        " --out {output.table} > {output.log} 2>&1"
+
+
+rule quick_timed:
+    input:
+        results("tables/summary.csv"),
+        results("report.md"),
+        check_path("bare_loop.txt"),
+        check_path("dispatch.csv"),
+
+
+rule quick_lossless:
+    input:
+        check_path("lossless.csv"),
+
+
+rule quick_cuda:
+    input:
+        check_path("pytest_cuda.txt"),
 
 
 rule quick:
     input:
-        quick_outputs(),
+        rules.quick_timed.input,
+        rules.quick_lossless.input,
+        rules.quick_cuda.input,

@@ -4,15 +4,17 @@
 #   bash workflow/scripts/gpu_quick.sh [--cpu] [--out DIR] [--work DIR] [--wheels DIR] [--minutes N] [--cores N]
 #
 # 1. installs the carried wheels (made with `python -m harness gpu-wheels`) when Snakemake is missing;
-# 2. writes DIR/README.md (state: running), then runs Snakemake's target `quick` with
-#    workflow/config/gpu-quick.yaml (with --cpu: workflow/config/gpu-quick-cpu.yaml over it, smoke size on a CPU),
-#    stopped after --minutes (default 8.5) so that what finished is kept;
+# 2. writes DIR/README.md (state: running), then runs Snakemake's three stages in turn with
+#    workflow/config/gpu-quick.yaml (with --cpu: workflow/config/gpu-quick-cpu.yaml over it, smoke size on a CPU):
+#    quick_timed (the zoo, the timed paired runs alone on the GPU, bare-loop and dispatch), quick_lossless, quick_cuda
+#    (the CUDA tests); each stage gets the time the earlier ones left of --minutes (default 8), so what finished is
+#    kept and a stage that fails does not stop the next;
 # 3. writes DIR/README.md again: what ran, on which device, with which versions, each stage's time and figures.
 # Exit status: Snakemake's (124 when it was stopped at the time limit).
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 
-cpu=0; out=""; work=""; wheels=".whl"; minutes="8.5"; cores="$(nproc)"
+cpu=0; out=""; work=""; wheels=".whl"; minutes="8"; cores="$(nproc)"
 while [ $# -gt 0 ]; do
     case "$1" in
         --cpu) cpu=1 ;;
@@ -51,15 +53,27 @@ readme() { "$PYTHON" -m harness quick-readme --results "$out" --work "$work" --s
                --state "$1" --ran "$command"; }
 readme running
 
-timeout --signal=TERM --kill-after=20 "$(awk "BEGIN {print int($minutes * 60)}")" \
-    "$PYTHON" -m snakemake quick --configfile "${configs[@]}" --config "work_dir=$work" "results_dir=$out" \
-    --cores "$cores" --resources gpu=1 --scheduler greedy --keep-going --rerun-incomplete --printshellcmds \
-    > >(tee "$out/snakemake.log") 2>&1
-status=$?
-case "$status" in
-    0) state="finished" ;;
-    124|137) state="timed out after $minutes min" ;;
-    *) state="failed (snakemake exit status $status; see snakemake.log)" ;;
-esac
+deadline=$(( started + $(awk "BEGIN {print int($minutes * 60)}") ))
+state="finished"
+: > "$out/snakemake.log"
+for stage in quick_timed quick_lossless quick_cuda; do
+    left=$(( deadline - $(date +%s) ))
+    if [ "$left" -le 5 ]; then
+        echo "gpu_quick.sh: no time left for $stage" | tee -a "$out/snakemake.log"
+        state="timed out after $minutes min (before $stage)"
+        break
+    fi
+    echo "gpu_quick.sh: stage $stage, $left s left" | tee -a "$out/snakemake.log"
+    timeout --signal=TERM --kill-after=20 "$left" \
+        "$PYTHON" -m snakemake "$stage" --configfile "${configs[@]}" --config "work_dir=$work" "results_dir=$out" \
+        --cores "$cores" --resources gpu=1 --scheduler greedy --keep-going --rerun-incomplete --printshellcmds \
+        > >(tee -a "$out/snakemake.log") 2>&1
+    status=$?
+    case "$status" in
+        0) ;;
+        124|137) state="timed out after $minutes min (in $stage)"; break ;;
+        *) state="failed (stage $stage: snakemake exit status $status; see snakemake.log)" ;;
+    esac
+done
 readme "$state, $(( $(date +%s) - started )) s"
-exit "$status"
+case "$state" in finished) exit 0 ;; timed*) exit 124 ;; *) exit 1 ;; esac

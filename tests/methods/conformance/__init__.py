@@ -9,6 +9,8 @@ catalog entry says it needs (nothing, a draft LM, or a drafter its own trainer w
   continuation enumerated, a chi-square test at ALPHA; a correct method fails by chance with probability 1e-3);
 - host reads: a decoding step reads at most one device value on the host, the verifier's (the emulation of
   ``harness.measure.host_sync``, so a CPU run predicts a GPU run's synchronisations);
+- launches: a decoding step dispatches at most its budget of ATen ops outside graphed forwards
+  (``DISPATCH_BUDGETS``, ``harness.measure.dispatch``; each about one kernel launch in eager CUDA);
 - batches: a method whose catalog entry says ``batched`` decodes a batch of prompts of different lengths whose every
   row emits `ar`'s tokens with the acceptance of a batch-1 generation at every step, and a row of a B = 4 batch
   passes the sampling check; any other method is refused with one line.
@@ -163,4 +165,33 @@ HOST_READ_BUDGETS = {
                        "(the default pld,stand: stand's)"),
     "polybasic": (8, "staged verification: each inner round's mid-model verdict is read on the host"),
     "dspark": (2.1, "the planner reads the block's predicted survival on the host to choose the verify length"),
+}
+
+
+# ATen ops a decoding step dispatches outside graphed forwards (``harness.measure.dispatch``; in eager CUDA each is
+# about one kernel launch), per method at T = 0 and T = 1, on the Markov zoo under kv_cache=static cuda_graphs=on
+# (graphs emulated on the CPU): what a step launches beside its graph replays. Each budget is the count measured at
+# this commit plus 15% (and one), so a change that adds launches fails test_greedy's dispatch check; a change that
+# cuts them should lower its budget. docs/engine.md holds the table on random models, before and after the cuts.
+DEFAULT_DISPATCH_BUDGET = (250, 300)  # a method without a line here (a new or out-of-tree one): an EAGLE-sized step
+DISPATCH_BUDGETS = {
+    "ar": (14, 62),
+    "sd": (55, 130),
+    "tree_sd": (131, 545),
+    "eagle": (223, 270),
+    "lyanna": (218, 254),
+    "dflash": (162, 205),
+    "dspark": (215, 292),
+    "pard": (34, 108),
+    "pld": (16, 64),
+    "suffix": (17, 65),
+    "stand": (43, 144),
+    "reader": (16, 64),
+    "hedgespec": (49, 130),
+    "owl": (242, 276),
+    "prism": (234, 273),
+    "medusa": (134, 183),
+    "mtp": (147, 186),
+    "polybasic": (2347, 970),
+    "dream": (259, 281),
 }

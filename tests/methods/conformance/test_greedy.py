@@ -1,5 +1,5 @@
 """The conformance suite's greedy check (every method and hedgespec pair emits `ar`'s tokens in float32) and its
-host-read audit (see the package docstring)."""
+host-read audit and its budget of ops per step outside graphed forwards (see the package docstring)."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from harness.engine.batched import generate_batch
 from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.errors import DraftcountError
 from harness.engine.runtime import EngineOptions, EngineRuntime
+from harness.measure.dispatch import dispatch_per_step
 from harness.measure.host_sync import audit_generation
-from tests.methods.conformance import (CASES, GREEDY, HOST_READ_BUDGETS, METHODS, Zoo, build_markov_zoo,
-                                        prompts)
+from tests.methods.conformance import (CASES, DEFAULT_DISPATCH_BUDGET, DISPATCH_BUDGETS, GREEDY, HOST_READ_BUDGETS, METHODS, Zoo,
+                                        build_markov_zoo, prompts)
 
 
 @pytest.fixture(scope="module")
@@ -83,3 +84,18 @@ def test_at_most_one_host_read_per_step(markov_zoo: Zoo, method: str):
         assert audit.per_step <= budget, (
             f"{method} at T={sampling.temperature:g}: {audit.per_step:.2f} synchronising calls per step, over its "
             f"budget {budget} ({why}): {audit.by_operation}")
+
+
+@pytest.mark.parametrize("method", METHODS)
+def test_ops_outside_graphs_per_step_within_budget(markov_zoo: Zoo, method: str):
+    """What a step launches beside its graph replays stays within the method's budget (DISPATCH_BUDGETS), greedy
+    and sampling, under CUDA-graph semantics emulated on the CPU."""
+    adapter, _ = build_adapter(method, {}, markov_zoo.inputs(method))
+    for sampling, budget in zip((GREEDY, SamplingConfig(1.0)), DISPATCH_BUDGETS.get(method, DEFAULT_DISPATCH_BUDGET)):
+        runtime = EngineRuntime(markov_zoo.target, EngineOptions(kv_cache="static", cuda_graphs="on"), capture=False)
+        counts = dispatch_per_step(markov_zoo.target, adapter, prompts()[0], 24, sampling, runtime,
+                                   lambda: torch.Generator(device="cpu").manual_seed(0))
+        assert counts.graph > 0, f"{method}: no graphed forward ran (the target's verify forward is graphed)"
+        assert counts.total() <= budget, (
+            f"{method} at T={sampling.temperature:g}: {counts.total():.1f} ops outside graphs per step, over its "
+            f"budget {budget}; most dispatched: {counts.top}")
