@@ -32,7 +32,7 @@ STAGES = (  # in the order gpu_quick.sh runs them: quick_timed, quick_lossless, 
     Stage("dispatch", "checks/dispatch.csv", "1: `measure dispatch`: ops and kernel launches per step"),
     Stage("lossless runs", "checks/lossless/*.jsonl", "2: every catalog method, float32, greedy, paired with ar"),
     Stage("lossless table", "checks/lossless.csv", "2: `harness divergence --expect-identical` over those runs"),
-    Stage("cuda tests", "checks/pytest_cuda.txt", "3: `pytest -m cuda`, with the time left"),
+    Stage("cuda tests", "checks/pytest_cuda.txt*", "3: `pytest -m cuda`, with the time left (.partial: cut short)"),
 )
 SPEEDUP_COLUMNS = ("variant", "temperature", "turns", "tau", "tokens_per_s", "speedup_paired_mean",
                    "speedup_ci_low", "speedup_ci_high", "speedup_bound", "phase_target_per_token",
@@ -50,11 +50,19 @@ def stage_rows(results: Path, started: float) -> list[list[str]]:
 
 
 def cuda_test_lines(results: Path) -> list[str]:
-    """The CUDA suite's closing line and exit status (the rule appends it), or why there is none."""
+    """The CUDA suite's closing line and exit status (the rule appends it); for a suite stopped at the window's end
+    (only its ``.partial`` file), the verdicts written so far (``-v``: one line per test); or why there is none."""
     path = results / "checks" / "pytest_cuda.txt"
+    partial = path.with_name(path.name + ".partial")
+    if not path.is_file() and not partial.is_file():
+        return ["not started"]
+    lines = [line for line in (path if path.is_file() else partial).read_text(errors="replace").splitlines()
+             if line.strip()]
     if not path.is_file():
-        return ["not finished"]
-    lines = [line for line in path.read_text(errors="replace").splitlines() if line.strip()]
+        verdicts = {word: sum(f" {word}" in line for line in lines) for word in ("PASSED", "FAILED", "SKIPPED", "ERROR")}
+        failed = [line.split(" ")[0] for line in lines if " FAILED" in line or " ERROR" in line]
+        return [f"stopped at the window's end: {', '.join(f'{n} {w.lower()}' for w, n in verdicts.items())} so far",
+                *(f"- failed: `{name}`" for name in failed)]
     closing = [line for line in lines if " passed" in line or " failed" in line or " skipped" in line
                or " error" in line]
     status = [line for line in lines if line.startswith("exit status")]

@@ -194,7 +194,8 @@ def dispatch_per_step(target: LoadedModel, adapter: DraftAdapter, prompt: torch.
                       sampling: SamplingConfig, runtime: EngineRuntime,
                       make_generator: Callable[[], torch.Generator | None] = lambda: None,
                       top: int = 8) -> StepDispatch:
-    """Ops per decoding step of ``adapter`` (an untimed generation first, so a GPU captures its graphs)."""
+    """Ops per decoding step of ``adapter`` in the steady state: an untimed generation first, so that a GPU's captures
+    and the first generation's one-time work (graph buffers, caches) are not counted."""
     counter = DispatchCounter()
     counted_generation(target, adapter, prompt, new_tokens, sampling, runtime, counter, make_generator())
     result = counted_generation(target, adapter, prompt, new_tokens, sampling, runtime, counter, make_generator())

@@ -37,7 +37,7 @@ def test_quick_plan_on_the_gpu_config(tmp_path):
     assert result.returncode == 0, result.stderr
     counts = job_counts(result.stdout)
     assert counts["lossless_run"] == len(method_names()) - 1  # every catalog method but ar, its reference
-    assert counts["bench"] == 5 * 2 and "bench_pass" not in counts  # 5 variants x T 0, 1 under graphs; no eager pass
+    assert counts["bench"] == 4 * 2 and "bench_pass" not in counts  # 4 variants x T 0, 1 under graphs; no eager pass
     assert counts["train_drafter"] == 11 and counts["cuda_tests"] == 1
     assert counts["quick_bare_loop"] == counts["quick_dispatch"] == 1
     assert not CALIBRATION_RULES & set(counts), counts  # fixed tree shapes: no calibration job
@@ -47,12 +47,24 @@ def test_quick_plan_on_the_gpu_config(tmp_path):
     assert gpu["train_target"] == gpu["train_drafter"] == gpu["lossless_run"] == {"0"}  # the rest share it
 
 
+def test_the_control_is_timed_first(tmp_path):
+    """A method's timed job waits for the A/A control's runs, and the measurements wait for the timed table."""
+    result = snakemake("-n", "quick_timed", *QUICK, *quick_overrides(tmp_path), "--resources", "gpu=1", "--forceall",
+                       "--printshellcmds")
+    assert result.returncode == 0, result.stderr
+    order = [line.split("raw/")[1].split("/")[0] for line in result.stdout.splitlines()
+             if "python -m harness run" in line and "raw/" in line]
+    assert order[:2] == ["ar_control", "ar_control"] and len(order) == 8, order
+    measurements = result.stdout.index("measure bare-loop")
+    assert all(result.stdout.index(f"raw/{variant}/") < measurements for variant in ("sd", "eagle", "lyanna"))
+
+
 def test_quick_stages_split_the_plan(tmp_path):
     """The timed stage trains the models its timed runs need, and nothing of the lossless or CUDA stages; its timed
     jobs wait for every one of those models (no training shares the GPU while a job is timed)."""
     timed = job_counts(snakemake("-n", "quick_timed", *QUICK, *quick_overrides(tmp_path), "--resources",
                                  "gpu=1").stdout)
-    assert "lossless_run" not in timed and "cuda_tests" not in timed and timed["bench"] == 10
+    assert "lossless_run" not in timed and "cuda_tests" not in timed and timed["bench"] == 8
     assert timed["train_drafter"] == 2  # eagle and lyanna: the timed variants' drafters
     lossless = job_counts(snakemake("-n", "quick_lossless", *QUICK, *quick_overrides(tmp_path)).stdout)
     assert "bench" not in lossless and lossless["lossless_run"] == len(method_names()) - 1

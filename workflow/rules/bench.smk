@@ -84,13 +84,20 @@ def bench_runtime(wildcards):
     return minutes
 
 
+def control_runs():
+    """The timed runs of the A/A control (the variants of method `ar`), every dataset and temperature."""
+    return bench_outputs([variant for variant in variant_names() if variant_method(variant) == "ar"])
+
+
 def bench_gate(wildcards):
     """What a timed job waits for under the quick check (quick.share_gpu): every model the timed variants run, so that
     no training shares the GPU while a job is timed (the lossless runs and the CUDA tests come after the timed
-    stage: workflow/scripts/gpu_quick.sh runs the stages in turn)."""
+    stage: workflow/scripts/gpu_quick.sh runs the stages in turn); and, for a method's job, the A/A control's runs,
+    which come first (a window cut short keeps the control)."""
     if not QUICK.get("share_gpu", False):
         return []
-    models = {target_model()}
+    models = set() if variant_method(wildcards.variant) == "ar" else set(control_runs())
+    models.add(target_model())
     for variant in variant_names():
         method = variant_method(variant)
         if plan.needs_draft_lm(method):

@@ -9,7 +9,8 @@
 
 
 rule cuda_tests:
-    # always succeeds: a failing CUDA test is a finding for the README, not a reason to lose the other stages
+    # always succeeds: a failing CUDA test is a finding for the README, not a reason to lose the other stages; -v
+    # writes each test's verdict as it comes, so a stage stopped at the window's end still says what passed
     output:
         check_path("pytest_cuda.txt"),
     params:
@@ -19,14 +20,16 @@ rule cuda_tests:
         runtime=30,
         gpu=gpus_per_job(timed=True),
     shell:
-        "set +e; python -m pytest {params.arguments} -q -p no:cacheprovider > {output}.partial 2>&1;"
+        "set +e; python -m pytest {params.arguments} -v -p no:cacheprovider > {output}.partial 2>&1;"
         " echo \"exit status $?\" >> {output}.partial; mv {output}.partial {output}"
 
 
 rule quick_bare_loop:
-    # our ar against the engine's floor (one replayed graph per token) and a plain eager loop, on the trained target
+    # our ar against the engine's floor (one replayed graph per token) and a plain eager loop, on the trained target;
+    # after the timed runs (it holds the GPU, and the timed table comes first)
     input:
         target=target_model(),
+        timed=bench_outputs(),
     output:
         check_path("bare_loop.txt"),
     params:
@@ -45,7 +48,11 @@ rule quick_bare_loop:
 
 rule quick_dispatch:
     # ATen ops per decoding step outside graphs, by phase, per method; on a GPU also the profiler's kernel launches
-    # against graph launches (random models: the counts depend on the shapes drafted, not on what was learned)
+    # against graph launches (random models: the counts depend on the shapes drafted, not on what was learned); after
+    # the timed runs and the bare loop
+    input:
+        timed=bench_outputs(),
+        bare_loop=check_path("bare_loop.txt"),
     output:
         table=check_path("dispatch.csv"),
         log=check_path("dispatch.txt"),
