@@ -201,6 +201,7 @@ def run(config: RunConfig, progress: bool = True) -> int:
     def turn_steps(contender: _Contender, ids: list[int], seed: int, name: str, max_new: int, key: str,
                    paused: bool, media: dict[str, torch.Tensor] | None):
         return generation_steps(
+            # host: prompt ids, moved by generate
             target, contender.adapter, torch.tensor([ids]), max_new, config.sampling, eos,
             make_generator(seed, target.device), verify=verifiers[contender.role], prompt_name=name,
             runtime=runtimes[contender.role], prompt_key=key, paused_between_steps=paused, media=media,

@@ -28,6 +28,7 @@ class RootOnlyRows:
         pass
 
     def draft(self, rows: list[BatchRow]) -> list[TokenTree]:
+        # host: a batch's trees are built on the host (pad_trees moves them)
         return [root_only(torch.tensor(row.root)) for row in rows]
 
     def accepted(self, rows: list[BatchRow], trees: list[TokenTree], verdicts: list[Verdict], out: LMOutput) -> None:

@@ -22,7 +22,7 @@ class DraftLMRows:
     def __init__(self, adapter: DraftLMAdapter) -> None:
         self.adapter, self.lm = adapter, adapter.draft
         self.cache = new_cache(self.lm.config)
-        self.mask = SlotMask(torch.zeros(0, 0, dtype=torch.bool))
+        self.mask = SlotMask(torch.zeros(0, 0, dtype=torch.bool, device=self.lm.device))
         self.fed: list[int] = []  # the tree nodes the step fed after the root
         self.step_start = 0  # the draft cache's first slot of the step (the pending token, then the root)
 
@@ -43,7 +43,7 @@ class DraftLMRows:
         each later one the level's nodes that have children, every row at once."""
         drafter, lm, device = self.adapter, self.lm, self.lm.device
         if not drafter.shape_children[0]:
-            return [root_only(torch.tensor(row.root)) for row in rows]
+            return [root_only(torch.tensor(row.root)) for row in rows]  # host: a batch's trees are built on the host
         has_pending = torch.tensor([row.pending is not None for row in rows], device=device)
         inputs = torch.tensor([[PAD_TOKEN if row.pending is None else row.pending, row.root] for row in rows],
                               device=device)
@@ -51,6 +51,7 @@ class DraftLMRows:
         self.step_start = self.mask.extend(torch.stack([has_pending, torch.ones_like(has_pending)], dim=-1))
         visible = torch.tensor([[True, False], [True, True]], device=device)
         positions = torch.stack([(base - 1).clamp(min=0), base], dim=-1)
+        # host: the tree's tokens gather on the host (each choice is read with .cpu())
         tokens, parents, probs = [torch.tensor([row.root for row in rows])], [-1], [[None] * len(rows)]
         node_logits: dict[int, torch.Tensor] = {}
         frontier, self.fed, query_nodes = [(0, 0)], [], [0]
@@ -81,7 +82,7 @@ class DraftLMRows:
                 break
             fed_before = list(self.fed)
             self.fed.extend(query_nodes)
-            self.mask.extend(torch.ones(len(rows), len(query_nodes), dtype=torch.bool))
+            self.mask.extend(torch.ones(len(rows), len(query_nodes), dtype=torch.bool, device=device))
             ancestors = ancestor_matrix(tuple(parents)).to(device)
             step_nodes = [0, *fed_before, *query_nodes]
             visible = torch.cat([torch.ones(len(query_nodes), 1, dtype=torch.bool, device=device),  # pending slot
@@ -99,7 +100,7 @@ class DraftLMRows:
         for index, (row, tree, verdict) in enumerate(zip(rows, trees, verdicts)):
             path = set(verdict.path)
             if self.fed:
-                kept = torch.tensor([node in path for node in self.fed])
+                kept = torch.tensor([node in path for node in self.fed], device=self.mask.valid.device)
                 self.mask.valid[index, first:first + len(self.fed)] = kept
             last = verdict.path[-1]
             row.pending = int(tree.tokens[last]) if last != 0 and last not in self.fed else None

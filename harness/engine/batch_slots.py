@@ -74,7 +74,7 @@ class SlotMask:
         queries, width = visible.shape[-2:]
         visible = visible.expand(rows, queries, width)
         own = torch.zeros(queries, width, dtype=torch.bool, device=visible.device)
-        own[torch.arange(queries), width - queries + torch.arange(queries)] = True
+        own[torch.arange(queries, device=own.device), width - queries + torch.arange(queries, device=own.device)] = True
         block = (self.valid[:, None, block_start:] & visible) | own[None]
         allowed = torch.cat([self.valid[:, None, :block_start].expand(rows, queries, block_start), block], dim=-1)
         return torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(
@@ -120,11 +120,12 @@ def pad_trees(trees: list[TokenTree], device: torch.device) -> PaddedTrees:
 def left_padded(prompts: list[torch.Tensor], device: torch.device) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
     """The prompts (each (1, L_i)) left-padded to one length: ids (B, L), valid slots (B, L), positions (B, L)."""
     longest = max(prompt.shape[-1] for prompt in prompts)
-    ids = torch.full((len(prompts), longest), PAD_TOKEN, dtype=torch.long)
+    ids = torch.full((len(prompts), longest), PAD_TOKEN, dtype=torch.long)  # host: built on the host, moved below
     for row, prompt in enumerate(prompts):
         ids[row, longest - prompt.shape[-1]:] = prompt[0].cpu()
+    # host: pad counts, built on the host as ids
     pads = torch.tensor([longest - prompt.shape[-1] for prompt in prompts])
-    slots = torch.arange(longest)
+    slots = torch.arange(longest)  # host: as ids, moved below
     return (ids.to(device), (slots[None] >= pads[:, None]).to(device),
             (slots[None] - pads[:, None]).clamp(min=0).to(device))
 

@@ -97,7 +97,8 @@ def verify_rows(rows: list[BatchRow], trees: list[TokenTree], logits: torch.Tens
             verdict = verify(tree, logits[index, :tree.size], row.ctx.sampling, row.ctx.generator)
         row.ctx.counters.record_step(tree, verdict)
         path = set(verdict.path)
-        mask.valid[index, start:start + tree.size] = torch.tensor([node in path for node in range(tree.size)])
+        mask.valid[index, start:start + tree.size] = torch.tensor([node in path for node in range(tree.size)],
+                                                             device=mask.valid.device)
         row.produced.extend(verdict.new_tokens)
         row.ctx.tokens.extend(verdict.new_tokens)
         row.position += len(verdict.path)
@@ -149,7 +150,7 @@ def generate_batch(
             if not still:
                 break
             if len(still) < len(live):  # finished rows leave the batch with their cache rows
-                keep = torch.tensor([live.index(index) for index in still])
+                keep = torch.tensor([live.index(index) for index in still])  # host: row indices, each user moves them
                 cache.batch_select_indices(keep.to(target.device))
                 mask.select(keep)
                 drafting.select(keep)

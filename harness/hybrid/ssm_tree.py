@@ -76,7 +76,7 @@ def ancestor_matrix(parents: tuple[int, ...]) -> torch.Tensor:
         if parent >= 0:
             rows[node][:node] = rows[parent][:node]
         rows[node][node] = True
-    return torch.tensor(rows, dtype=torch.bool).reshape(count, count)
+    return torch.tensor(rows, dtype=torch.bool).reshape(count, count)  # host: cached per shape; callers move it
 
 
 @lru_cache(maxsize=1024)
@@ -94,7 +94,7 @@ def window_indices(parents: tuple[int, ...], kernel: int) -> torch.Tensor:
             else:
                 at -= 1
         rows.append(window[::-1])
-    return torch.tensor(rows, dtype=torch.long).reshape(len(parents), kernel)
+    return torch.tensor(rows, dtype=torch.long).reshape(len(parents), kernel)  # host: cached; callers move it
 
 
 def tree_convolution(conv_window: torch.Tensor, raw: torch.Tensor, parents: tuple[int, ...], weight: torch.Tensor,

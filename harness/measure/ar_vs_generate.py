@@ -130,7 +130,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
     params = lm.num_parameters
     adapter, _ = build_adapter("ar", {}, BuildInputs(lm, None, None))
     runtime = EngineRuntime(lm, engine)
-    generator = torch.Generator().manual_seed(1)
+    generator = torch.Generator(device="cpu").manual_seed(1)  # host: the prompts, the same on every device
+    # host: drawn on the host, then moved
     prompts = [torch.randint(0, lm.vocab_size, (1, args.prompt_tokens), generator=generator).to(lm.device)
                for _ in range(args.trials + 1)]
 

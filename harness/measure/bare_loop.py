@@ -155,7 +155,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
     engine = parse_options(EngineOptions, parse_key_values(args.engine), "the engine (--engine)")
     lm = load_lm(args, parser)
     lm.model.generation_config.eos_token_id = None
-    generator = torch.Generator(device="cpu").manual_seed(1)  # prompts drawn on the host, the same on any device
+    generator = torch.Generator(device="cpu").manual_seed(1)  # host: the prompts, the same on every device
+    # host: drawn on the host, then moved
     prompts = [torch.randint(0, lm.vocab_size, (1, args.prompt_tokens), generator=generator).to(lm.device)
                for _ in range(args.trials + 1)]
 

@@ -252,8 +252,8 @@ def random_zoo(root: Path, methods: list[str], dtype: str = "float32", device: s
 
     llama(4, 128, 0).save_pretrained(root / "target")
     llama(2, 64, 1).save_pretrained(root / "draft")
-    save_tokens(root / "tokens.pt", torch.randint(0, vocab, (4096,), generator=torch.Generator(device="cpu")
-                                                  .manual_seed(0)))
+    host = torch.Generator(device="cpu").manual_seed(0)  # host: a token stream on disk, the same on every machine
+    save_tokens(root / "tokens.pt", torch.randint(0, vocab, (4096,), generator=host))  # host: saved, not computed
     drafters = {}
     for method in methods:
         if entry(method).needs_drafter:
@@ -301,8 +301,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
     rows = []
     with tempfile.TemporaryDirectory() as scratch:
         target, draft, drafters = random_zoo(Path(scratch), methods, args.dtype, args.device)
-        prompt = torch.randint(0, target.vocab_size, (1, 24), generator=torch.Generator(device="cpu")
-                               .manual_seed(1)).to(device)
+        host = torch.Generator(device="cpu").manual_seed(1)  # host: the prompt, the same on every device
+        prompt = torch.randint(0, target.vocab_size, (1, 24), generator=host).to(device)  # host: drawn, then moved
         floor = replay_floor_per_step(target, prompt, args.new_tokens)
         rows.append(table_row("(replay floor)", floor, 1.0))  # its one read per token
         for method in methods:

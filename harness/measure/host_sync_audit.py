@@ -59,7 +59,9 @@ def random_models(root: Path, vocab: int = 512) -> tuple[str, str, str, str]:
 
     llama(4, 128, 0).save_pretrained(root / "target")
     llama(2, 64, 1).save_pretrained(root / "draft")
-    save_tokens(root / "tokens.pt", torch.randint(0, vocab, (4096,), generator=torch.Generator().manual_seed(0)))
+    # host: a token stream
+    stream = torch.randint(0, vocab, (4096,), generator=torch.Generator(device="cpu").manual_seed(0))
+    save_tokens(root / "tokens.pt", stream)
     for method in ("eagle", "lyanna"):
         method_spec(method).train(DrafterTrainRequest(method=method, target=str(root / "target"),
                                                      data=root / "tokens.pt", out=root / method, steps=0,
@@ -108,7 +110,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
         draft = load_model(paths[1], args.dtype, args.device, with_tokenizer=False) if paths[1] else None
         drafters = {"eagle": paths[2], "lyanna": paths[3]}
         runtime = EngineRuntime(target, EngineOptions(kv_cache=args.kv_cache))
-        prompt = torch.randint(0, target.vocab_size, (1, 24), generator=torch.Generator().manual_seed(1))
+        # host: the prompt, the same on every device (generate moves it)
+        prompt = torch.randint(0, target.vocab_size, (1, 24), generator=torch.Generator(device="cpu").manual_seed(1))
         rows = []
         for spec in parse_variants(args.variant) or default_variants(draft is not None, drafters):
             variant, adapter = spec.name, build_variant(spec, target, draft)

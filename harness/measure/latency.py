@@ -53,7 +53,7 @@ def target_latencies(model: PreTrainedModel, prefix: int, sizes: list[int], repe
         parents = wide_tree(size)
         bias = prefix_visible(tree_attention_bias(parents, [], list(range(size)), model.dtype, device), prefix + size)
         bias = None if bias is None else bias.expand(rows, -1, -1, -1)
-        position_ids = (prefix + torch.tensor(depths_of(parents))).to(device)[None].expand(rows, -1)
+        position_ids = (prefix + torch.tensor(depths_of(parents), device=device))[None].expand(rows, -1)
         input_ids = torch.randint(vocab, (rows, size), device=device)
 
         def forward() -> None:

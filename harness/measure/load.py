@@ -205,7 +205,8 @@ def sweep(target: LoadedModel, adapters_at: Callable[[int], dict], prompts: list
 def encoded_prompts(target: LoadedModel, spec: str | None, count: int, prompt_len: int) -> list[torch.Tensor]:
     """``count`` prompts (1, L): the first turn of a prompt set, cut to ``prompt_len`` tokens, or random tokens."""
     if spec is None:
-        generator = torch.Generator().manual_seed(0)
+        generator = torch.Generator(device="cpu").manual_seed(0)  # host: the prompts, the same on every device
+        # host: drawn on the host, then moved
         return [torch.randint(0, target.vocab_size, (1, prompt_len // 2 + index % (prompt_len // 2 + 1)),
                               generator=generator).to(target.device) for index in range(count)]
     if target.tokenizer is None:
@@ -213,6 +214,7 @@ def encoded_prompts(target: LoadedModel, spec: str | None, count: int, prompt_le
     chosen = load_prompts(spec, limit=count)
     if len(chosen) < count:
         print(f"{spec} holds {len(chosen)} prompts: each is decoded more than once to make {count} requests")
+    # host: prompt ids from the tokenizer, then moved
     return [torch.tensor([encode_turn(target.tokenizer, [], chosen[index % len(chosen)].turns[0])[-prompt_len:]])
             .to(target.device) for index in range(count)]
 
@@ -310,9 +312,10 @@ def read_batch_latency(path: Path) -> dict[str, dict[str, float]]:
 def perturbed_draft(target: LoadedModel) -> LoadedModel:
     """The target's weights plus noise: a draft that agrees with it often, for the default random target."""
     draft = wrap_model(copy.deepcopy(target.model))
-    generator = torch.Generator().manual_seed(1)
+    generator = torch.Generator(device="cpu").manual_seed(1)  # host: the same draft on every device
     with torch.no_grad():
         for parameter in draft.model.parameters():
+            # host: drawn on the host (the same noise on every device), then moved
             noise = torch.randn(parameter.shape, generator=generator).to(parameter.device, parameter.dtype)
             parameter.add_(noise * 0.1 * parameter.std())
     return draft

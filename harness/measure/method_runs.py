@@ -29,6 +29,7 @@ class MethodRun:
     sampling: SamplingConfig
 
     def prompt_ids(self, prompt: Prompt) -> torch.Tensor:
+        # host: prompt ids, moved by generate
         return torch.tensor([encode_turn(self.target.tokenizer, [], prompt.turns[0])])
 
 

@@ -159,6 +159,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
     pairs = [(method, setting) for method in methods for setting in settings]
 
     def run(method: str, setting: str, ids: list[int], max_new: int):
+        # host: prompt ids, moved by generate
         return generate(target, adapters[method], torch.tensor([ids]), max_new, greedy, eos,
                         runtime=runtimes[setting])
 

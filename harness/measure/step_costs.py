@@ -74,11 +74,11 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
     prompts = load_prompts(args.prompts, None, args.limit)
     sampling = SamplingConfig(args.temperature)
     for index, prompt in enumerate(prompts):
-        ids = torch.tensor([encode_turn(target.tokenizer, [], prompt.turns[0])])
+        ids = torch.tensor([encode_turn(target.tokenizer, [], prompt.turns[0])])  # host: prompt ids, moved by generate
         order = list(adapters) if index % 2 == 0 else list(adapters)[::-1]
         for name in order:
             result = generate(target, adapters[name], ids, args.max_new_tokens, sampling,
-                              generator=torch.Generator().manual_seed(index))
+                              generator=torch.Generator(device=target.device).manual_seed(index))
             counters = result.counters
             totals[name]["wall"] += counters.wall_seconds - counters.prefill_seconds
             totals[name]["steps"] += len(counters.step_accepted)

@@ -166,7 +166,7 @@ def calibrate(method: str, options: dict, target_dir: str, drafter_dir: str | No
     prompts = load_prompts(prompts_path, None, limit)
     sampling = SamplingConfig(temperature)
     for index, prompt in enumerate(tqdm(prompts, desc=f"calibrate {method}", disable=not progress)):
-        ids = torch.tensor([encode_turn(target.tokenizer, [], prompt.turns[0])])
+        ids = torch.tensor([encode_turn(target.tokenizer, [], prompt.turns[0])])  # host: prompt ids, moved by generate
         counters = generate(target, adapter, ids, max_new_tokens, sampling,
                             generator=make_generator(index, target.device)).counters
         phases = counters.phase_seconds

@@ -38,13 +38,14 @@ class SameTreeProbe:
 
     def __init__(self, trials: int, seed: int) -> None:
         self.trials = trials
-        self.side = torch.Generator().manual_seed(seed)
+        self.side = torch.Generator(device="cpu").manual_seed(seed)  # host: draws the side generators' seeds
         self.accepted: dict[str, list[float]] = {name: [] for name in VERIFIERS}
 
     def __call__(self, tree: TokenTree, logits: torch.Tensor, sampling: SamplingConfig,
                  generator: torch.Generator | None) -> Verdict:
         if tree.num_drafts:
             tree.resolve()
+            # host: a seed, read at once
             side = make_generator(int(torch.randint(2**31, (1,), generator=self.side)), logits.device)
             for name, verify in VERIFIERS.items():
                 counts = [verify(tree, logits, sampling, side).num_accepted for _ in range(self.trials)]

@@ -102,8 +102,8 @@ def unrolled_step_bias(length: int, step: int, dtype: torch.dtype, device: torch
     key at position p - k + i (its own chain of predicted states, itself last).
     """
     minimum = torch.finfo(dtype).min
-    query = torch.arange(length)[:, None]
-    key = torch.arange(length)[None, :]
+    query = torch.arange(length, device=device)[:, None]
+    key = torch.arange(length, device=device)[None, :]
     blocks = [torch.where(key <= query - step, 0.0, minimum)]
     for index in range(1, step + 1):
         blocks.append(torch.where(key == query - step + index, 0.0, minimum))

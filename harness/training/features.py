@@ -96,7 +96,7 @@ def early_features(model: PreTrainedModel, input_ids: torch.Tensor,
 
 
 def dump_size_bytes(sequences: int, seq_len: int, hidden: int, layers: int, dtype: torch.dtype) -> int:
-    element = torch.tensor([], dtype=dtype).element_size()
+    element = torch.tensor([], dtype=dtype).element_size()  # host: an empty tensor asked its element size
     return sequences * seq_len * (hidden * layers * element + 4)
 
 
@@ -111,7 +111,7 @@ def dump_features(model: PreTrainedModel, tokens: torch.Tensor, out_dir: Path, s
     print(f"feature dump: {sequences} sequences x {seq_len} tokens x {len(layers)} layers "
           f"({text_config(model.config).hidden_size} wide, {dtype}) = {size / 2**20:.1f} MiB on disk")
     out_dir.mkdir(parents=True, exist_ok=True)
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device="cpu").manual_seed(seed)  # host: draws windows of the host token stream
     shards = []
     for shard_index, start in enumerate(tqdm(range(0, sequences, shard_size), desc="feature shards", unit="shard")):
         count = min(shard_size, sequences - start)
@@ -163,7 +163,7 @@ class FeatureSource:
         if self.dump_dir is None:
             windows = random_windows(self.tokens, batch_size, self.seq_len, generator)[keep].to(self.target.device)
             return {"input_ids": windows, **target_features(self.target, windows, self.layers)}
-        rows = torch.randint(0, self._rows, (batch_size,), generator=generator)[keep].tolist()
+        rows = torch.randint(0, self._rows, (batch_size,), generator=generator)[keep].tolist()  # host: row numbers
         batch: dict[str, list[torch.Tensor]] = {}
         for row in rows:
             shard_index, offset = self._locate(row)

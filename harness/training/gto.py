@@ -149,7 +149,8 @@ def group_starts(length: int, group_size: int, groups: int, seed: int) -> list[l
     if groups == 0:
         return [list(range(1, length))] if length > 1 else []
     slack = usable - groups * group_size
-    generator = torch.Generator().manual_seed(seed)
+    generator = torch.Generator(device="cpu").manual_seed(seed)  # host: draws prefix ends, read as lists
+    # host: weights of the host draw
     gaps = torch.multinomial(torch.ones(groups + 1), slack, replacement=True, generator=generator) if slack else None
     extra = torch.bincount(gaps, minlength=groups + 1).tolist() if gaps is not None else [0] * (groups + 1)
     out, start = [], 1

@@ -266,5 +266,5 @@ def train(
 
 def batches_from_step(step: int, seed: int, sampler: Callable[[torch.Generator], torch.Tensor]) -> torch.Tensor:
     """A step's batch from a generator seeded by (seed, step): the same batch after a resume."""
-    generator = torch.Generator().manual_seed(seed * 1_000_003 + step)
+    generator = torch.Generator(device="cpu").manual_seed(seed * 1_000_003 + step)  # host: draws the batch's host data
     return sampler(generator)

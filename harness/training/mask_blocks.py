@@ -44,10 +44,11 @@ class BlockLayout:
     def mask_slots(self, j: int) -> torch.Tensor:
         """The slots of mask j (1-based) of every block that keeps it, in anchor order."""
         return torch.tensor([start + j - 1 for start, count in zip(self.block_starts(), self.kept) if count >= j],
-                            dtype=torch.long)
+                            dtype=torch.long)  # host: the layout lives on the host; its users move it
 
     def draft_slots(self) -> list[torch.Tensor]:
         """Per draft position 1..k, the slots that draft it: the anchors themselves, then each block's mask j."""
+        # host: slots of the host layout, moved by their users
         return [torch.tensor(self.anchors), *(self.mask_slots(j) for j in range(1, max(self.kept, default=0) + 1))]
 
     def draft_hits(self, drafted: torch.Tensor, wanted: torch.Tensor) -> list[int]:
@@ -57,6 +58,7 @@ class BlockLayout:
 
     def bias(self, dtype: torch.dtype, device: torch.device | str) -> torch.Tensor:
         """The additive attention mask (1, 1, N, N)."""
+        # host: built beside the host layout's mask, then moved
         bias = torch.zeros(self.visible.shape, dtype=dtype).masked_fill_(~self.visible, torch.finfo(dtype).min)
         return bias.to(device)[None, None]
 
@@ -68,18 +70,19 @@ def block_layout(length: int, anchors: list[int], k: int, kept: list[int] | None
     if len(kept) != len(anchors) or any(not 0 <= count <= k - 1 for count in kept):
         raise ValueError(f"kept must give each of the {len(anchors)} anchors 0..{k - 1} masks, got {kept}")
     total = length + sum(kept)
-    visible = torch.zeros((total, total), dtype=torch.bool)
-    visible[:length, :length] = torch.ones((length, length), dtype=torch.bool).tril()
-    positions = torch.arange(total)
+    visible = torch.zeros((total, total), dtype=torch.bool)  # host: the layout lives on the host; its users move it
+    visible[:length, :length] = torch.ones((length, length), dtype=torch.bool).tril()  # host: written into visible
+    positions = torch.arange(total)  # host: the layout's, as visible
     labels = [*range(1, length), -1] + [0] * (total - length)
     start = length
     for anchor, masks in zip(anchors, kept):
         visible[start: start + masks, : anchor + 1] = True
+        # host: written into the host layout's mask
         visible[start: start + masks, start: start + masks] = torch.ones((masks, masks), dtype=torch.bool).tril()
-        positions[start: start + masks] = torch.arange(anchor + 1, anchor + 1 + masks)
+        positions[start: start + masks] = torch.arange(anchor + 1, anchor + 1 + masks)  # host: into positions
         labels[start: start + masks] = range(anchor + 2, anchor + 2 + masks)
         start += masks
-    return BlockLayout(length, tuple(anchors), positions, torch.tensor(labels), visible, tuple(kept))
+    return BlockLayout(length, tuple(anchors), positions, torch.tensor(labels), visible, tuple(kept))  # host: the labels, as visible
 
 
 def drop_tokens(anchors: int, k: int, ratio: float, minimum: float, generator: torch.Generator) -> list[int]:
@@ -88,10 +91,10 @@ def drop_tokens(anchors: int, k: int, ratio: float, minimum: float, generator: t
     (a mask needs the masks before it), so the forward's mask slots fall from (k - 1) x anchors to about
     anchors x (ratio + ratio^2 + ...). ``ratio`` 1 keeps every mask."""
     kept = [0] * anchors
-    alive = torch.arange(anchors)
+    alive = torch.arange(anchors)  # host: drawn with the host data generator
     for j in range(1, k):
         count = min(len(alive), int(anchors * max(ratio ** j, minimum)))
-        alive = alive[torch.randperm(len(alive), generator=generator)[:count]]
+        alive = alive[torch.randperm(len(alive), generator=generator)[:count]]  # host: a host draw, read as a list
         for anchor in alive.tolist():
             kept[anchor] = j
     return kept
@@ -100,7 +103,7 @@ def drop_tokens(anchors: int, k: int, ratio: float, minimum: float, generator: t
 def choose_anchors(length: int, k: int, count: int, generator: torch.Generator) -> list[int]:
     """``count`` distinct anchors whose k predicted tokens lie in the window (all there are when fewer fit)."""
     room = length - k  # anchor a predicts up to a + k, which must be <= length - 1
-    return sorted(torch.randperm(room, generator=generator)[: min(count, room)].tolist())
+    return sorted(torch.randperm(room, generator=generator)[: min(count, room)].tolist())  # host: read as a list
 
 
 def every_kth_anchor(length: int, k: int) -> list[int]:

@@ -61,7 +61,7 @@ def regenerate(model: PreTrainedModel, tokens: torch.Tensor, options: Regenerate
                progress: bool = True) -> torch.Tensor:
     """The stream of [prompt, the target's continuation] for ``options.sequences`` prompts (see the module
     docstring); prompts and draws follow ``options.seed`` alone."""
-    window_generator = torch.Generator().manual_seed(options.seed)
+    window_generator = torch.Generator(device="cpu").manual_seed(options.seed)  # host: draws host token windows
     prompts = random_windows(tokens, options.sequences, options.prompt_len, window_generator).to(model.device)
     split = options.greedy_sequences
     batches = [(chunk, SamplingConfig(temperature))

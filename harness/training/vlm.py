@@ -115,12 +115,13 @@ def chart_batch(tokenizer: PreTrainedTokenizerFast, charts: list[BarChart], pixe
     """Right-padded ids, the answer-only labels, the attention mask and (``pixels``) the images' pixel values."""
     sequences = [chart_ids(tokenizer, chart) for chart in charts]
     length = max(len(ids) for ids, _ in sequences)
+    # host: the VLM zoo trains on the CPU (it has no device option), and its batches with it
     ids = torch.full((len(charts), length), tokenizer.eos_token_id)
-    labels = torch.full((len(charts), length), -100)
-    mask = torch.zeros((len(charts), length), dtype=torch.long)
+    labels = torch.full((len(charts), length), -100)  # host: a CPU batch, as ids
+    mask = torch.zeros((len(charts), length), dtype=torch.long)  # host: a CPU batch, as ids
     for row, (sequence, start) in enumerate(sequences):
-        ids[row, : len(sequence)] = torch.tensor(sequence)
-        labels[row, start : len(sequence)] = torch.tensor(sequence[start:])
+        ids[row, : len(sequence)] = torch.tensor(sequence)  # host: a CPU batch, as ids
+        labels[row, start : len(sequence)] = torch.tensor(sequence[start:])  # host: a CPU batch, as ids
         mask[row, : len(sequence)] = 1
     batch = {"input_ids": ids, "labels": labels, "attention_mask": mask}
     if pixels:

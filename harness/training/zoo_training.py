@@ -45,6 +45,7 @@ def sampling_regime(model, tokenizer, heldout: torch.Tensor, prompts: int, new_t
     for window in even_windows(heldout, prompts, 32):
         output = generate(lm, NoDrafts(), window[None], new_tokens, SamplingConfig(temperature=1.0),
                           generator=generator).output_ids
+        # host: beside a host window
         ids = torch.cat([window, torch.tensor(output, dtype=window.dtype)])[None].to(lm.device)
         logits = model(ids).logits[0, window.numel() - 1:ids.shape[1] - 1].float()
         probabilities = torch.softmax(logits, dim=-1)

@@ -128,6 +128,7 @@ def tree_attention_bias(parents: tuple[int, ...], cached_nodes: list[int], query
     if all(parents[child] == parent for parent, child in zip(keys, keys[1:])):
         return None  # the keys are one parent-to-child path: causal (decided on the host, no tensor is read)
     visible = _ancestor_matrix(parents)[query_nodes][:, keys]
+    # host: beside the host-built ancestor matrix, then sent with to_device
     bias = torch.zeros((len(query_nodes), len(keys)), dtype=dtype).masked_fill_(~visible, torch.finfo(dtype).min)
     return to_device(bias, device)[None, None]
 
@@ -157,7 +158,7 @@ def ancestor_matrix(parents: tuple[int, ...]) -> torch.Tensor:
 def _ancestor_matrix(parents: tuple[int, ...]) -> torch.Tensor:
     """visible[i, j] is True when node j is node i or one of its ancestors."""
     size = len(parents)
-    visible = torch.eye(size, dtype=torch.bool)
+    visible = torch.eye(size, dtype=torch.bool)  # host: cached per tree shape; callers move it
     for index in range(1, size):
         visible[index] |= visible[parents[index]]
     return visible

@@ -61,7 +61,7 @@ def draw_anchors(rows: int, length: int, block: int, count: int, generator: torc
     a + block, lies in the row), distinct within a row where the row allows it."""
     room = length - block
     count = min(count, room)
-    scores = torch.rand(rows, room, generator=generator)
+    scores = torch.rand(rows, room, generator=generator)  # host: the anchors' host draws
     return scores.topk(count, dim=-1).indices.sort(dim=-1).values
 
 
@@ -171,7 +171,8 @@ def fresh_drafter(options: DFlashTrainOptions, target_model: torch.nn.Module,
 def anchor_generator(batch: dict[str, torch.Tensor], seed: int) -> torch.Generator:
     """The anchors' generator for a batch: seeded by the seed and the batch's tokens, so a step draws the same
     anchors on any machine and after a resume (the batch of a step is fixed by the loop)."""
-    return torch.Generator().manual_seed(seed * 1_000_003 + int(batch["input_ids"].sum()))
+    # host: the anchors' host draws
+    return torch.Generator(device="cpu").manual_seed(seed * 1_000_003 + int(batch["input_ids"].sum()))
 
 
 def train_dflash(request: DrafterTrainRequest) -> dict:

@@ -56,10 +56,10 @@ class DreamAdapter(EagleAdapter):
                 self.last_layer = (layers[-1], rotary)
                 self.target_hidden_layers = (0, -2, -1)  # and the last layer's input, whose attention ranks the image
         self.details.update({"visual_keep": visual_keep, "drafter_layers": 3})
-        self.prompt_embeds = torch.empty(0)
+        self.prompt_embeds = torch.empty(0, device=self.runner.device)
 
     def head_positions(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> torch.Tensor | None:
-        self.prompt_embeds = torch.empty(0)
+        self.prompt_embeds = torch.empty(0, device=self.runner.device)
         if self.image_token is None:
             return None
         prompt = prompt_ids[0].to(self.runner.device)

@@ -33,7 +33,7 @@ from methods.dflash.training import (
 from methods.dspark.checkpoint import save_dspark
 from methods.dspark.model import DSparkDrafter
 
-TEMPERATURE_GRID = torch.logspace(-1.0, 1.0, 41)
+TEMPERATURE_GRID = torch.logspace(-1.0, 1.0, 41)  # host: candidates, each read as a scalar
 
 
 @dataclass(frozen=True)
@@ -110,7 +110,7 @@ def fit_temperatures(drafter: DSparkDrafter, embed: torch.nn.Module, lm_head: to
     for slot in range(raw.shape[1]):
         errors = [calibration_error(survival * torch.sigmoid(raw[:, slot] / value), observed[:, slot])
                   for value in TEMPERATURE_GRID]
-        chosen.append(float(TEMPERATURE_GRID[int(torch.tensor(errors).argmin())]))
+        chosen.append(float(TEMPERATURE_GRID[int(torch.tensor(errors).argmin())]))  # host: Python floats
         survival = survival * torch.sigmoid(raw[:, slot] / chosen[-1])
     return chosen
 
@@ -151,7 +151,7 @@ def train_dspark(request: DrafterTrainRequest) -> dict:
             return Fitted(drafter, result)
         held = heldout_batch(load_tokens(request.heldout), target, source.layers, options.seq_len)
         temperatures = fit_temperatures(drafter, embed, lm_head, held)
-        drafter.temperatures.copy_(torch.tensor(temperatures))
+        drafter.temperatures.copy_(torch.tensor(temperatures, device=drafter.temperatures.device))
         return Fitted(drafter, result, {"confidence_temperatures": temperatures})
 
     return train_drafter(request, options, target, source, fit,

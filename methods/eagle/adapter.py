@@ -102,9 +102,10 @@ class EagleAdapter(AdapterBase):
                       if ctx is not None else DynamicCache(config=self.head.config))
         self.graphs = (ctx.drafter_graphs(self, self.head.config, self.runner.device, self.runner.dtype)
                        if ctx is not None else None)
-        self.pending = torch.empty(0)  # true features of positions fed_len.. not yet fed
+        self.pending = torch.empty(0, device=self.runner.device)  # true features of positions fed_len.. not yet fed
         self.fed_len = 0
-        self.kept_prompt = torch.empty(0, dtype=torch.long)  # the prompt tokens the head reads, when not all of them
+        # the prompt tokens the head reads, when not all of them
+        self.kept_prompt = torch.empty(0, dtype=torch.long, device=self.runner.device)
         self.prompt_len = 0  # the prompt's length when the head reads part of it, else 0
         self.beam: BeamTree | None = None
         self.work = DrafterWork()  # nothing charged in an earlier (say, failed) generation carries over

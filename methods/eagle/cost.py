@@ -40,7 +40,7 @@ def head_step_latency(head: torch.nn.Module, target: PreTrainedModel, top_k: int
     positions = torch.full((1, top_k), prefix, device=device)
     bias = torch.full((1, 1, top_k, prefix + top_k), torch.finfo(target.dtype).min, device=device, dtype=target.dtype)
     bias[..., :prefix] = 0
-    bias[0, 0, torch.arange(top_k), prefix + torch.arange(top_k)] = 0
+    bias[0, 0, torch.arange(top_k, device=device), prefix + torch.arange(top_k, device=device)] = 0
 
     def step() -> None:
         states = head(features, tokens, positions, cache, bias)

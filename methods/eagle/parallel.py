@@ -34,7 +34,8 @@ def block_outputs(head: EagleHead, batch: dict[str, torch.Tensor], anchors: list
 def batch_anchors(batch: dict[str, torch.Tensor], length: int, k: int, count: int, seed: int) -> list[int]:
     """The batch's anchors, from a generator seeded by ``seed`` and the batch's first tokens."""
     key = int(batch["input_ids"][:, :4].sum())
-    return choose_anchors(length, k, count, torch.Generator().manual_seed(seed * 1_000_003 + key))
+    # host: the anchors are drawn on the host, the same on every machine
+    return choose_anchors(length, k, count, torch.Generator(device="cpu").manual_seed(seed * 1_000_003 + key))
 
 
 def mask_loss(head: EagleHead, lm_head: torch.nn.Module, batch: dict[str, torch.Tensor], k: int, anchors: int,
@@ -42,7 +43,7 @@ def mask_loss(head: EagleHead, lm_head: torch.nn.Module, batch: dict[str, torch.
     """The mask slots' token loss: mask j of anchor a against the target's distribution at slot a + j."""
     following = batch["last"][:, 1:]
     outputs, layout = block_outputs(head, batch, batch_anchors(batch, following.shape[1], k, anchors, seed), k)
-    slots = torch.arange(layout.length, layout.positions.numel())
+    slots = torch.arange(layout.length, layout.positions.numel())  # host: indexes the host layout, moved below
     wanted = layout.labels[slots] - 1  # the window slot whose output the mask stands in for
     with torch.no_grad():
         target_probs = torch.softmax(lm_head(following[:, wanted.to(following.device)]).float(), dim=-1)

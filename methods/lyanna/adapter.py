@@ -102,7 +102,7 @@ class LyannaAdapter(AdapterBase):
         self.graphs = (ctx.drafter_graphs(self, self.drafter.config, self.device, self.dtype)
                        if ctx is not None else None)
         self.fed_len = 0
-        self.pending = torch.empty(0)
+        self.pending = torch.empty(0, device=self.device)
         self.previous: _Chain | None = None
         self.beam: BeamTree | None = None
         self.depth_positions: list[int] = []

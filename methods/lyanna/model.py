@@ -70,7 +70,7 @@ class LyannaModel(nn.Module):
         self.proj = nn.Linear(hidden, hidden, bias=True)
         self.layers = nn.ModuleList([LlamaDecoderLayer(config, layer_idx=0)])
         self.rotary_emb = LlamaRotaryEmbedding(config)
-        ids = vocab_ids if vocab_ids is not None else torch.arange(lm_head_weight.shape[0])
+        ids = torch.arange(lm_head_weight.shape[0], device=lm_head_weight.device) if vocab_ids is None else vocab_ids
         self.register_buffer("vocab_ids", ids.long().clone())
         self.register_buffer("lm_head_rows", lm_head_weight.detach()[ids].clone(), persistent=False)
         self.full_vocab = int(lm_head_weight.shape[0])

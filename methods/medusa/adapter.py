@@ -60,7 +60,8 @@ class MedusaAdapter(AdapterBase):
         self._reset()
 
     def _reset(self) -> None:
-        self.last_hidden = torch.empty(0)  # (H,) the target's last hidden state at the newest accepted position
+        # (H,) the target's last hidden state at the newest accepted position
+        self.last_hidden = torch.empty(0, device=self.lm_head.weight.device)
         self.beam: BeamTree | None = None
         self.static_slots: list[tuple[int, int] | None] = []  # a static tree's parent slots, as BeamTree's
         self.work = DrafterWork()

@@ -65,7 +65,8 @@ class OwlAdapter(AdapterBase):
         self._reset()
 
     def _reset(self) -> None:
-        self.last_hidden = torch.empty(0)  # (H,) the target's last hidden state at the newest accepted position
+        # (H,) the target's last hidden state at the newest accepted position
+        self.last_hidden = torch.empty(0, device=self.lm_head.weight.device)
         self.beam: BeamTree | None = None
         self.work = DrafterWork()
 

@@ -147,7 +147,8 @@ def train_pard(request: DrafterTrainRequest) -> dict:
     mask_token = int(model.config.pard_token)
 
     def loss_fn(step: int) -> tuple[torch.Tensor, int]:
-        generator = torch.Generator().manual_seed(options.seed * 1_000_003 + step + 7)
+        # host: anchors and drops
+        generator = torch.Generator(device="cpu").manual_seed(options.seed * 1_000_003 + step + 7)
         windows = batches_from_step(step, options.seed,
                                     lambda g: random_windows(tokens, options.batch_size, options.seq_len, g))
         windows = windows.to(target.device)

@@ -34,8 +34,9 @@ def reduced_distribution(tokens: Sequence[int], probs: Sequence[float], removed:
     the host and copied to ``device`` without waiting for it (two synchronising uploads per node before)."""
     kept = [(token, prob) for index, (token, prob) in enumerate(zip(tokens, probs)) if index not in removed]
     total = sum(prob for _, prob in kept)
-    dense = torch.zeros(vocab)
+    dense = torch.zeros(vocab)  # host: built on the host, sent with to_device below
     if kept and total > 0:
+        # host: written into the host-built dense
         dense[torch.tensor([token for token, _ in kept])] = torch.tensor([prob / total for _, prob in kept])
     return to_device(dense, device)
 
