@@ -6,6 +6,7 @@
 #   snakemake --cores all bench_sd                          # one method's runs (bench_<m> for every catalog method)
 #   snakemake --cores all results/figures/speedup.pdf      # one figure (and what it needs)
 #   snakemake --cores all checks                            # lossless, divergence, overheads, host syncs, projection
+#   snakemake --cores all real                              # the real-model comparison: SmolLM2-135M (results/smollm2)
 #   snakemake --cores all load                              # batch sizes against throughput (bench.batch_sizes)
 #   snakemake --cores all study_vlm --configfile workflow/config/default.yaml workflow/config/vlm.yaml  # bar charts
 #   snakemake -n                                            # list what would run
@@ -15,6 +16,7 @@
 #
 # The default config is used only when no --configfile is given: a config file given on the
 # command line stands on its own (list default.yaml first to build on it, as the smoke profile does).
+import yaml
 from snakemake.utils import min_version, validate
 
 min_version("9.0")
@@ -31,6 +33,7 @@ validate(config, "workflow/schemas/config.schema.yaml")
 
 include: "workflow/rules/common.smk"
 include: "workflow/rules/zoo.smk"
+include: "workflow/rules/real.smk"
 include: "workflow/rules/tree.smk"
 include: "workflow/rules/model_free.smk"
 include: "workflow/rules/drafters.smk"
@@ -42,6 +45,24 @@ include: "workflow/rules/load.smk"
 include: "workflow/rules/vlm.smk"
 
 
+# Target `real`: the real-model comparison (config `real`: workflow/config/smollm2.yaml, SmolLM2-135M-Instruct from
+# PyPI), this same workflow under that config as a module: its rules are named real_<rule>, its work and results
+# dirs are its own (results/smollm2), its target `all` is `real`. The config it names holds no `real` itself.
+if config.get("real"):
+
+    module real_model:
+        snakefile:
+            "Snakefile"
+        config:
+            yaml.safe_load(Path(config["real"]).read_text())
+
+    use rule * from real_model as real_*
+
+    rule real:
+        input:
+            rules.real_all.input,
+
+
 rule all:
     # the main comparison: every catalog method's main variant (no `study`), the control, the report
     default_target: True
@@ -51,3 +72,4 @@ rule all:
         results("tables/summary.csv"),
         results("report.md"),
         results("specbench"),
+

@@ -1,5 +1,6 @@
 """Command line: ``python -m harness run|train|methods|summarize|figures|report|export-specbench|specbench-speed|
-divergence|measure|metrics|build-datastore|fetch|gpu-wheels|gpu-install|quick-readme ...``."""
+divergence|measure|metrics|build-datastore|fetch|fetch-wheel|import-gguf|chat-prompts|regenerate|evaluate-target|
+gpu-wheels|gpu-install|quick-readme ...``."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from pathlib import Path
 from harness.engine.arguments import add_method_run_arguments, sampling_of
 from harness.errors import DraftcountError
 from harness.gpu import commands as gpu_commands
+from harness.store import commands as store_commands
 from harness.training import command as train_command
+from harness.training import data_commands
 from harness.training import vlm_command
 from harness.options import parse_key_values, parse_options
 
@@ -255,32 +258,6 @@ def _cmd_build_datastore(args: argparse.Namespace) -> int:
     return 0
 
 
-def _cmd_regenerate(args: argparse.Namespace) -> int:
-    import json
-
-    import torch
-
-    from harness.backend.models import load_model
-    from harness.training.regenerate import RegenerateOptions, regenerate
-    from harness.data.token_streams import load_tokens, save_tokens
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    options = RegenerateOptions(args.sequences, args.prompt_len, args.new_tokens, args.greedy_share,
-                                args.batch_size, args.seed)
-    if not args.tokens.is_file():
-        raise DraftcountError(f"token stream {args.tokens} does not exist")
-    target = load_model(args.target, "float32", args.device, with_tokenizer=False)
-    stream = regenerate(target.model, load_tokens(args.tokens), options, progress=not args.no_progress)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    save_tokens(args.out, stream)
-    summary = {"sequences": options.sequences, "greedy": options.greedy_sequences, "tokens": int(stream.numel()),
-               "prompt_len": options.prompt_len, "new_tokens": options.new_tokens, "seed": options.seed}
-    print(json.dumps(summary))
-    print(f"wrote the target's continuations ({stream.numel()} tokens) to {args.out}")
-    return 0
-
-
 def _cmd_metrics(args: argparse.Namespace) -> int:
     from harness.analysis.metrics import metrics_markdown
 
@@ -318,21 +295,6 @@ def main(argv: list[str] | None = None) -> int:
     datastore.add_argument("--tokenizer", help="tokenizer directory for a text source (the target's)")
     datastore.add_argument("--key-len", type=int, default=4, help="longest suffix a lookup matches (default 4)")
     datastore.add_argument("--out", required=True, type=Path, help="datastore file to write")
-    regen = subparsers.add_parser("regenerate", help="the target's own continuations of prompts cut from a token "
-                                  "stream: training data for drafters (drafters.<name>.data: regenerate)")
-    regen.add_argument("--target", required=True, help="target model: local HF directory or hub id")
-    regen.add_argument("--tokens", required=True, type=Path, help="token stream (.pt) the prompts are cut from")
-    regen.add_argument("--out", required=True, type=Path, help="token stream (.pt) to write")
-    regen.add_argument("--sequences", type=int, default=128, help="prompts continued (default 128)")
-    regen.add_argument("--prompt-len", type=int, default=32, help="tokens per prompt (default 32)")
-    regen.add_argument("--new-tokens", type=int, default=96, help="tokens the target adds to each (default 96)")
-    regen.add_argument("--greedy-share", type=float, default=0.5,
-                       help="share of the prompts continued greedily; the rest sampled at T=1 (default 0.5)")
-    regen.add_argument("--batch-size", type=int, default=16, help="prompts per batched decode (default 16)")
-    regen.add_argument("--seed", type=int, default=0)
-    regen.add_argument("--device", default="cpu")
-    regen.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
-    regen.add_argument("--no-progress", action="store_true", help="no progress bar")
     fetch = subparsers.add_parser("fetch", help="a hub id's files as a local directory (links into the hub cache)")
     fetch.add_argument("repo_id", help="owner/name on the Hugging Face hub")
     fetch.add_argument("--kind", choices=["model", "drafter"], default="model",
@@ -340,13 +302,15 @@ def main(argv: list[str] | None = None) -> int:
     fetch.add_argument("--out", required=True, type=Path, help="directory to fill with links")
     gpu_commands.add_parsers(subparsers)
     vlm_command.add_parsers(subparsers)
+    store_commands.add_parsers(subparsers)
+    data_commands.add_parsers(subparsers)
     args = parser.parse_args(argv)
     handlers = {"fetch": _cmd_fetch, "run": _cmd_run, "train": train_command.run, "methods": _cmd_methods, "summarize": _cmd_summarize,
                 "figures": _cmd_figures, "report": _cmd_report, "export-specbench": _cmd_export_specbench,
                 "specbench-speed": _cmd_specbench_speed,
                 "divergence": _cmd_divergence, "measure": _cmd_measure, "metrics": _cmd_metrics,
-                "build-datastore": _cmd_build_datastore, "regenerate": _cmd_regenerate, **gpu_commands.HANDLERS,
-                **vlm_command.HANDLERS}
+                "build-datastore": _cmd_build_datastore, **gpu_commands.HANDLERS, **vlm_command.HANDLERS,
+                **store_commands.HANDLERS, **data_commands.HANDLERS}
     try:
         return handlers[args.command](args)
     except DraftcountError as error:

@@ -31,12 +31,13 @@ from harness.verify import DEFAULT_VERIFIER, get_verifier
 from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.engine.loop import Generation, generation_steps, run_interleaved
 from harness.errors import DraftcountError
-from harness.backend.models import LoadedModel, load_model, model_location
+from harness.backend.models import LoadedModel, eos_ids, load_model, model_location
 from harness.options import options_as_dict
 from harness.data.prompts import Prompt, encode_turn, load_prompts, longest_sequence
 from harness.data.images import image_inputs, image_record, image_tokens, with_image
 from harness.data.templates import PromptFormat
 from harness.store.drafter_meta import drafter_data
+from harness.store.provenance import imported_source
 from harness.store.records import SCHEMA_VERSION, atomic_jsonl, environment, write_record
 from harness.verify.sampling import SamplingConfig, make_generator
 from harness.engine.runtime import EngineOptions, EngineRuntime, warm_up, without_captures
@@ -91,17 +92,6 @@ def generation_seed(seed: int, prompt_index: int, turn: int, sample: int = 0) ->
     return seed * 1_000_003 + prompt_index * 97 + turn + sample * 10_000_019
 
 
-def eos_ids(target: LoadedModel) -> frozenset[int]:
-    ids: set[int] = set()
-    for source in (target.tokenizer, getattr(target.model, "generation_config", None)):
-        value = getattr(source, "eos_token_id", None) if source is not None else None
-        if isinstance(value, int):
-            ids.add(value)
-        elif isinstance(value, (list, tuple)):
-            ids.update(int(item) for item in value)
-    return frozenset(ids)
-
-
 def _build_contenders(config: RunConfig, target: LoadedModel, draft: LoadedModel | None) -> list[_Contender]:
     inputs = BuildInputs(target=target, draft=draft, drafter_dir=Path(config.drafter) if config.drafter else None)
     adapter, options = build_adapter(config.method, config.method_options, inputs)
@@ -137,6 +127,7 @@ def _record(config: RunConfig, target: LoadedModel, draft: LoadedModel | None, c
             "draft": config.draft,
             "drafter": config.drafter,
             "drafter_data": trained_on,
+            "target_source": imported_source(config.target),
             "target_parameters": target.num_parameters,
             "draft_parameters": draft.num_parameters if draft is not None else None,
         },

@@ -12,8 +12,8 @@ from harness.catalog import entry
 from harness.errors import DraftcountError
 from harness.trees.beam_shape import SHAPE_FIELDS
 from harness.workflow_plan import (WORKFLOW_ONLY_KEYS, dataset_limit, dataset_prompts, drafter_path, local_source,
-                                   shape_variant, variant_drafter, variant_method, variant_options, variant_settings,
-                                   variant_temperatures)
+                                   shape_variant, variant_datasets, variant_drafter, variant_method, variant_names,
+                                   variant_options, variant_settings, variant_temperatures)
 
 DRAFT_LM = "draft"  # `init_from: draft`: a drafter that starts from the draft LM (PARD adapts it)
 
@@ -143,6 +143,31 @@ def regenerate_arguments(settings: dict) -> list[str]:
     """`python -m harness regenerate` flags from the config's `regenerate` section (its defaults where unset)."""
     return [argument for key in REGENERATE_FLAGS if key in settings
             for argument in (f"--{key.replace('_', '-')}", str(settings[key]))]
+
+
+def benchmark_sets(config: dict) -> list[str]:
+    """Every prompt set any variant of the config runs on (its main comparison, studies and ablations)."""
+    return list(dict.fromkeys([*config["bench"]["datasets"], *(dataset for variant in variant_names(config)
+                                                               for dataset in variant_datasets(config, variant))]))
+
+
+CHAT_SPLITS = ("train", "heldout", "calibration")  # rule chat_prompts' splits of an imported target's questions
+
+
+def chat_prompts_arguments(config: dict) -> list[str]:
+    """`python -m harness chat-prompts` flags (--out-dir, --summary left out) from the config's `chat_prompts`: its
+    sources and split sizes, and every benchmark prompt set as the bench jobs select it (each set's limit and
+    bench.stratify), which no training question may share a turn with."""
+    settings, bench = config["chat_prompts"], config["bench"]
+    arguments = [argument for name, path in bench.get("dataset_paths", {}).items()
+                 for argument in ("--path", f"{name}={path}")]
+    arguments += [argument for source in settings["sources"] for argument in ("--source", source)]
+    for dataset in benchmark_sets(config):
+        limit = dataset_limit(config, dataset)
+        arguments += ["--benchmark", f"{dataset}@{limit}" if limit else dataset]
+    arguments += ["--stratify"] if bench.get("stratify") else []
+    arguments += [argument for split in CHAT_SPLITS for argument in ("--split", f"{split}={settings[split]}")]
+    return arguments + ["--seed", str(settings.get("seed", 0))]
 
 
 def check_variant_arguments(config: dict, variants: list[str], temperature: str, work_dir: Path) -> list[str]:

@@ -331,9 +331,10 @@ def dataset_prompts(config: dict, dataset: str, work_dir: Path) -> str:
 
 
 def dataset_limit(config: dict, dataset: str) -> int:
-    if dataset == "humaneval":
-        return config["prompts"]["humaneval_limit"]
-    return config["bench"].get("limit", 0)
+    """Prompts a bench job runs of ``dataset``: its bench.limits entry, else prompts.humaneval_limit or bench.limit."""
+    if dataset in config["bench"].get("limits", {}):
+        return config["bench"]["limits"][dataset]
+    return config["prompts"]["humaneval_limit"] if dataset == "humaneval" else config["bench"].get("limit", 0)
 
 
 def dataset_selection(config: dict, dataset: str, work_dir: Path) -> tuple[int, dict[str, int]] | None:
@@ -373,10 +374,7 @@ def bench_runtime_minutes(config: dict, dataset: str, selection: tuple[int, dict
     60 minutes without it or for a set built by the workflow."""
     bench = config["bench"]
     per_token = bench.get("seconds_per_token")
-    if dataset == "humaneval":
-        turns = config["prompts"]["humaneval_limit"]
-    else:
-        turns = selection[0] if selection else 0
+    turns = dataset_limit(config, dataset) if dataset == "humaneval" else selection[0] if selection else 0
     if not per_token or not turns:
         return 60
     seconds = turns * bench.get("max_new_tokens", 128) * float(per_token) * 3 * bench.get("repeats", 1)

@@ -342,3 +342,76 @@ def sharded_lm_loss(model: LlamaForCausalLM, tokens: torch.Tensor, batch_size: i
         windows = batches_from_step(step, 0, lambda g: random_windows(tokens, size, 16, g))[shard.rows(batch_size)]
         return model(input_ids=windows, labels=windows).loss, windows.numel()
     return loss_fn
+
+
+GGUF_SPECIAL = ["<|endoftext|>", "<|im_start|>", "<|im_end|>"]
+GGUF_MERGES = ["Ġ t", "h e", "Ġt he", "i n", "Ġ a", "o n"]
+GGUF_TEMPLATE = ("{% for message in messages %}{{'<|im_start|>' + message['role'] + '\n' + message['content'] + "
+                 "'<|im_end|>\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\n' }}{% endif %}")
+
+
+def byte_symbols() -> list[str]:
+    """GPT-2's byte-level alphabet: the 256 symbols its BPE tokenizers start from."""
+    printable = [*range(ord("!"), ord("~") + 1), *range(ord("¡"), ord("¬") + 1), *range(ord("®"), ord("ÿ") + 1)]
+    shifted = [byte for byte in range(256) if byte not in printable]
+    return [chr(code) for code in printable] + [chr(256 + index) for index in range(len(shifted))]
+
+
+def write_tiny_gguf(path: Path, hidden: int = 64, layers: int = 2, heads: int = 4, kv_heads: int = 2,
+                    ffn: int = 128, seed: int = 0) -> Path:
+    """A tiny Llama GGUF file as llama.cpp lays one out: its projections in Q4_1, norms and embedding in F32, a
+    GPT-2-style BPE vocabulary (special tokens, the byte alphabet, a few merges) and a chat template."""
+    import gguf
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    tokens = GGUF_SPECIAL + byte_symbols() + ["".join(merge.split()) for merge in GGUF_MERGES]
+    writer = gguf.GGUFWriter(str(path), "llama")
+    writer.add_name("tiny")
+    writer.add_block_count(layers)
+    writer.add_context_length(256)
+    writer.add_embedding_length(hidden)
+    writer.add_feed_forward_length(ffn)
+    writer.add_head_count(heads)
+    writer.add_head_count_kv(kv_heads)
+    writer.add_rope_freq_base(10000.0)
+    writer.add_layer_norm_rms_eps(1e-5)
+    writer.add_vocab_size(len(tokens))
+    writer.add_rope_dimension_count(hidden // heads)
+    writer.add_file_type(gguf.LlamaFileType.MOSTLY_Q4_1)
+    writer.add_tokenizer_model("gpt2")
+    writer.add_tokenizer_pre("default")
+    writer.add_token_list(tokens)
+    writer.add_token_types([gguf.TokenType.CONTROL] * len(GGUF_SPECIAL)
+                           + [gguf.TokenType.NORMAL] * (len(tokens) - len(GGUF_SPECIAL)))
+    writer.add_token_merges(GGUF_MERGES)
+    writer.add_bos_token_id(1)
+    writer.add_eos_token_id(2)
+    writer.add_pad_token_id(2)
+    writer.add_add_bos_token(False)
+    writer.add_chat_template(GGUF_TEMPLATE)
+
+    def tensor(name: str, shape: tuple[int, ...], quantised: bool = False) -> None:
+        data = (rng.standard_normal(shape) * 0.2).astype(np.float32)
+        if quantised:
+            writer.add_tensor(name, gguf.quants.quantize(data, gguf.GGMLQuantizationType.Q4_1),
+                              raw_dtype=gguf.GGMLQuantizationType.Q4_1)
+        else:
+            writer.add_tensor(name, data)
+
+    tensor("token_embd.weight", (len(tokens), hidden))
+    for layer in range(layers):
+        tensor(f"blk.{layer}.attn_norm.weight", (hidden,))
+        tensor(f"blk.{layer}.ffn_norm.weight", (hidden,))
+        for name, rows in (("attn_q", hidden), ("attn_k", kv_heads * hidden // heads),
+                           ("attn_v", kv_heads * hidden // heads), ("attn_output", hidden)):
+            tensor(f"blk.{layer}.{name}.weight", (rows, hidden), quantised=True)
+        tensor(f"blk.{layer}.ffn_gate.weight", (ffn, hidden), quantised=True)
+        tensor(f"blk.{layer}.ffn_up.weight", (ffn, hidden), quantised=True)
+        tensor(f"blk.{layer}.ffn_down.weight", (hidden, ffn), quantised=True)
+    tensor("output_norm.weight", (hidden,))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return path

@@ -86,6 +86,11 @@ def test_bench_time_limits_and_the_feature_dump_size(tmp_path):
     # 10 min + 4 turns x 100 tokens x 0.5 s x 3 x 2 repeats = 10 + 20 minutes
     assert plan.bench_runtime_minutes(config, "q", selection) == 30
     assert plan.bench_runtime_minutes(config, "humaneval", None) == 10 + 35  # 7 prompts x 100 x 0.5 x 3 x 2
+    config["bench"]["limits"] = {"q": 1, "humaneval": 2}  # a set's own limit over bench.limit (and humaneval's)
+    assert plan.dataset_selection(config, "q", tmp_path) == (2, {"a": 1}) and plan.dataset_limit(config, "humaneval") == 2
+    arguments = jobs.run_arguments({**config, "bench": {**config["bench"], "methods": {"ar": {}}}}, "ar", "q", "0",
+                                   tmp_path, "t")
+    assert arguments[arguments.index("--limit") + 1] == "1"
     features = {"sequences": 10, "seq_len": 8, "layers": ["last", 2], "dtype": "bfloat16"}
     assert plan.feature_dump_bytes(features, 16) == 10 * 8 * (16 * 2 * 2 + 4)
 

@@ -3,7 +3,9 @@ another model and machine. The target's size and quality (parameters, held-out p
 and looping share), how draftable its sampled text is (mean entropy, top-1 and top-10 probability mass of its own
 T = 1 samples), and its cost structure (a 1-token forward over one drafter step, a verify forward at the trees
 used over a 1-token forward), with one sentence on what differs from an 8B model on an H100 (the committed H100
-latencies, when present). Torch-free: it reads the target's training metrics and the summary table."""
+latencies, when present). Torch-free: it reads the target's training metrics (or an imported target's, rule
+evaluate_target: where it came from, its figures on its own answers to held-out chat questions) and the summary
+table."""
 
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from harness.analysis.tables import markdown_table
+from harness.store.provenance import source_line
 
 H100_LATENCIES = Path(__file__).resolve().parents[2] / "results" / "h100-2026-11-24" / "projection" / "latency.csv"
 
@@ -87,9 +90,11 @@ def regime_card(metrics_paths: list[Path], summary: pd.DataFrame) -> str:
     degeneracy, sampling = target.get("degeneracy") or {}, target.get("sampling") or {}
     forward_over_step, verify_over_one, span, _ = cost_ratios(summary)
     machine = target.get("trained_on") or {}
+    origin = (["target imported", source_line(target["imported"])] if target.get("imported") else
+              ["target trained on", ", ".join(machine["gpus"]) or machine["cpu"] if machine else "-"])
     rows = [
         ["target parameters", _number(target.get("parameters"), "{:,}")],
-        ["target trained on", ", ".join(machine["gpus"]) or machine["cpu"] if machine else "-"],
+        origin,
         ["held-out perplexity", _number(target.get("heldout_perplexity"), "{:.1f}")],
         ["greedy repetition rate (4-grams)", _number(degeneracy.get("repetition_rate"), "{:.2f}")],
         ["looping share (greedy continuations)", _number(degeneracy.get("looping_share"), "{:.2f}")],
@@ -99,6 +104,8 @@ def regime_card(metrics_paths: list[Path], summary: pd.DataFrame) -> str:
         ["1-token forward / drafter step (median)", _number(forward_over_step, "{:.1f}")],
         [f"verify forward / 1-token forward (median, {span} tokens)", _number(verify_over_one, "{:.2f}")],
     ]
+    if target.get("evaluated_on"):  # an imported target: its figures come from its answers, not a held-out corpus
+        rows.insert(2, ["repetition and sampling measured on", target["evaluated_on"]])
     if not target and all(row[1] == "-" for row in rows[-2:]):  # no metrics file and no timing either
         return ""
     sentence = transfer_sentence(forward_over_step, verify_over_one, span, h100_reference())

@@ -20,6 +20,7 @@ from harness.analysis.view import read_inputs
 from harness.analysis.views import all_views, embedded_figures
 from harness.errors import DraftcountError
 from harness.store.atomic import atomic_path
+from harness.store.provenance import source_line
 from harness.store.records import read_records
 
 
@@ -27,7 +28,7 @@ def run_settings(records_paths: list[Path]) -> dict[str, Any]:
     """What every run shared (environment, sampling, lengths) and what the models were, from the records."""
     first: dict[str, Any] = {}
     prompts: dict[str, set[str]] = {}
-    revisions, models, drafters = set(), {}, {}
+    revisions, models, drafters, source = set(), {}, {}, None
     for path in records_paths:
         for record in read_records(path):
             first = first or record
@@ -36,13 +37,15 @@ def run_settings(records_paths: list[Path]) -> dict[str, Any]:
             for role in ("target", "draft"):
                 if record["models"].get(role):
                     models[role] = (record["models"][role], record["models"].get(f"{role}_parameters"))
+            source = source or record["models"].get("target_source")
             if record["role"] == "method" and record["models"].get("drafter"):
                 drafters[record["variant"]] = (record["models"]["drafter"],
                                                record.get("method_details", {}).get("drafter_parameters"))
     if not first:
         raise DraftcountError("no records to report on")
     return {"first": first, "prompts": {name: len(ids) for name, ids in sorted(prompts.items())},
-            "revisions": sorted(str(revision) for revision in revisions), "models": models, "drafters": drafters}
+            "revisions": sorted(str(revision) for revision in revisions), "models": models, "drafters": drafters,
+            "target_source": source}
 
 
 def environment_section(settings: dict[str, Any]) -> str:
@@ -61,6 +64,8 @@ def environment_section(settings: dict[str, Any]) -> str:
     for role, (path, parameters) in sorted(settings["models"].items()):
         size = f", {parameters / 1e6:.2f}M parameters" if parameters else ""
         lines.append(f"- {role} model: `{path}`{size}")
+    if settings.get("target_source"):
+        lines.append(f"- target imported: {source_line(settings['target_source'])}")
     for variant, (path, parameters) in sorted(settings["drafters"].items()):
         size = f", {parameters / 1e6:.3f}M trainable parameters" if parameters else ""
         lines.append(f"- drafter of `{variant}`: `{path}`{size}")
@@ -74,6 +79,8 @@ def training_section(metrics_paths: list[Path]) -> str:
     rows = []
     for path in metrics_paths:
         metrics = json.loads(Path(path).read_text())
+        if metrics.get("imported"):  # not trained here: the environment and the regime card say what it is
+            continue
         train = metrics.get("train") or metrics.get("training") or {}
         parameters = metrics.get("trainable_parameters") or metrics.get("parameters")
         if "heldout_perplexity" in metrics:

@@ -39,9 +39,8 @@ from tqdm import tqdm
 from harness.store.atomic import write_csv
 from harness.verify.sampling import SamplingConfig
 from harness.engine.loop import generate
-from harness.backend.models import load_model
+from harness.backend.models import eos_ids, load_model
 from harness.data.prompts import encode_turn, load_prompts
-from harness.runner import eos_ids
 from harness.engine.runtime import EngineOptions, EngineRuntime, warm_up, without_captures
 from harness.options import parse_key_values
 from harness.measure.method_runs import (

@@ -101,8 +101,10 @@ def dump_size_bytes(sequences: int, seq_len: int, hidden: int, layers: int, dtyp
 
 
 def dump_features(model: PreTrainedModel, tokens: torch.Tensor, out_dir: Path, sequences: int, seq_len: int,
-                  layers: list[int | str], shard_size: int, dtype: str, seed: int, batch_size: int = 8) -> dict:
-    """Write ``sequences`` random windows of the token stream and their features as safetensors shards."""
+                  layers: list[int | str], shard_size: int, dtype: str, seed: int, batch_size: int = 8,
+                  source: str = "") -> dict:
+    """Write ``sequences`` random windows of the token stream (``source``: the file it was read from, recorded)
+    and their features as safetensors shards."""
     check_layers(model, layers)
     if dtype not in DTYPES:
         raise DraftcountError(f"feature dtype must be one of {list(DTYPES)}, got {dtype!r}")
@@ -128,7 +130,8 @@ def dump_features(model: PreTrainedModel, tokens: torch.Tensor, out_dir: Path, s
             save_file({key: value.contiguous() for key, value in tensors.items()}, str(partial))
         shards.append(name)
     index = {"shards": shards, "layers": [layer_key(layer) for layer in layers], "sequences": sequences,
-             "seq_len": seq_len, "dtype": dtype, "hidden_size": text_config(model.config).hidden_size, "bytes": size}
+             "seq_len": seq_len, "dtype": dtype, "hidden_size": text_config(model.config).hidden_size, "bytes": size,
+             "source": source}
     (out_dir / "index.json").write_text(json.dumps(index, indent=2) + "\n")
     return index
 

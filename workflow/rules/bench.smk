@@ -54,7 +54,8 @@ def bench_arguments(wildcards, input):
 
 
 # What each prompt set a bench job runs holds: read from its prompt file once (plan.dataset_selection), shown now
-# so a dry run says it, and used to size each job's time limit.
+# (with the results dir it runs for: target `real` plans its own) so a dry run says it, and used to size each job's
+# time limit.
 SELECTIONS = {}
 
 
@@ -70,7 +71,7 @@ for _dataset in dict.fromkeys(config["bench"]["datasets"] + config["bench"].get(
         _turns, _counts = _selection
         print(f"{_dataset}: {sum(_counts.values())} prompts, {_turns} turns, {len(_counts)} categories"
               f"{' (stratified)' if config['bench'].get('stratify') else ''}: "
-              + ", ".join(f"{name} {count}" for name, count in _counts.items()), file=sys.stderr)
+              + ", ".join(f"{name} {count}" for name, count in _counts.items()) + f" [{RESULTS}]", file=sys.stderr)
 
 
 def bench_runtime(wildcards):

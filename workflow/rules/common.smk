@@ -21,8 +21,31 @@ def external_models():
     return "models" in config
 
 
+def imported_target():
+    """True when the target is a GGUF checkpoint fetched and converted here (`gguf:`, rules/real.smk), not trained:
+    a chat target, whose drafters and draft LM learn from its own answers to chat questions."""
+    return "gguf" in config
+
+
 def target_model():
     return plan.local_source(config["models"]["target"], WORK) if external_models() else work("models/target")
+
+
+def train_tokens():
+    """The training split's token stream: the corpus's, or for an imported chat target its own answers to the
+    training questions (rule regenerate_chat): what data: tokens, data: features and the datastore read."""
+    return work("data/tokens/regenerated.pt" if imported_target() else "data/tokens/train.pt")
+
+
+def corpus_summary():
+    """What the training data is (its SHA-256 fingerprints a trained LM): the corpus's, or the chat questions'."""
+    return work("prompts/chat.json" if imported_target() else "data/corpus/corpus.json")
+
+
+def calibration_prompts():
+    """Prompts apart from the benchmark's that stand's tree and the tree shapes are calibrated on: cut from the
+    training split, or for an imported chat target its calibration split of chat questions."""
+    return work("prompts/chat-calibration.jsonl" if imported_target() else "prompts/calibration.jsonl")
 
 
 def draft_model():
@@ -55,8 +78,8 @@ if HUB:
 
 
 def tokenizer_dir():
-    """The tokenizer the training corpus is tokenized with: the zoo's own, or the target's."""
-    return target_model() if external_models() else work("models/tokenizer")
+    """The tokenizer the training data is tokenized with: the zoo's own, or the target's."""
+    return target_model() if external_models() or imported_target() else work("models/tokenizer")
 
 
 def compute_device():

@@ -33,7 +33,7 @@ def drafter_data(wildcards):
         return work(f"data/tokens/domain-{domain}.pt")
     data = drafter_settings(wildcards.drafter).get("data", "features")
     if data == "tokens":
-        return work("data/tokens/train.pt")
+        return train_tokens()
     if data == "regenerate":  # the target's own continuations, features on the fly
         return work("data/tokens/regenerated.pt")
     return work("features/target/index.json")
@@ -89,24 +89,27 @@ announce_feature_dump()
 
 
 # The target's own continuations of training-split prompts (config `regenerate`): what drafters with
-# `data: regenerate` (and the draft LM with draft.data: regenerate) train on; generated once, then cached.
-rule regenerate:
-    input:
-        target=target_model(),
-        tokens=work("data/tokens/train.pt"),
-    output:
-        work("data/tokens/regenerated.pt"),
-    params:
-        arguments=lambda wildcards: shlex.join(jobs.regenerate_arguments(config.get("regenerate", {}))),
-        device=compute_device(),
-    threads: config["threads"]
-    resources:
-        mem_mb=4000,
-        runtime=30,
-        gpu=gpus_per_job(),
-    shell:
-        "python -m harness regenerate --target {input.target} --tokens {input.tokens} --out {output}"
-        " {params.arguments} --device {params.device} --threads {threads} --no-progress"
+# `data: regenerate` (and the draft LM with draft.data: regenerate) train on; generated once, then cached. An
+# imported chat target answers chat questions instead (rule regenerate_chat, rules/real.smk).
+if not imported_target():
+
+    rule regenerate:
+        input:
+            target=target_model(),
+            tokens=work("data/tokens/train.pt"),
+        output:
+            work("data/tokens/regenerated.pt"),
+        params:
+            arguments=lambda wildcards: shlex.join(jobs.regenerate_arguments(config.get("regenerate", {}))),
+            device=compute_device(),
+        threads: config["threads"]
+        resources:
+            mem_mb=4000,
+            runtime=30,
+            gpu=gpus_per_job(),
+        shell:
+            "python -m harness regenerate --target {input.target} --tokens {input.tokens} --out {output}"
+            " {params.arguments} --device {params.device} --threads {threads} --no-progress"
 
 
 rule train_drafter:

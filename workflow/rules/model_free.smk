@@ -5,26 +5,29 @@
 STATIC_TREE = config.get("static_tree", {})
 
 
-rule calibration_prompts:
-    input:
-        work("data/corpus/train.jsonl"),
-    output:
-        work("prompts/calibration.jsonl"),
-    params:
-        prompts=STATIC_TREE.get("prompts", 16),
-        lines=config["prompts"].get("code_prompt_lines", 12),
-        seed=STATIC_TREE.get("seed", 0) + 1,
-    resources:
-        mem_mb=1000,
-        runtime=5,
-    script:
-        "../scripts/make_code_prompts.py"
+# (an imported chat target has its calibration split of chat questions instead: rule chat_prompts, rules/real.smk)
+if not imported_target():
+
+    rule calibration_prompts:
+        input:
+            work("data/corpus/train.jsonl"),
+        output:
+            work("prompts/calibration.jsonl"),
+        params:
+            prompts=STATIC_TREE.get("prompts", 16),
+            lines=config["prompts"].get("code_prompt_lines", 12),
+            seed=STATIC_TREE.get("seed", 0) + 1,
+        resources:
+            mem_mb=1000,
+            runtime=5,
+        script:
+            "../scripts/make_code_prompts.py"
 
 
 rule stand_tree:
     input:
         target=target_model(),
-        prompts=work("prompts/calibration.jsonl"),
+        prompts=calibration_prompts(),
     output:
         work("tree/stand-t{temperature}-n{nodes}.json"),
     log:
@@ -50,7 +53,7 @@ rule stand_tree:
 
 rule reader_datastore:
     input:
-        work("data/tokens/train.pt"),
+        train_tokens(),
     output:
         work(plan.DATASTORE_FILE),
     log:

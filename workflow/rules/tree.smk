@@ -85,7 +85,7 @@ rule tree_shape:
     input:
         target=target_model(),
         drafter=lambda wildcards: drafter_dir(wildcards.drafter),
-        prompts=work("prompts/calibration.jsonl"),
+        prompts=calibration_prompts(),
         latency=work("tree/latency.json"),
     output:
         work("tree/shape-{method}-{drafter}-t{temperature}.json"),

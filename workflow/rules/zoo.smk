@@ -2,9 +2,12 @@
 
 
 def zoo_outputs():
-    """What `snakemake zoo` builds: nothing for a config with its own checkpoints (`models:`)."""
+    """What `snakemake zoo` builds: nothing for a config with its own checkpoints (`models:`); the converted target
+    and its regime figures for an imported one (`gguf:`)."""
     if external_models():
         return []
+    if imported_target():
+        return [work("models/target"), work("metrics/target.json")]
     return [
         work("models/target"),
         work("models/draft"),
@@ -22,79 +25,10 @@ def corpus_inputs(wildcards):
     return [config["corpus"]["path"]] if config["corpus"].get("source") == "jsonl" else []
 
 
-rule corpus:
-    input:
-        corpus_inputs,
-    output:
-        train=work("data/corpus/train.jsonl"),
-        heldout=work("data/corpus/heldout.jsonl"),
-        summary=work("data/corpus/corpus.json"),
-    params:
-        corpus=config["corpus"],
-    resources:
-        mem_mb=2000,
-        runtime=10,
-    script:
-        "../scripts/build_corpus.py"
-
-
-rule tokenize:
-    input:
-        tokenizer=tokenizer_dir(),
-        documents=work("data/corpus/{split}.jsonl"),
-    output:
-        work("data/tokens/{split}.pt"),
-    wildcard_constraints:
-        split="train|heldout",
-    threads: config["threads"]
-    resources:
-        mem_mb=4000,
-        runtime=20,
-    script:
-        "../scripts/tokenize_corpus.py"
-
-
-rule tokenize_domain:
-    # one domain's slice of the training split (config `domains`): what a domain drafter trains on
-    input:
-        tokenizer=tokenizer_dir(),
-        documents=work("data/corpus/train.jsonl"),
-    output:
-        work("data/tokens/domain-{domain}.pt"),
-    params:
-        patterns=lambda wildcards: config["domains"][wildcards.domain],
-    wildcard_constraints:
-        domain="|".join(config.get("domains", {})) or "^$",
-    threads: config["threads"]
-    resources:
-        mem_mb=4000,
-        runtime=20,
-    script:
-        "../scripts/tokenize_corpus.py"
-
-
-rule domain_prompts:
-    # code prompts from the held-out files of every domain: the mixed-domain prompt set `stdlib_domains`
-    input:
-        work("data/corpus/heldout.jsonl"),
-    output:
-        work("prompts/stdlib_domains.jsonl"),
-    params:
-        prompts=config["prompts"].get("domain_prompts", 5),
-        lines=config["prompts"].get("code_prompt_lines", 12),
-        seed=config["prompts"].get("seed", 0),
-        domains=config.get("domains", {}),
-    resources:
-        mem_mb=1000,
-        runtime=5,
-    script:
-        "../scripts/make_code_prompts.py"
-
-
 rule dump_features:
     input:
         target=target_model(),
-        train=work("data/tokens/train.pt"),
+        train=train_tokens(),
     output:
         index=work("features/target/index.json"),
     params:
@@ -110,56 +44,122 @@ rule dump_features:
         "../scripts/dump_features.py"
 
 
-rule code_prompts:
-    input:
-        heldout=work("data/corpus/heldout.jsonl"),
-    output:
-        work("prompts/stdlib_code.jsonl"),
-    params:
-        prompts=config["prompts"].get("code_prompts", 20),
-        lines=config["prompts"].get("code_prompt_lines", 12),
-        seed=config["prompts"].get("seed", 0),
-    resources:
-        mem_mb=1000,
-        runtime=5,
-    script:
-        "../scripts/make_code_prompts.py"
+# The corpus and what is cut from it: not for an imported chat target (rules/real.smk makes its training data).
+if "corpus" in config:
 
+    rule corpus:
+        input:
+            corpus_inputs,
+        output:
+            train=work("data/corpus/train.jsonl"),
+            heldout=work("data/corpus/heldout.jsonl"),
+            summary=work("data/corpus/corpus.json"),
+        params:
+            corpus=config["corpus"],
+        resources:
+            mem_mb=2000,
+            runtime=10,
+        script:
+            "../scripts/build_corpus.py"
 
-rule edit_prompts:
-    # successive edits of held-out modules, each answered after the one before: the prompt set `stdlib_edits`
-    input:
-        heldout=work("data/corpus/heldout.jsonl"),
-    output:
-        work("prompts/stdlib_edits.jsonl"),
-    params:
-        modules=config["prompts"].get("edit_modules", 4),
-        versions=config["prompts"].get("edit_versions", 4),
-        lines=config["prompts"].get("code_prompt_lines", 12),
-        seed=config["prompts"].get("seed", 0),
-    resources:
-        mem_mb=1000,
-        runtime=5,
-    script:
-        "../scripts/make_edit_prompts.py"
+    rule tokenize:
+        input:
+            tokenizer=tokenizer_dir(),
+            documents=work("data/corpus/{split}.jsonl"),
+        output:
+            work("data/tokens/{split}.pt"),
+        wildcard_constraints:
+            split="train|heldout",
+        threads: config["threads"]
+        resources:
+            mem_mb=4000,
+            runtime=20,
+        script:
+            "../scripts/tokenize_corpus.py"
 
+    rule tokenize_domain:
+        # one domain's slice of the training split (config `domains`): what a domain drafter trains on
+        input:
+            tokenizer=tokenizer_dir(),
+            documents=work("data/corpus/train.jsonl"),
+        output:
+            work("data/tokens/domain-{domain}.pt"),
+        params:
+            patterns=lambda wildcards: config["domains"][wildcards.domain],
+        wildcard_constraints:
+            domain="|".join(config.get("domains", {})) or "^$",
+        threads: config["threads"]
+        resources:
+            mem_mb=4000,
+            runtime=20,
+        script:
+            "../scripts/tokenize_corpus.py"
 
-rule long_prompts:
-    # whole held-out files (or cuts of them) in buckets of target tokens: the long-context set `stdlib_long`
-    input:
-        heldout=work("data/corpus/heldout.jsonl"),
-        tokenizer=tokenizer_dir(),
-    output:
-        work("prompts/stdlib_long.jsonl"),
-    params:
-        buckets=config["prompts"].get("long_buckets"),
-        prompts=config["prompts"].get("long_prompts", 4),
-        seed=config["prompts"].get("seed", 0),
-    resources:
-        mem_mb=2000,
-        runtime=5,
-    script:
-        "../scripts/make_long_prompts.py"
+    rule domain_prompts:
+        # code prompts from the held-out files of every domain: the mixed-domain prompt set `stdlib_domains`
+        input:
+            work("data/corpus/heldout.jsonl"),
+        output:
+            work("prompts/stdlib_domains.jsonl"),
+        params:
+            prompts=config["prompts"].get("domain_prompts", 5),
+            lines=config["prompts"].get("code_prompt_lines", 12),
+            seed=config["prompts"].get("seed", 0),
+            domains=config.get("domains", {}),
+        resources:
+            mem_mb=1000,
+            runtime=5,
+        script:
+            "../scripts/make_code_prompts.py"
+
+    rule code_prompts:
+        input:
+            heldout=work("data/corpus/heldout.jsonl"),
+        output:
+            work("prompts/stdlib_code.jsonl"),
+        params:
+            prompts=config["prompts"].get("code_prompts", 20),
+            lines=config["prompts"].get("code_prompt_lines", 12),
+            seed=config["prompts"].get("seed", 0),
+        resources:
+            mem_mb=1000,
+            runtime=5,
+        script:
+            "../scripts/make_code_prompts.py"
+
+    rule edit_prompts:
+        # successive edits of held-out modules, each answered after the one before: the prompt set `stdlib_edits`
+        input:
+            heldout=work("data/corpus/heldout.jsonl"),
+        output:
+            work("prompts/stdlib_edits.jsonl"),
+        params:
+            modules=config["prompts"].get("edit_modules", 4),
+            versions=config["prompts"].get("edit_versions", 4),
+            lines=config["prompts"].get("code_prompt_lines", 12),
+            seed=config["prompts"].get("seed", 0),
+        resources:
+            mem_mb=1000,
+            runtime=5,
+        script:
+            "../scripts/make_edit_prompts.py"
+
+    rule long_prompts:
+        # whole held-out files (or cuts of them) in buckets of target tokens: the long-context set `stdlib_long`
+        input:
+            heldout=work("data/corpus/heldout.jsonl"),
+            tokenizer=tokenizer_dir(),
+        output:
+            work("prompts/stdlib_long.jsonl"),
+        params:
+            buckets=config["prompts"].get("long_buckets"),
+            prompts=config["prompts"].get("long_prompts", 4),
+            seed=config["prompts"].get("seed", 0),
+        resources:
+            mem_mb=2000,
+            runtime=5,
+        script:
+            "../scripts/make_long_prompts.py"
 
 
 rule zoo:
@@ -167,8 +167,9 @@ rule zoo:
         zoo_outputs(),
 
 
-# The zoo's own tokenizer, target and draft: not built for a config with its own checkpoints (`models:`).
-if not external_models():
+# The zoo's own tokenizer and target: not built for a config with its own checkpoints (`models:`) nor for an
+# imported target (`gguf:`, rules/real.smk).
+if not external_models() and not imported_target():
 
     rule tokenizer:
         input:
@@ -209,14 +210,17 @@ if not external_models():
         script:
             "../scripts/train_lm.py"
 
+
+# The draft LM (sd, tree_sd, polybasic, pard): distilled from the zoo's target or from an imported one.
+if not external_models():
+
     rule train_draft:
         input:
-            tokenizer=work("models/tokenizer"),
-            train=work("data/tokens/regenerated.pt" if config["draft"].get("data") == "regenerate"
-                       else "data/tokens/train.pt"),
+            tokenizer=tokenizer_dir(),
+            train=work("data/tokens/regenerated.pt") if config["draft"].get("data") == "regenerate" else train_tokens(),
             heldout=work("data/tokens/heldout.pt"),
-            corpus=work("data/corpus/corpus.json"),
-            teacher=work("models/target"),
+            corpus=corpus_summary(),
+            teacher=target_model(),
         output:
             model=directory(work("models/draft")),
             metrics=work("metrics/draft.json"),

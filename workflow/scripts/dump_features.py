@@ -21,4 +21,5 @@ dump_features(
     shard_size=settings.get("shard_size", 64),
     dtype=settings.get("dtype", "float16"),
     seed=settings.get("seed", 0),
+    source=str(snakemake.input.train),  # noqa: F821
 )
