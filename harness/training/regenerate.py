@@ -133,7 +133,8 @@ def regenerate_chat(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
         for index, answer in zip(chunk, answer_batch(model, [questions[i] for i in chunk], options.new_tokens,
                                                      stop_ids, pad_id, sampling, draws)):
             answers[index] = answer
-    rows = [torch.tensor(questions[index] + answers[index], dtype=torch.int32) for index in range(len(prompts))]
+    rows = [torch.tensor(questions[index] + answers[index], dtype=torch.int32)  # host: rows of the saved stream
+            for index in range(len(prompts))]
     lengths = [len(answers[index]) for index in range(len(prompts))]
     stats = {"prompts": len(prompts), "greedy": split, "answer_tokens": sum(lengths),
              "mean_answer_tokens": sum(lengths) / max(len(lengths), 1),

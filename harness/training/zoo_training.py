@@ -161,7 +161,8 @@ def evaluate_imported_target(target_dir: Path, prompts: list[Prompt], new_tokens
     repetition and looping share and its T = 1 entropy and top-1 / top-10 mass, on its own answers to ``prompts``
     (held-out chat questions rendered with its chat template, each answer ending at its end-of-turn token)."""
     target = load_model(str(target_dir), "float32", device)
-    questions = [torch.tensor(encode_turn(target.tokenizer, [], prompt.turns[0])) for prompt in prompts]
+    questions = [torch.tensor(encode_turn(target.tokenizer, [], prompt.turns[0]))  # host: prompt ids, moved when used
+                 for prompt in prompts]
     eos = eos_ids(target)
     return {
         "role": "target",
