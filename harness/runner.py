@@ -31,7 +31,7 @@ from harness.verify import DEFAULT_VERIFIER, get_verifier
 from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.engine.loop import Generation, generation_steps, run_interleaved
 from harness.errors import DraftcountError
-from harness.backend.models import LoadedModel, load_model, model_location
+from harness.backend.models import LoadedModel, eos_token_ids, load_model, model_location
 from harness.options import options_as_dict
 from harness.data.prompts import Prompt, encode_turn, load_prompts, longest_sequence
 from harness.data.images import image_inputs, image_record, image_tokens, with_image
@@ -92,14 +92,8 @@ def generation_seed(seed: int, prompt_index: int, turn: int, sample: int = 0) ->
 
 
 def eos_ids(target: LoadedModel) -> frozenset[int]:
-    ids: set[int] = set()
-    for source in (target.tokenizer, getattr(target.model, "generation_config", None)):
-        value = getattr(source, "eos_token_id", None) if source is not None else None
-        if isinstance(value, int):
-            ids.add(value)
-        elif isinstance(value, (list, tuple)):
-            ids.update(int(item) for item in value)
-    return frozenset(ids)
+    """The ids a generation stops at: the tokenizer's and the generation config's end-of-sequence tokens."""
+    return eos_token_ids(target.tokenizer, getattr(target.model, "generation_config", None))
 
 
 def _build_contenders(config: RunConfig, target: LoadedModel, draft: LoadedModel | None) -> list[_Contender]:

@@ -342,3 +342,17 @@ def sharded_lm_loss(model: LlamaForCausalLM, tokens: torch.Tensor, batch_size: i
         windows = batches_from_step(step, 0, lambda g: random_windows(tokens, size, 16, g))[shard.rows(batch_size)]
         return model(input_ids=windows, labels=windows).loss, windows.numel()
     return loss_fn
+
+
+def record_drafts(adapter) -> list[int]:
+    """A list that collects every token ``adapter`` drafts from now on (its trees' nodes but the root)."""
+    tokens: list[int] = []
+    propose = adapter.propose
+
+    def recording(ctx, sequence):
+        tree = propose(ctx, sequence)
+        tokens.extend(tree.tokens[1:].tolist())
+        return tree
+
+    adapter.propose = recording
+    return tokens
