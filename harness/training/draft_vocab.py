@@ -61,17 +61,18 @@ class DraftVocab(nn.Module):
         return self.ids
 
     def logits(self, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
-        """Logits (..., N) of ``hidden`` through the target's ``lm_head``: its rows of the draft vocabulary (gathered
-        once while the head is frozen, on every call while it trains), or the whole head."""
+        """Logits (..., N) of ``hidden`` through the target's ``lm_head``: its rows of the draft vocabulary (``rows``),
+        or the whole head."""
         if self.ids is None:
             return lm_head(hidden)
         rows, bias = self.rows(lm_head.weight, getattr(lm_head, "bias", None))
         return F.linear(hidden, rows, bias)
 
     def rows(self, weight: torch.Tensor, bias: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor | None]:
-        """``weight``'s (and ``bias``'s) rows of the draft vocabulary."""
+        """``weight``'s (and ``bias``'s) rows of the draft vocabulary: gathered on every call while gradients flow
+        into ``weight``, else once (again when it changes)."""
         ids = self.ids.to(weight.device)
-        if weight.requires_grad:
+        if weight.requires_grad and torch.is_grad_enabled():
             return weight.index_select(0, ids), None if bias is None else bias.index_select(0, ids)
         key = (weight.data_ptr(), weight._version, weight.device, weight.dtype, None if bias is None else bias._version)
         stale = self._rows is None or self._rows[0] != key

@@ -43,11 +43,17 @@ def test_maps_logits_and_scatter_follow_eagle3s_convention():
     maps = vocab.maps()
     assert maps["d2t"].tolist() == [1, 3, 3, 6] and maps["t2d"].nonzero().flatten().tolist() == [1, 4, 5, 9]
     assert (torch.arange(4) + maps["d2t"]).tolist() == [1, 4, 5, 9]  # draft index d is target token d + d2t[d]
-    head = nn.Linear(6, 10, bias=True).requires_grad_(False)
+    head = nn.Linear(6, 10, bias=True)
     hidden = torch.randn(3, 6)
     logits = vocab.logits(hidden, head)
     assert logits.shape == (3, 4) and torch.allclose(logits, head(hidden)[:, [1, 4, 5, 9]])
-    assert vocab.rows(head.weight, head.bias)[0] is vocab.rows(head.weight, head.bias)[0]  # gathered once
+    assert logits.requires_grad and vocab.rows(head.weight)[0] is not vocab.rows(head.weight)[0]  # a trained head
+    with torch.no_grad():  # a frozen one (a target's, or any at inference): gathered once
+        assert vocab.rows(head.weight, head.bias)[0] is vocab.rows(head.weight, head.bias)[0]
+    with torch.inference_mode():
+        assert vocab.rows(head.weight, head.bias)[0] is vocab.rows(head.weight, head.bias)[0]
+    head.requires_grad_(False)
+    assert vocab.rows(head.weight, head.bias)[0] is vocab.rows(head.weight, head.bias)[0]
     with torch.no_grad():
         head.weight.mul_(2)  # the head changed: gathered again
     assert torch.allclose(vocab.logits(hidden, head), head(hidden)[:, [1, 4, 5, 9]])
