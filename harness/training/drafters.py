@@ -333,8 +333,9 @@ def train_drafter(request: DrafterTrainRequest, options: DrafterLoopOptions, tar
                   save: Callable[[nn.Module, Path, dict], None],
                   calibrate: Callable[[nn.Module, dict[str, torch.Tensor]], dict] | None = None) -> dict:
     """The envelope every drafter family trains in: ``fit()``, then the metrics (method, parameters, options, the
-    training run, the family's own), the held-out top-1 agreement per draft step on ``--heldout`` (``agreement``
-    over 16 windows with the target's features) and ``save(module, directory, provenance)`` into ``request.out``
+    training run, its draft vocabulary, the family's own), the held-out top-1 agreement per draft step on
+    ``--heldout`` (``agreement`` over 16 windows with the target's features; with a draft vocabulary also its
+    coverage of the held-out tokens) and ``save(module, directory, provenance)`` into ``request.out``
     atomically. A family's ``calibrate`` reads the same held-out windows; what it returns joins the metrics and
     the drafter's metadata (Medusa's per-rank accuracies, say). Returns the metrics."""
     fitted = fit()
