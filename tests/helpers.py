@@ -415,3 +415,15 @@ def write_tiny_gguf(path: Path, hidden: int = 64, layers: int = 2, heads: int = 
     writer.write_tensors_to_file()
     writer.close()
     return path
+def record_drafts(adapter) -> list[int]:
+    """A list that collects every token ``adapter`` drafts from now on (its trees' nodes but the root)."""
+    tokens: list[int] = []
+    propose = adapter.propose
+
+    def recording(ctx, sequence):
+        tree = propose(ctx, sequence)
+        tokens.extend(tree.tokens[1:].tolist())
+        return tree
+
+    adapter.propose = recording
+    return tokens

@@ -39,7 +39,8 @@ def drafting_variants(summary: pd.DataFrame, variants: list[str]) -> list[str]:
 
 def family_table(summary: pd.DataFrame, variants: list[str]) -> str:
     """One row per variant (of ``variants``, in that order) x dataset x temperature: tau, paired speedup with
-    interval, drafter-FLOP waste, drafter parameters and drafter FLOPs per step; empty when none of them ran."""
+    interval, drafter-FLOP waste, drafter parameters, draft vocabulary and drafter FLOPs per step; empty when none
+    of them ran."""
     rows = summary[summary.variant.isin(variants)].copy()
     if rows.empty:
         return ""
@@ -47,12 +48,14 @@ def family_table(summary: pd.DataFrame, variants: list[str]) -> str:
     lines = [[row.variant, row.dataset, f"{row.temperature:g}", f"{row.tau:.3f}", speedup_cell(row),
               cell(row.get("drafter_flop_waste", float("nan")), "{:.2f}"),
               cell(row.get("drafter_parameters", float("nan")) / 1e6, "{:.3f}"),
+              cell(row.get("draft_vocab", float("nan")) or float("nan"), "{:.0f}"),
               cell(row.get("drafter_flops_per_step", float("nan")) / 1e6, "{:.2f}"),
               cell(row.get("drafter_forwards_per_step", float("nan")), "{:.2f}"),
               cell(row.get("drafter_forwards_per_token", float("nan")), "{:.2f}")]
              for _, row in rows.sort_values(["temperature", "dataset", "order"]).iterrows()]
     return markdown_table(["variant", "dataset", "T", "tau", "speedup [95% CI]", "drafter-FLOP waste",
-                           "drafter params (M)", "drafter MFLOPs/step", "drafter fwd/step", "drafter fwd/token"],
+                           "drafter params (M)", "draft vocab", "drafter MFLOPs/step", "drafter fwd/step",
+                           "drafter fwd/token"],
                           lines)
 
 

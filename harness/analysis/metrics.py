@@ -93,6 +93,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("drafter_parameters", "the drafter's parameters (its trained drafter's trainable parameters, else its "
            "draft LM's)", "what the drafter holds: with FLOPs per step, the two sides of a fair comparison (PRISM "
            "holds M modules and runs one per step)", "drafter params (M)", "{:.3f}", 1e6),
+    Metric("draft_vocab", "the trained drafter's draft vocabulary (its `method_details`' `draft_vocab`), 0 without "
+           "one", "the tokens a trained drafter predicts over: the target's whole vocabulary, or the N most frequent "
+           "of its training data (`draft_vocab`), whose logits cost N x width a row", "draft vocab", "{:.0f}"),
     Metric("verified_per_step", "sum(verified tokens) / sum(verification steps)",
            "tokens the target processes per verification step (the tree size, root included)"),
     Metric("drafter_useful_flops_per_token", "sum(useful drafter FLOPs) / sum(new_tokens)",

@@ -39,8 +39,9 @@ def run_settings(records_paths: list[Path]) -> dict[str, Any]:
                     models[role] = (record["models"][role], record["models"].get(f"{role}_parameters"))
             source = source or record["models"].get("target_source")
             if record["role"] == "method" and record["models"].get("drafter"):
-                drafters[record["variant"]] = (record["models"]["drafter"],
-                                               record.get("method_details", {}).get("drafter_parameters"))
+                details = record.get("method_details", {})
+                drafters[record["variant"]] = (record["models"]["drafter"], details.get("drafter_parameters"),
+                                               details.get("draft_vocab"), details.get("target_vocab"))
     if not first:
         raise DraftcountError("no records to report on")
     return {"first": first, "prompts": {name: len(ids) for name, ids in sorted(prompts.items())},
@@ -66,10 +67,19 @@ def environment_section(settings: dict[str, Any]) -> str:
         lines.append(f"- {role} model: `{path}`{size}")
     if settings.get("target_source"):
         lines.append(f"- target imported: {source_line(settings['target_source'])}")
-    for variant, (path, parameters) in sorted(settings["drafters"].items()):
+    for variant, (path, parameters, vocab, target_vocab) in sorted(settings["drafters"].items()):
         size = f", {parameters / 1e6:.3f}M trainable parameters" if parameters else ""
-        lines.append(f"- drafter of `{variant}`: `{path}`{size}")
+        lines.append(f"- drafter of `{variant}`: `{path}`{size}{vocabulary_note(vocab, target_vocab)}")
     return "\n".join(lines)
+
+
+def vocabulary_note(vocab: int | None, target_vocab: int | None) -> str:
+    """What a drafter's logits cover, for its line in the models list (nothing when its run did not say)."""
+    if not vocab or not target_vocab:
+        return ""
+    if vocab == target_vocab:
+        return f", the whole {target_vocab}-token vocabulary"
+    return f", draft vocabulary {vocab} of {target_vocab} tokens"
 
 
 def training_section(metrics_paths: list[Path]) -> str:
@@ -99,11 +109,14 @@ def training_section(metrics_paths: list[Path]) -> str:
             rows.append([f"{Path(path).stem} (stage 1: {base.get('num_layers')} layers)",
                          str(base.get("parameters", "-")), str(stage.get("steps", "-")),
                          f"{stage.get('seconds', 0):.0f}", str(stage.get("stopped_by", "-")),
-                         f"perplexity {base['heldout_perplexity']:.1f}" if "heldout_perplexity" in base else "-"])
+                         f"perplexity {base['heldout_perplexity']:.1f}" if "heldout_perplexity" in base else "-",
+                         "-"])
         name = f"{Path(path).stem} (stage 2: grown)" if base else Path(path).stem
         rows.append([name, str(parameters or "-"), str(train.get("steps", "-")),
-                     f"{train.get('seconds', 0):.0f}", str(train.get("stopped_by", "-")), quality])
-    return markdown_table(["model", "parameters", "steps", "seconds", "stopped by", "held-out quality"], rows)
+                     f"{train.get('seconds', 0):.0f}", str(train.get("stopped_by", "-")), quality,
+                     vocabulary_note(metrics.get("draft_vocab"), metrics.get("target_vocab")).lstrip(", ") or "-"])
+    return markdown_table(["model", "parameters", "steps", "seconds", "stopped by", "held-out quality",
+                           "logits over"], rows)
 
 
 def write_report(tables_dir: Path, records_paths: list[Path], figures_dir: Path, out: Path,

@@ -48,6 +48,7 @@ def records_frame(paths: list[Path]) -> pd.DataFrame:
                 "extra": counters.get("extra", {}), "trace": counters.get("trace", {}),
                 "expert_names": (record.get("method_details") or {}).get("experts", []),
                 "drafter_parameters": drafter_parameters(record),
+                "draft_vocab": float((record.get("method_details") or {}).get("draft_vocab") or 0),
                 "drafter_data": (record.get("models") or {}).get("drafter_data") or "",
                 "options": json.dumps({**record.get("method_options", {}),
                                        "drafter": (record.get("models") or {}).get("drafter")}, sort_keys=True),
@@ -99,6 +100,7 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
         row["drafter_forwards_per_step"] = group.drafter_forwards.sum() / max(group.verify_steps.sum(), 1)
         row["drafter_forwards_per_token"] = group.drafter_forwards.sum() / group.new_tokens.sum()
         row["drafter_parameters"] = group.drafter_parameters.max()
+        row["draft_vocab"] = group.draft_vocab.max()
         row["drafter_data"] = group.drafter_data.iloc[0]
         row["verified_per_step"] = verified / max(group.verify_steps.sum(), 1)
         row.update(compute_breakdown(group))

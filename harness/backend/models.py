@@ -88,6 +88,19 @@ class LoadedModel:
 VISION_MODULES = ("vision_tower", "multi_modal_projector")  # a LLaVA-style model's image path: once per image
 
 
+def eos_token_ids(*sources) -> frozenset[int]:
+    """The end-of-sequence ids ``sources`` name (a tokenizer, a model's config or generation config; None skipped):
+    each one's ``eos_token_id``, an id or a list of them."""
+    ids: set[int] = set()
+    for source in sources:
+        value = getattr(source, "eos_token_id", None) if source is not None else None
+        if isinstance(value, int):
+            ids.add(value)
+        elif isinstance(value, (list, tuple)):
+            ids.update(int(item) for item in value)
+    return frozenset(ids)
+
+
 def model_cost(model: PreTrainedModel) -> ModelCost:
     """Parameters that take part in matrix products per token: all but the input embedding table (a lookup) and a
     vision-language model's vision tower and projector (they run once per image, at prefill: not counted)."""

@@ -116,8 +116,9 @@ class CostModel:
 
     drafting_seconds(options, latencies): seconds of one step's drafting under the method's options (a dict as
     recorded in the summary), or nan where the model does not cover the options.
-    step_latency(target, top_k, prefix, repeats, timing): for a method with a drafter of its own, the seconds of
-    one drafter step at the target's shape (stored in ``Latencies.drafter_steps[component]``); None otherwise.
+    step_latency(target, top_k, prefix, repeats, timing, draft_vocab): for a method with a drafter of its own, the
+    seconds of one drafter step at the target's shape, its logits over ``draft_vocab`` tokens (0: the whole
+    vocabulary; ``harness.training.draft_vocab``) (stored in ``Latencies.drafter_steps[component]``); None otherwise.
     """
 
     drafting_seconds: Callable[[dict, Latencies], float]

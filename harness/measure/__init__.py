@@ -25,4 +25,6 @@ MEASUREMENTS: dict[str, tuple[str, str]] = {
                                      "same batches"),
     "project-8b": ("harness.measure.project_8b", "latencies at Llama-3.1-8B shapes and projected speedups"),
     "project-load": ("harness.measure.project_load", "the load study projected to a GPU latency table, per batch size"),
+    "draft-vocab": ("harness.measure.draft_vocab", "a drafter's drafting time per step over a reduced draft vocabulary "
+                                                   "against the full one (SmolLM2's shape), with an A/A control"),
 }

@@ -50,7 +50,8 @@ def measure(args: argparse.Namespace, timings: list[str]) -> tuple[dict[str, Lat
                 target=target_latencies(target, args.prefix, sizes, args.repeats, timing),
                 draft_lm=target_latencies(draft, args.prefix, draft_sizes, args.repeats, timing),
                 top_k=args.top_k,
-                drafter_steps=drafter_step_latencies(target, args.top_k, args.prefix, args.repeats, timing))
+                drafter_steps=drafter_step_latencies(target, args.top_k, args.prefix, args.repeats, timing,
+                                                     args.draft_vocab))
         except Exception as error:  # noqa: BLE001 - one timing's failure must not lose the others' tables
             if len(timings) == 1:
                 raise
@@ -102,6 +103,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
     parser.add_argument("--sizes", default="1,8,16,32,64,128", help="tree sizes (tokens per target forward)")
     parser.add_argument("--top-k", type=int, default=10, help="nodes per EAGLE expansion / per Lyanna depth")
     parser.add_argument("--repeats", type=int, default=20)
+    parser.add_argument("--draft-vocab", type=int, default=0,
+                        help="the drafters' logits over this many tokens (draft_vocab; 0: the whole vocabulary)")
     parser.add_argument("--threads", type=int, help="torch CPU threads")
     parser.add_argument("--timing", default=None,
                         help="comma-separated: eager (forwards launched from Python on a DynamicCache), static (the "

@@ -79,11 +79,12 @@ def drafting_seconds(method: str, options: dict, latencies: Latencies) -> float:
 
 
 def drafter_step_latencies(target: PreTrainedModel, top_k: int, prefix: int, repeats: int,
-                           timing: str = "eager") -> dict[str, float]:
-    """Every catalog method's own drafter step (its cost model's ``step_latency``) at ``target``'s shape."""
+                           timing: str = "eager", draft_vocab: int = 0) -> dict[str, float]:
+    """Every catalog method's own drafter step (its cost model's ``step_latency``) at ``target``'s shape, its
+    logits over ``draft_vocab`` tokens (0: the whole vocabulary)."""
     steps = {}
     for name in method_names():
         cost = method_spec(name).cost
         if cost is not None and cost.step_latency is not None:
-            steps[cost.component] = cost.step_latency(target, top_k, prefix, repeats, timing)
+            steps[cost.component] = cost.step_latency(target, top_k, prefix, repeats, timing, draft_vocab)
     return steps

@@ -123,7 +123,7 @@ def _cmd_regenerate(args: argparse.Namespace) -> int:
     seconds = time.perf_counter() - started
     save_tokens(args.out, stream)
     summary = {**summary, "tokens": int(stream.numel()), "new_tokens": options.new_tokens, "seed": options.seed,
-               "seconds": round(seconds, 1), "threads": torch.get_num_threads()}
+               "seconds": round(seconds, 3), "threads": torch.get_num_threads()}
     if args.summary:
         args.summary.parent.mkdir(parents=True, exist_ok=True)
         args.summary.write_text(json.dumps(summary, indent=2) + "\n", encoding="utf-8")

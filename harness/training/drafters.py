@@ -25,6 +25,7 @@ from transformers import DynamicCache, LlamaConfig, PretrainedConfig
 from harness.errors import DraftcountError
 from harness.training import distributed
 from harness.training.distributed import Shard
+from harness.training.draft_vocab import MAP_WEIGHTS, DraftVocab, vocab_from_maps
 from harness.training.features import FeatureSource, target_features
 from harness.data.token_streams import even_windows, load_tokens
 from harness.backend.models import LoadedModel, load_model
@@ -66,11 +67,15 @@ class DrafterLoopOptions:
     precision: Literal["fp32", "bf16"] = "fp32"
     seed: int = 0
     objective: str = DEFAULT_OBJECTIVE  # a name in harness.training.objectives.OBJECTIVES
+    draft_vocab: int = 0  # N > 0: predict over the N most frequent training tokens (harness.training.draft_vocab)
 
     def __post_init__(self) -> None:
         check_objective(self.objective)
         if self.batch_size < 1 or self.grad_accum < 1:
             raise DraftcountError(f"batch_size and grad_accum must be >= 1, got {self.batch_size} and {self.grad_accum}")
+        if self.draft_vocab < 0:
+            raise DraftcountError(f"draft_vocab must be >= 0 (0: the target's whole vocabulary), got "
+                                  f"{self.draft_vocab}")
 
 
 def frozen_target(request: DrafterTrainRequest) -> LoadedModel:
@@ -207,12 +212,19 @@ WEIGHT_FILES = ("model.safetensors", "pytorch_model.bin")  # ours, and the .bin 
 @dataclass(frozen=True)
 class DrafterFiles:
     """What a drafter directory holds: its metadata (empty for a released head without ours), its weights
-    (a leading ``model.`` stripped from their names) and its config.json's fields (None without one)."""
+    (a leading ``model.`` stripped from their names; the draft-vocabulary map taken out into ``maps``) and its
+    config.json's fields (None without one)."""
 
     directory: Path
     meta: dict
     state: dict[str, torch.Tensor]
     config_fields: dict | None
+    maps: dict[str, torch.Tensor] = field(default_factory=dict)
+
+    def draft_vocab(self, target_vocab: int, label: str) -> DraftVocab:
+        """The drafter's draft vocabulary (``d2t``/``t2d``; none: the full vocabulary), checked against the
+        target's vocabulary."""
+        return vocab_from_maps(self.maps, target_vocab, label)
 
     def llama_config(self) -> LlamaConfig:
         """config.json as a Llama configuration (a drafter's layers are Llama layers whatever its model type)."""
@@ -242,12 +254,15 @@ def read_weights(directory: Path) -> dict[str, torch.Tensor]:
 
 
 def write_drafter(out_dir: Path, method: str, state: dict[str, torch.Tensor], meta: dict,
-                  config: PretrainedConfig | None = None) -> None:
-    """``model.safetensors`` (``state`` on the CPU), ``draftcount_drafter.json`` (``method`` + ``meta``) and, given
-    one, ``config.json``; each file written atomically."""
+                  config: PretrainedConfig | None = None, vocab: DraftVocab | None = None) -> None:
+    """``model.safetensors`` (``state`` on the CPU, and a reduced draft ``vocab``'s ``d2t``/``t2d``),
+    ``draftcount_drafter.json`` (``method`` + ``meta``, and the vocabulary's size) and, given one, ``config.json``;
+    each file written atomically."""
     out_dir.mkdir(parents=True, exist_ok=True)
     if config is not None:
         config.save_pretrained(out_dir)
+    if vocab is not None and vocab.reduced:
+        state, meta = {**state, **vocab.maps()}, {**meta, **vocab.describe()}
     weights = {name: tensor.detach().cpu().contiguous() for name, tensor in state.items()}
     with atomic_path(out_dir / WEIGHT_FILES[0]) as partial:
         save_file(weights, str(partial))
@@ -274,7 +289,9 @@ def read_drafter(source: str | Path, method: str, meta_required: bool = True, wi
     if with_config and not config.is_file():
         raise DraftcountError(f"drafter directory {directory} holds no config.json")
     fields = json.loads(config.read_text()) if with_config else None
-    return DrafterFiles(directory, meta, read_weights(directory), fields)
+    state = read_weights(directory)
+    maps = {name: state.pop(name) for name in MAP_WEIGHTS if name in state}
+    return DrafterFiles(directory, meta, state, fields, maps)
 
 
 def check_target_fit(label: str, width: int, vocab: int, target: nn.Module) -> None:
@@ -316,19 +333,24 @@ def train_drafter(request: DrafterTrainRequest, options: DrafterLoopOptions, tar
                   save: Callable[[nn.Module, Path, dict], None],
                   calibrate: Callable[[nn.Module, dict[str, torch.Tensor]], dict] | None = None) -> dict:
     """The envelope every drafter family trains in: ``fit()``, then the metrics (method, parameters, options, the
-    training run, the family's own), the held-out top-1 agreement per draft step on ``--heldout`` (``agreement``
-    over 16 windows with the target's features) and ``save(module, directory, provenance)`` into ``request.out``
+    training run, its draft vocabulary, the family's own), the held-out top-1 agreement per draft step on
+    ``--heldout`` (``agreement`` over 16 windows with the target's features; with a draft vocabulary also its
+    coverage of the held-out tokens) and ``save(module, directory, provenance)`` into ``request.out``
     atomically. A family's ``calibrate`` reads the same held-out windows; what it returns joins the metrics and
     the drafter's metadata (Medusa's per-rank accuracies, say). Returns the metrics."""
     fitted = fit()
     module = fitted.module
+    vocab = getattr(module, "draft_vocab", None)
     metrics = {"method": request.method, "trainable_parameters": module.trainable_parameters(),
                "options": asdict(options), "train": fitted.result.as_dict(), "target": request.target,
-               "data": str(request.data), **fitted.metrics}
+               "data": str(request.data), **(vocab.describe() if vocab is not None else {}), **fitted.metrics}
     calibration = {}
     if request.heldout is not None:
-        batch = heldout_batch(load_tokens(request.heldout), target, source.layers, options.seq_len)
+        heldout = load_tokens(request.heldout)
+        batch = heldout_batch(heldout, target, source.layers, options.seq_len)
         metrics["heldout_top1_agreement_by_step"] = agreement(module, batch)
+        if vocab is not None and vocab.reduced:
+            metrics["heldout_vocabulary_coverage"] = vocab.coverage(heldout)
         calibration = calibrate(module, batch) if calibrate is not None else {}
     metrics.update(calibration)
     provenance = {**drafter_provenance(request, fitted.result), **calibration}

@@ -159,6 +159,11 @@ class FeatureSource:
             self._rows = sum(shard["input_ids"].shape[0] for shard in self._shards)
             self.seq_len = min(self.seq_len, index["seq_len"])
 
+    @property
+    def shards(self) -> list[dict[str, torch.Tensor]]:
+        """A dump's shards (input_ids and features of its windows); none for a token stream."""
+        return self._shards
+
     def batch(self, batch_size: int, generator: torch.Generator, keep: slice | None = None) -> dict[str, torch.Tensor]:
         """``batch_size`` rows drawn with ``generator``; with ``keep``, only those of them (one process's share of a
         global batch: the same draws, and only the kept rows loaded or run through the target)."""

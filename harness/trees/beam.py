@@ -14,10 +14,12 @@ The whole growth runs where the drafter's log-probabilities live, with fixed
 shapes (k frontier nodes at every depth, ``budget`` nodes in the tree), so on
 a GPU it queues kernels without waiting for them, and the tree it returns is a
 ``DeferredTree``: its shape reaches the host in the verifier's one read, with
-the verdict (and with the pool indices the drafter's bookkeeping needs). A
-drafter must be able to produce at least k tokens (a compressed vocabulary of
-at least top_k); a token it cannot produce (log-probability -inf) would rank
-last but could still fill a slot otherwise.
+the verdict (and with the pool indices the drafter's bookkeeping needs).
+
+A drafter with a draft vocabulary (``harness.training.draft_vocab``) hands its
+log-probabilities over that vocabulary and its ``token_ids`` (draft index ->
+target id): the top-k run over its N tokens and the tree holds target ids, so
+a token outside it is never drafted; with N < top_k, k is N.
 
 Children are deterministic top-k choices (no draft distribution is attached),
 so the shared verifier treats them as q = 1 on the chosen token, which keeps
@@ -72,25 +74,35 @@ class BeamTree:
     pool_parents: torch.Tensor
 
 
+def _top(logprobs: torch.Tensor, k: int, token_ids: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    """The k best log-probabilities of each row and their tokens (target ids: through ``token_ids``)."""
+    scores, index = logprobs.float().topk(k, dim=-1)
+    return scores, index if token_ids is None else token_ids[index]
+
+
 def _ranked(scores: torch.Tensor) -> torch.Tensor:
     """Indices of ``scores`` best first; equal scores keep their order (the earlier pool node first)."""
     return torch.sort(scores, descending=True, stable=True).indices
 
 
-def grow_beam_tree(root: torch.Tensor, root_logprobs: torch.Tensor, expand: Expand, shape: BeamShape) -> BeamTree:
-    """Grow a tree below ``root`` from its children's log-probabilities (V,) and ``expand`` for deeper levels.
+def grow_beam_tree(root: torch.Tensor, root_logprobs: torch.Tensor, expand: Expand, shape: BeamShape,
+                   token_ids: torch.Tensor | None = None) -> BeamTree:
+    """Grow a tree below ``root`` from its children's log-probabilities (V,) and ``expand`` for deeper levels
+    (over a draft vocabulary: its ``token_ids``, see the module docstring).
 
     Nothing is read on the host here (see the module docstring)."""
-    return grow_beam_trees([root], root_logprobs[None], lambda frontiers: [expand(frontiers[0])], shape)[0]
+    return grow_beam_trees([root], root_logprobs[None], lambda frontiers: [expand(frontiers[0])], shape,
+                           token_ids)[0]
 
 
 def grow_beam_trees(roots: list[torch.Tensor], root_logprobs: torch.Tensor,
-                    expand_rows: Callable[[list[Frontier]], list[torch.Tensor]], shape: BeamShape) -> list[BeamTree]:
+                    expand_rows: Callable[[list[Frontier]], list[torch.Tensor]], shape: BeamShape,
+                    token_ids: torch.Tensor | None = None) -> list[BeamTree]:
     """One tree per row of a static batch, grown in lockstep: ``root_logprobs`` (B, V); ``expand_rows`` takes
     every row's frontier of one depth (all rows reach each depth together: one shape) and returns each row's
     children's log-probabilities (k, V), so a drafter expands the whole batch in one forward per depth. Each row's
     tree is the one ``grow_beam_tree`` grows from that row alone (``beam_growth``)."""
-    growths = [beam_growth(root, logprobs, shape) for root, logprobs in zip(roots, root_logprobs)]
+    growths = [beam_growth(root, logprobs, shape, token_ids) for root, logprobs in zip(roots, root_logprobs)]
     trees: list[BeamTree | None] = [None] * len(growths)
     frontiers = [_advance(growth, None, trees, index) for index, growth in enumerate(growths)]
     while all(frontier is not None for frontier in frontiers):
@@ -111,13 +123,14 @@ def _advance(growth: Generator[Frontier, torch.Tensor, BeamTree], child: torch.T
         return None
 
 
-def beam_growth(root: torch.Tensor, root_logprobs: torch.Tensor,
-                shape: BeamShape) -> Generator[Frontier, torch.Tensor, BeamTree]:
+def beam_growth(root: torch.Tensor, root_logprobs: torch.Tensor, shape: BeamShape,
+                token_ids: torch.Tensor | None = None) -> Generator[Frontier, torch.Tensor, BeamTree]:
     """The growth of one tree (see the module docstring) as a generator: it yields each frontier to expand, is
     sent that frontier's children's log-probabilities (k, V), and returns the tree."""
     device = root_logprobs.device
     k = min(shape.top_k, root_logprobs.shape[-1])
-    scores, tokens = root_logprobs.float().topk(k)
+    ids = token_ids.to(device) if token_ids is not None else None
+    scores, tokens = _top(root_logprobs, k, ids)
     pool_scores, pool_tokens = [scores], [tokens]
     pool_parents = [torch.full((k,), -1, dtype=torch.long, device=device)]
     pool_depths = [torch.full((k,), 1, dtype=torch.long, device=device)]
@@ -127,7 +140,7 @@ def beam_growth(root: torch.Tensor, root_logprobs: torch.Tensor,
     offset = k
     for depth in range(2, shape.depth + 1):
         expanded.append(frontier_pool)
-        child_logprobs, child_tokens = (yield frontier).float().topk(k, dim=-1)
+        child_logprobs, child_tokens = _top((yield frontier), k, ids)
         candidate_scores = (frontier_scores[:, None] + child_logprobs).reshape(-1)
         candidate_tokens = child_tokens.reshape(-1)
         pool_scores.append(candidate_scores)

@@ -51,7 +51,8 @@ class DFlashAdapter(AdapterBase):
     def __init__(self, drafter: DFlashDrafter, target: LoadedModel, options: DFlashOptions) -> None:
         self.drafter = drafter.to(target.device, target.dtype).eval()
         self.embed = self.drafter.input_embedding(target.model.get_input_embeddings())
-        self.lm_head = self.drafter.output_head(target.model.get_output_embeddings())
+        self.lm_head = target.model.get_output_embeddings()  # the target's (its draft vocabulary's rows draft)
+        self.vocab = self.drafter.draft_vocab
         self.device, self.dtype = target.device, target.dtype
         self.block_size = options.block_size or drafter.block_size
         self.drafts = drafter.drafts_per_block(self.block_size)
@@ -61,7 +62,7 @@ class DFlashAdapter(AdapterBase):
         self.cost = drafter.cost(self.lm_head.weight.numel())
         self.details = {"block_size": self.block_size, "top_k": options.top_k, "tree_nodes": self.max_draft_nodes,
                         "feature_layers": list(drafter.features.layers), "drafter_layers": len(drafter.layers),
-                        "drafter_parameters": drafter.trainable_parameters()}
+                        "drafter_parameters": drafter.trainable_parameters(), **drafter.draft_vocab.describe()}
         self._reset([])
 
     def batch_row(self):
@@ -114,30 +115,31 @@ class DFlashAdapter(AdapterBase):
         self.work.charge(list(range(1, self.drafts + 1)), flops * block / (count + block))
 
     def block_logits(self, ctx: StepContext, hidden: torch.Tensor) -> torch.Tensor:
-        """(drafts, V) logits of the drafting slots (the target's LM head)."""
+        """(drafts, N) logits of the drafting slots over the draft vocabulary (draft ids)."""
         with ctx.counters.phase("drafter"):
-            return self.lm_head(hidden)
+            return self.drafter.logits(hidden, self.lm_head)
 
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
         root = sequence[0, -1]
         return self.tree_from_logits(ctx, root, self.block_logits(ctx, self.draft_block(ctx, root)))
 
     def tree_from_logits(self, ctx: StepContext, root: torch.Tensor, logits: torch.Tensor) -> TokenTree:
-        """The step's tree from the drafting slots' logits (drafts, V): a chain, or the beam tree of their top-k."""
+        """The step's tree from the drafting slots' logits (drafts, N): a chain, or the beam tree of their top-k."""
         with ctx.counters.phase("drafter"):
             if self.shape is not None:
                 return self.beam_tree(root, logits)
             return self.chain(ctx, root, logits)
 
     def chain(self, ctx: StepContext, root: torch.Tensor, logits: torch.Tensor) -> TokenTree:
-        """The block as a chain: argmax per position, or a draw from each position's warped distribution."""
+        """The block as a chain: argmax per position, or a draw from each position's warped distribution (which the
+        verifier gets over the target's vocabulary, zero outside the draft vocabulary)."""
         if ctx.sampling.is_greedy:
-            return TokenTree(torch.cat([root.reshape(1), logits.argmax(-1).to(root.device)]),
-                             tuple(range(-1, logits.shape[0])))
+            tokens = self.vocab.to_target(logits.argmax(-1))
+            return TokenTree(torch.cat([root.reshape(1), tokens.to(root.device)]), tuple(range(-1, logits.shape[0])))
         probs = logits_to_probs(logits, ctx.sampling)
-        tokens = sample_from_probs(probs, ctx.generator)
+        tokens = self.vocab.to_target(sample_from_probs(probs, ctx.generator))
         return TokenTree(torch.cat([root.reshape(1), tokens.to(root.device)]), tuple(range(-1, logits.shape[0])),
-                         [None, *probs.unbind(0)])
+                         [None, *self.vocab.target_probs(probs).unbind(0)])
 
     def beam_tree(self, root: torch.Tensor, logits: torch.Tensor) -> TokenTree:
         """The positions' top-k as a beam tree: a node at depth d has position d + 1's best tokens below it."""
@@ -146,7 +148,7 @@ class DFlashAdapter(AdapterBase):
         def expand(frontier: Frontier) -> torch.Tensor:
             return logprobs[frontier.depth].expand(frontier.tokens.shape[0], -1)
 
-        return grow_beam_tree(root, logprobs[0], expand, self.shape).tree
+        return grow_beam_tree(root, logprobs[0], expand, self.shape, self.vocab.token_map).tree
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
         depths = tree.depths

@@ -5,8 +5,9 @@ shape (Qwen3 fields), ``block_size`` and ``dflash_config`` (``mask_token_id``, `
 them z-lab's default spacing over ``num_target_layers``). The weights are ``fc.weight``, ``hidden_norm.weight``,
 ``norm.weight`` and ``layers.<i>.{self_attn.{q,k,v,o}_proj, self_attn.{q,k}_norm, mlp.{gate,up,down}_proj,
 input_layernorm, post_attention_layernorm}.weight``; the embedding and LM head are the target's. Drafters trained
-here without a mask token in the target's vocabulary add ``mask_embedding``. A missing field, a missing or
-unexpected weight, a weight of the wrong shape or a drafter built for another target stops with one line.
+here without a mask token in the target's vocabulary add ``mask_embedding``, and with a draft vocabulary its
+``d2t``/``t2d`` maps. A missing field, a missing or unexpected weight, a weight of the wrong shape or a drafter built
+for another target stops with one line.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from transformers import LlamaConfig, PreTrainedModel
 
 from harness.errors import DraftcountError
+from harness.training.draft_vocab import DraftVocab
 from harness.training.drafters import (
     DrafterFiles, check_target_fit, check_weights, head_config, init_linear_layers, read_drafter, write_drafter,
 )
@@ -57,8 +59,8 @@ def drafter_fields(fields: dict, target_layers: int, label: str) -> tuple[tuple[
 def read_backbone(source: str | Path, target: PreTrainedModel, method: str,
                   build: Callable[..., DFlashDrafter] = DFlashDrafter) -> tuple[DrafterFiles, DFlashDrafter]:
     """A drafter directory's files and its network, built (not loaded) for ``target`` by ``build(config,
-    target_layer_ids, mask_token_id, target_hidden, anchor_predicts)`` (a family extending the backbone reads
-    its own fields from ``config``)."""
+    target_layer_ids, mask_token_id, target_hidden, anchor_predicts, draft_vocab)`` (a family extending the backbone
+    reads its own fields from ``config``)."""
     files = read_drafter(source, method, meta_required=False)
     label = f"{method} drafter {files.directory}"
     fields = files.config_fields
@@ -70,7 +72,8 @@ def read_backbone(source: str | Path, target: PreTrainedModel, method: str,
     if mask_token is not None and not 0 <= mask_token < embedding.shape[0]:
         raise DraftcountError(f"{label}: mask token {mask_token} is outside the target's vocabulary "
                               f"({embedding.shape[0]} tokens)")
-    return files, build(config, layers, mask_token, int(embedding.shape[1]), anchor_predicts(fields))
+    vocab = files.draft_vocab(int(embedding.shape[0]), label)
+    return files, build(config, layers, mask_token, int(embedding.shape[1]), anchor_predicts(fields), vocab)
 
 
 def load_weights(module: torch.nn.Module, files: DrafterFiles, label: str) -> None:
@@ -108,14 +111,16 @@ def save_drafter(drafter: DFlashDrafter, out_dir: Path, provenance: dict, method
     state = {name: tensor for name, tensor in drafter.state_dict().items()}
     write_drafter(out_dir, method, state, {"trainable_parameters": drafter.trainable_parameters(),
                                            "block_size": drafter.block_size, **(meta or {}), **provenance},
-                  config or drafter_config(drafter))
+                  config or drafter_config(drafter), drafter.draft_vocab)
 
 
 def new_drafter(target: PreTrainedModel, layers: int, block_size: int, target_layer_ids: tuple[int, ...],
                 mask_token_id: int | None, seed: int, intermediate_size: int = 0,
-                anchor_predicts: bool = False, own_embedding: bool = False, own_lm_head: bool = False) -> DFlashDrafter:
-    """A fresh drafter shaped like the target's layers (``layers`` of them), initialised from ``seed``; with
-    ``own_embedding`` / ``own_lm_head``, copies of the target's to train."""
+                anchor_predicts: bool = False, own_embedding: bool = False, own_lm_head: bool = False,
+                draft_vocab: DraftVocab | None = None) -> DFlashDrafter:
+    """A fresh drafter shaped like the target's layers (``layers`` of them) over ``draft_vocab`` (default: the
+    full vocabulary), initialised from ``seed``; with ``own_embedding`` / ``own_lm_head``, copies of the target's
+    (its rows of the draft vocabulary) to train."""
     vocab, width = target.get_input_embeddings().weight.shape
     config = head_config(target.config, int(vocab))
     config.num_hidden_layers = layers
@@ -124,7 +129,7 @@ def new_drafter(target: PreTrainedModel, layers: int, block_size: int, target_la
         config.intermediate_size = intermediate_size
     config.own_embedding, config.own_lm_head = own_embedding, own_lm_head
     torch.manual_seed(seed)
-    drafter = DFlashDrafter(config, target_layer_ids, mask_token_id, int(width), anchor_predicts)
+    drafter = DFlashDrafter(config, target_layer_ids, mask_token_id, int(width), anchor_predicts, draft_vocab)
     init_linear_layers(drafter, std=0.02)
     if mask_token_id is None:
         torch.nn.init.normal_(drafter.mask_embedding, std=0.02)
@@ -132,5 +137,5 @@ def new_drafter(target: PreTrainedModel, layers: int, block_size: int, target_la
         if own_embedding:
             drafter.embed_tokens.weight.copy_(target.get_input_embeddings().weight)
         if own_lm_head:
-            drafter.lm_head.weight.copy_(target.get_output_embeddings().weight)
+            drafter.lm_head.weight.copy_(drafter.draft_vocab.restrict(target.get_output_embeddings().weight.T).T)
     return drafter

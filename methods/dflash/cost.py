@@ -11,6 +11,7 @@ from harness.backend.forward import positions
 from harness.backend.kv_cache import crop_cache, new_cache
 from harness.backend.timed import timed_seconds
 from harness.engine.method_spec import CostModel, Latencies
+from harness.training.draft_vocab import sized_vocab
 from methods.dflash.checkpoint import new_drafter
 from methods.dflash.model import default_target_layers
 
@@ -20,15 +21,17 @@ ACCEPTED_ROWS = 4  # context rows fed per step (about the tokens one step emits)
 
 
 @torch.no_grad()
-def step_latency(target: PreTrainedModel, top_k: int, prefix: int, repeats: int, timing: str = "eager") -> float:
+def step_latency(target: PreTrainedModel, top_k: int, prefix: int, repeats: int, timing: str = "eager",
+                 draft_vocab: int = 0) -> float:
     """One block forward: ``ACCEPTED_ROWS`` new context rows and a block of ``RELEASED_BLOCK`` over a cached
-    context of ``prefix`` positions, then the target's LM head on the drafting slots (``top_k`` is unused: the
-    block is drafted in one forward whatever the tree)."""
+    context of ``prefix`` positions, then the target's LM head on the drafting slots, over ``draft_vocab`` tokens
+    (0: the whole vocabulary; ``top_k`` is unused: the block is drafted in one forward whatever the tree)."""
     device = next(target.parameters()).device
     total = int(target.config.num_hidden_layers)
-    drafter = new_drafter(target, RELEASED_LAYERS, RELEASED_BLOCK, default_target_layers(total, RELEASED_LAYERS),
-                          None, seed=0).to(device, target.dtype).eval()
     lm_head = target.get_output_embeddings()
+    vocab = sized_vocab(int(lm_head.weight.shape[0]), draft_vocab)
+    drafter = new_drafter(target, RELEASED_LAYERS, RELEASED_BLOCK, default_target_layers(total, RELEASED_LAYERS),
+                          None, seed=0, draft_vocab=vocab).to(device, target.dtype).eval()
     width = target.config.hidden_size
     cache = new_cache(drafter.config)
     drafter(torch.randn(1, prefix, width, device=device, dtype=target.dtype),
@@ -40,7 +43,7 @@ def step_latency(target: PreTrainedModel, top_k: int, prefix: int, repeats: int,
 
     def step() -> None:
         hidden = drafter(drafter.context(rows), block, position_ids, cache)
-        torch.log_softmax(lm_head(drafter.draft_rows(hidden)).float(), dim=-1)
+        torch.log_softmax(drafter.logits(drafter.draft_rows(hidden), lm_head).float(), dim=-1)
         crop_cache(cache, prefix)
 
     return timed_seconds(step, device, repeats, "eager")

@@ -13,6 +13,8 @@
 are dropped after the step), so a step feeds only the positions accepted since the last one. With no mask token
 in the target's vocabulary the drafter learns its own mask embedding (``mask_embedding``). The embedding and the LM
 head are the target's unless the config says ``own_embedding`` / ``own_lm_head`` (trained copies of the target's).
+Over a draft vocabulary (``harness.training.draft_vocab``) the logits are over its N tokens, in draft ids: the
+target LM head's rows of them, or an own head of N rows.
 
 DeepSpec's drafters (DFlash and DSpark, ``anchor_predicts``) read every slot instead: slot k drafts x_{p+k+1}, so a
 block of B inputs drafts B tokens.
@@ -27,6 +29,7 @@ from transformers import DynamicCache, LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaMLP, LlamaRMSNorm, LlamaRotaryEmbedding, rotate_half
 
 from harness.backend.models import ModelCost
+from harness.training.draft_vocab import DraftVocab
 from harness.training.features import FeatureSpec
 
 
@@ -96,7 +99,7 @@ class DFlashDrafter(nn.Module):
     """The drafter (see the module docstring). ``config`` holds its layers' shape and ``block_size``."""
 
     def __init__(self, config: LlamaConfig, target_layer_ids: tuple[int, ...], mask_token_id: int | None,
-                 target_hidden: int, anchor_predicts: bool = False) -> None:
+                 target_hidden: int, anchor_predicts: bool = False, draft_vocab: DraftVocab | None = None) -> None:
         super().__init__()
         self.anchor_predicts = anchor_predicts
         config._attn_implementation = "sdpa"
@@ -114,16 +117,19 @@ class DFlashDrafter(nn.Module):
         if mask_token_id is None:
             self.mask_embedding = nn.Parameter(torch.zeros(width))
         vocab = int(config.vocab_size)
+        self.draft_vocab = draft_vocab or DraftVocab(vocab)
         self.embed_tokens = nn.Embedding(vocab, width) if getattr(config, "own_embedding", False) else None
-        self.lm_head = nn.Linear(width, vocab, bias=False) if getattr(config, "own_lm_head", False) else None
+        self.lm_head = (nn.Linear(width, self.draft_vocab.size, bias=False) if getattr(config, "own_lm_head", False)
+                        else None)
 
     def input_embedding(self, target_embedding: nn.Module) -> nn.Module:
         """The embedding the block goes through: the drafter's own (``own_embedding``), else the target's."""
         return self.embed_tokens if self.embed_tokens is not None else target_embedding
 
-    def output_head(self, target_head: nn.Module) -> nn.Module:
-        """The LM head that reads the drafting slots: the drafter's own (``own_lm_head``), else the target's."""
-        return self.lm_head if self.lm_head is not None else target_head
+    def logits(self, hidden: torch.Tensor, target_head: nn.Module) -> torch.Tensor:
+        """The drafting slots' logits over the draft vocabulary (draft ids): the drafter's own LM head
+        (``own_lm_head``), else the target's rows."""
+        return self.lm_head(hidden) if self.lm_head is not None else self.draft_vocab.logits(hidden, target_head)
 
     def drafts_per_block(self, block_size: int) -> int:
         """Tokens one forward over a block of ``block_size`` inputs drafts."""
@@ -161,8 +167,10 @@ class DFlashDrafter(nn.Module):
 
     def cost(self, lm_head_params: int) -> ModelCost:
         """FLOP model: the layers and ``fc`` per row (an over-estimate for context rows, which skip the queries
-        and the MLP), the LM head (``lm_head_params``, the one it drafts with) on the drafted rows."""
+        and the MLP), the LM head (``lm_head_params``: the target's, of which it drafts with its draft vocabulary's
+        rows) on the drafted rows."""
         body = sum(p.numel() for name, p in self.named_parameters()
                    if p.dim() > 1 and not name.startswith(("embed_tokens", "lm_head")))
-        return ModelCost(body_params=body, head_params=lm_head_params, num_layers=len(self.layers),
+        return ModelCost(body_params=body, head_params=self.draft_vocab.head_params(lm_head_params),
+                         num_layers=len(self.layers),
                          attention_width=self.config.num_attention_heads * self.layers[0].self_attn.head_dim)

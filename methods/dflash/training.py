@@ -15,13 +15,14 @@ from dataclasses import dataclass
 
 import torch
 
-from harness.backend.models import text_config
+from harness.backend.models import LoadedModel, text_config
 from harness.errors import DraftcountError
 from harness.options import parse_options
+from harness.training.draft_vocab import DraftVocab, choose_draft_vocab
 from harness.training.drafters import (
     DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, train_drafter,
 )
-from harness.training.features import layer_key
+from harness.training.features import FeatureSource, layer_key
 from harness.training.objectives import token_loss, uses_tree_loss
 from methods.dflash.checkpoint import new_drafter, save_drafter
 from methods.dflash.model import DFlashDrafter, default_target_layers
@@ -109,7 +110,7 @@ def slot_weights(drafts: int, gamma: float, device: torch.device) -> torch.Tenso
 
 def target_probs_at(lm_head: torch.nn.Module, last: torch.Tensor, labels: torch.Tensor) -> torch.Tensor:
     """(rows, A, drafts, V): the target's next-token distribution for the token at each label position (read at
-    the position before it)."""
+    the position before it), over the target's whole vocabulary."""
     rows = torch.arange(last.shape[0], device=last.device)[:, None, None]
     with torch.no_grad():
         return torch.softmax(lm_head(last[rows, labels - 1]).float(), dim=-1)
@@ -130,8 +131,8 @@ def dflash_loss(drafter: DFlashDrafter, embed: torch.nn.Module, lm_head: torch.n
     outputs = drafter.draft_rows(block_outputs(drafter, embed, batch, anchors))
     labels = label_positions(drafter, anchors)
     weights = slot_weights(labels.shape[-1], options.gamma, tokens.device)
-    return weighted_token_loss(options.objective, drafter.output_head(lm_head)(outputs),
-                               target_probs_at(lm_head, batch["last"], labels), weights)
+    return weighted_token_loss(options.objective, drafter.logits(outputs, lm_head),
+                               drafter.draft_vocab.restrict(target_probs_at(lm_head, batch["last"], labels)), weights)
 
 
 def evenly_spaced_anchors(batch: dict[str, torch.Tensor], block: int) -> torch.Tensor:
@@ -149,23 +150,36 @@ def block_agreement(drafter: DFlashDrafter, embed: torch.nn.Module, lm_head: tor
     anchors = evenly_spaced_anchors(batch, drafter.block_size)
     outputs = drafter.draft_rows(block_outputs(drafter, embed, batch, anchors))
     wanted = target_probs_at(lm_head, batch["last"], label_positions(drafter, anchors)).argmax(-1)
-    hits = drafter.output_head(lm_head)(outputs).argmax(-1) == wanted
+    hits = drafter.draft_vocab.to_target(drafter.logits(outputs, lm_head).argmax(-1)) == wanted
     return [float(value) for value in hits.float().mean(dim=(0, 1))]
 
 
-def fresh_drafter(options: DFlashTrainOptions, target_model: torch.nn.Module,
-                  anchor_predicts: bool = False) -> DFlashDrafter:
-    """A new drafter for the target, shaped by the options (z-lab's layer spacing unless ``target_layers``)."""
+def injected_layers(options: DFlashTrainOptions, target_model: torch.nn.Module) -> tuple[int, ...]:
+    """The 0-based target layers the drafter reads (z-lab's spacing unless ``target_layers``)."""
     total = int(text_config(target_model.config).num_hidden_layers)
-    layers = options.target_layers or default_target_layers(total, options.layers)
-    vocab = int(target_model.get_input_embeddings().weight.shape[0])
+    layers = tuple(options.target_layers or default_target_layers(total, options.layers))
     if any(not -1 <= layer < total for layer in layers):
         raise DraftcountError(f"target_layers {list(layers)} are not all in -1..{total - 1}")
+    return layers
+
+
+def training_source(request: DrafterTrainRequest, options: DFlashTrainOptions, target: LoadedModel) -> FeatureSource:
+    """The training batches: the injected layers' states (our 1-based names: layer id + 1) and the last one's."""
+    names = [layer + 1 for layer in injected_layers(options, target.model)]
+    return feature_source(request, target, list(dict.fromkeys([*names, "last"])), options.seq_len)
+
+
+def fresh_drafter(options: DFlashTrainOptions, target_model: torch.nn.Module, anchor_predicts: bool = False,
+                  draft_vocab: DraftVocab | None = None) -> DFlashDrafter:
+    """A new drafter for the target over ``draft_vocab``, shaped by the options."""
+    vocab = int(target_model.get_input_embeddings().weight.shape[0])
+    layers = injected_layers(options, target_model)
     if options.mask_token_id >= vocab:
         raise DraftcountError(f"mask_token_id {options.mask_token_id} is outside the target's vocabulary ({vocab})")
     mask = None if options.mask_token_id < 0 else options.mask_token_id
-    return new_drafter(target_model, options.layers, options.block_size, tuple(layers), mask, options.seed,
-                       options.intermediate_size, anchor_predicts, options.own_embedding, options.own_lm_head)
+    return new_drafter(target_model, options.layers, options.block_size, layers, mask, options.seed,
+                       options.intermediate_size, anchor_predicts, options.own_embedding, options.own_lm_head,
+                       draft_vocab)
 
 
 def anchor_generator(batch: dict[str, torch.Tensor], seed: int) -> torch.Generator:
@@ -179,9 +193,9 @@ def train_dflash(request: DrafterTrainRequest) -> dict:
     """Train (or, with 0 steps, just initialise) a DFlash drafter and save it to ``request.out``."""
     options = parse_options(DFlashTrainOptions, request.options, "dflash training")
     target = frozen_target(request)
-    drafter = fresh_drafter(options, target.model).to(target.device)
-    layers = list(dict.fromkeys([*drafter.features.layers, "last"]))
-    source = feature_source(request, target, layers, options.seq_len)
+    source = training_source(request, options, target)
+    drafter = fresh_drafter(options, target.model, False,
+                            choose_draft_vocab(options.draft_vocab, source, target)).to(target.device)
     embed, lm_head = target.model.get_input_embeddings(), target.model.get_output_embeddings()
     batch_loss = lambda batch: dflash_loss(drafter, embed, lm_head, batch, options)  # noqa: E731
     return train_drafter(request, options, target, source,

@@ -19,7 +19,7 @@ OPTIONAL_WEIGHTS = frozenset({"embed_tokens.weight"})
 def save_dream(head: DreamHead, out_dir: Path, provenance: dict) -> None:
     state = {name: tensor for name, tensor in head.state_dict().items() if name != "embed_tokens.weight"}
     write_drafter(out_dir, "dream", state, {"trainable_parameters": head.trainable_parameters(), **provenance},
-                  head.config)
+                  head.config, head.draft_vocab)
 
 
 def load_dream(source: str | Path, target: PreTrainedModel) -> DreamHead:
@@ -33,7 +33,7 @@ def load_dream(source: str | Path, target: PreTrainedModel) -> DreamHead:
     if int(getattr(config, "num_hidden_layers", LAYERS)) != LAYERS:
         raise DraftcountError(f"{label}: config.json says {config.num_hidden_layers} layers; DREAM has {LAYERS}")
     config.vocab_size = int(embedding.shape[0])
-    head = DreamHead(config)
+    head = DreamHead(config, files.draft_vocab(config.vocab_size, label))
     check_weights(head, files.state, label, OPTIONAL_WEIGHTS)
     head.load_state_dict({**files.state, "embed_tokens.weight": embedding})
     return head.eval()

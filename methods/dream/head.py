@@ -26,6 +26,7 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaMLP
 from harness.backend.forward import causal_bias
 from harness.backend.kv_cache import cache_argument
 from harness.backend.models import ModelCost
+from harness.training.draft_vocab import DraftVocab
 from harness.training.drafters import head_config, init_linear_layers
 from harness.training.features import FeatureSpec
 from methods.eagle.head import head_decoder_layer
@@ -91,11 +92,12 @@ def self_attention_layer(config: LlamaConfig, index: int) -> LlamaDecoderLayer:
 class DreamHead(nn.Module):
     """The drafter (see the module docstring); the LM head is the target's, passed to ``logits``."""
 
-    def __init__(self, config: LlamaConfig) -> None:
+    def __init__(self, config: LlamaConfig, draft_vocab: DraftVocab | None = None) -> None:
         super().__init__()
         config._attn_implementation = "sdpa"
         config.num_hidden_layers = LAYERS
         self.config = config
+        self.draft_vocab = draft_vocab or DraftVocab(config.vocab_size)
         self.features = FeatureSpec("none", ("last",))
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
         self.embed_tokens.weight.requires_grad_(False)
@@ -129,14 +131,16 @@ class DreamHead(nn.Module):
         return out[0] if isinstance(out, tuple) else out
 
     def logits(self, hidden: torch.Tensor, target_lm_head: nn.Module) -> torch.Tensor:
-        return target_lm_head(hidden)
+        """Through the target's LM head (its draft vocabulary's rows: draft ids)."""
+        return self.draft_vocab.logits(hidden, target_lm_head)
 
     def trainable_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
     def cost(self, lm_head_params: int) -> ModelCost:
         body = sum(p.numel() for name, p in self.named_parameters() if not name.startswith("embed_tokens"))
-        return ModelCost(body_params=body, head_params=lm_head_params, num_layers=LAYERS,
+        return ModelCost(body_params=body, head_params=self.draft_vocab.head_params(lm_head_params),
+                         num_layers=LAYERS,
                          attention_width=self.config.num_attention_heads * self.config.head_dim)
 
 
@@ -148,11 +152,12 @@ def dream_config(target_config, vocab_size: int) -> LlamaConfig:
     return config
 
 
-def new_dream_head(target: nn.Module, seed: int) -> DreamHead:
-    """A fresh drafter for ``target``: its embedding the target's (frozen), the gates at 0."""
+def new_dream_head(target: nn.Module, seed: int, draft_vocab: DraftVocab | None = None) -> DreamHead:
+    """A fresh drafter for ``target`` over ``draft_vocab`` (default: the full vocabulary): its embedding the
+    target's (frozen), the gates at 0."""
     torch.manual_seed(seed)
     lm_head = target.get_output_embeddings().weight
-    head = DreamHead(dream_config(target.config, int(lm_head.shape[0])))
+    head = DreamHead(dream_config(target.config, int(lm_head.shape[0])), draft_vocab)
     init_linear_layers(head, head.config.initializer_range)
     with torch.no_grad():
         head.embed_tokens.weight.copy_(target.get_input_embeddings().weight)

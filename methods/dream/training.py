@@ -25,6 +25,7 @@ import torch.nn.functional as F
 from harness.backend.models import text_config
 from harness.errors import DraftcountError
 from harness.options import parse_options
+from harness.training.draft_vocab import choose_draft_vocab
 from harness.training.drafters import (
     DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, shift_right,
     train_drafter, unrolled_forward,
@@ -91,7 +92,8 @@ def train_dream(request: DrafterTrainRequest) -> dict:
     from_source = dumped is None or {layer_key(index) for index in candidates} <= dumped
     source = feature_source(request, target, ["last", *candidates] if from_source else ["last"], options.seq_len)
     lm_head = target.model.get_output_embeddings()
-    head = new_dream_head(target.model, options.seed).to(target.device)
+    head = new_dream_head(target.model, options.seed,
+                          choose_draft_vocab(options.draft_vocab, source, target)).to(target.device)
 
     def batch_loss(batch: dict[str, torch.Tensor]) -> torch.Tensor:
         states = batch if from_source else target_features(target.model, batch["input_ids"], candidates)

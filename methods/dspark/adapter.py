@@ -85,10 +85,11 @@ class DSparkAdapter(DFlashAdapter):
             for slot in range(self.drafts):
                 logits, confidence = self.drafter.slot(hidden[slot], base[slot], previous)
                 if ctx.sampling.is_greedy:
-                    previous = logits.argmax(-1)
+                    previous = self.vocab.to_target(logits.argmax(-1))
                 else:
-                    probs.append(logits_to_probs(logits, ctx.sampling))
-                    previous = sample_from_probs(probs[-1], ctx.generator)
+                    warped = logits_to_probs(logits, ctx.sampling)  # over the draft vocabulary; the verifier's q
+                    probs.append(self.vocab.target_probs(warped))  # over the target's (zero outside it)
+                    previous = self.vocab.to_target(sample_from_probs(warped, ctx.generator))
                 tokens.append(previous)
                 raw.append(confidence)
             survival = torch.cumprod(self.drafter.confidence(torch.stack(raw), slice(0, self.drafts)), 0)

@@ -21,12 +21,13 @@ from methods.dspark.model import DSparkDrafter
 MARKOV_HEADS = ("vanilla",)
 
 
-def build_dspark(config, target_layer_ids, mask_token_id, target_hidden, anchor_predicts) -> DSparkDrafter:
+def build_dspark(config, target_layer_ids, mask_token_id, target_hidden, anchor_predicts,
+                 draft_vocab=None) -> DSparkDrafter:
     kind = getattr(config, "markov_head_type", "vanilla") or "vanilla"
     if kind not in MARKOV_HEADS:
         raise DraftcountError(f"dspark drafter: markov_head_type {kind!r} is not built here (only "
                               f"{', '.join(MARKOV_HEADS)})")
-    return DSparkDrafter(config, target_layer_ids, mask_token_id, target_hidden, True)
+    return DSparkDrafter(config, target_layer_ids, mask_token_id, target_hidden, True, draft_vocab)
 
 
 def load_dspark(source: str | Path, target: PreTrainedModel) -> DSparkDrafter:

@@ -2,7 +2,7 @@
 (``methods.dflash.model``, every slot drafting) plus
 
     markov_head.markov_w1   (V, r) embedding      bias_k = markov_w2(markov_w1[x_{k-1}])     (r: markov_rank)
-    markov_head.markov_w2   (V, r) linear         logits_k = lm_head(h_k) + bias_k
+    markov_head.markov_w2   (N, r) linear         logits_k = lm_head(h_k) + bias_k           (N: the draft vocabulary)
     confidence_head.proj    (1, H + r) + bias     c_k = sigmoid(proj([h_k; markov_w1[x_{k-1}]]) / T_k)
 
 x_{-1} is the block's root (the last accepted token), x_k the token drafted at slot k. T_k are the confidence
@@ -16,14 +16,15 @@ import torch
 from torch import nn
 from transformers import LlamaConfig
 
+from harness.training.draft_vocab import DraftVocab
 from methods.dflash.model import DFlashDrafter
 
 
 class MarkovHead(nn.Module):
-    def __init__(self, vocab: int, rank: int) -> None:
+    def __init__(self, vocab: int, rank: int, draft_vocab: int) -> None:
         super().__init__()
         self.markov_w1 = nn.Embedding(vocab, rank)
-        self.markov_w2 = nn.Linear(rank, vocab, bias=False)
+        self.markov_w2 = nn.Linear(rank, draft_vocab, bias=False)
 
     def forward(self, previous: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(bias over the vocabulary, the previous token's low-rank embedding) for tokens ``previous``."""
@@ -44,12 +45,12 @@ class DSparkDrafter(DFlashDrafter):
     """The backbone with its Markov and confidence heads (see the module docstring)."""
 
     def __init__(self, config: LlamaConfig, target_layer_ids: tuple[int, ...], mask_token_id: int | None,
-                 target_hidden: int, anchor_predicts: bool = True) -> None:
-        super().__init__(config, target_layer_ids, mask_token_id, target_hidden, anchor_predicts)
+                 target_hidden: int, anchor_predicts: bool = True, draft_vocab: DraftVocab | None = None) -> None:
+        super().__init__(config, target_layer_ids, mask_token_id, target_hidden, anchor_predicts, draft_vocab)
         vocab, width = int(config.vocab_size), config.hidden_size
         self.markov_rank = int(getattr(config, "markov_rank", 0) or 0)
         self.with_markov = bool(getattr(config, "confidence_head_with_markov", True)) and self.markov_rank > 0
-        self.markov_head = MarkovHead(vocab, self.markov_rank) if self.markov_rank else None
+        self.markov_head = MarkovHead(vocab, self.markov_rank, self.draft_vocab.size) if self.markov_rank else None
         self.confidence_head = (ConfidenceHead(width + (self.markov_rank if self.with_markov else 0))
                                 if getattr(config, "enable_confidence_head", True) else None)
         temperatures = list(getattr(config, "confidence_temperatures", None) or [])
@@ -59,7 +60,7 @@ class DSparkDrafter(DFlashDrafter):
     def slot(self, hidden: torch.Tensor, base_logits: torch.Tensor,
              previous: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(corrected logits, raw confidence logit) of slots with outputs ``hidden`` (..., H), the backbone's logits
-        ``base_logits`` (..., V) and the tokens before them ``previous`` (...)."""
+        ``base_logits`` (..., N, the draft vocabulary) and the tokens before them ``previous`` (..., target ids)."""
         logits, inputs = base_logits, hidden
         if self.markov_head is not None:
             bias, embedded = self.markov_head(previous)

@@ -22,13 +22,13 @@ import torch.nn.functional as F
 from harness.data.token_streams import load_tokens
 from harness.errors import DraftcountError
 from harness.options import parse_options
+from harness.training.draft_vocab import choose_draft_vocab
 from harness.training.drafters import (
-    DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, heldout_batch, init_linear_layers,
-    train_drafter,
+    DrafterTrainRequest, Fitted, fit_drafter, frozen_target, heldout_batch, init_linear_layers, train_drafter,
 )
 from methods.dflash.training import (
     DFlashTrainOptions, anchor_generator, block_outputs, draw_anchors, evenly_spaced_anchors, fresh_drafter,
-    label_positions, slot_weights, target_probs_at, weighted_token_loss,
+    label_positions, slot_weights, target_probs_at, training_source, weighted_token_loss,
 )
 from methods.dspark.checkpoint import save_dspark
 from methods.dspark.model import DSparkDrafter
@@ -52,12 +52,14 @@ class DSparkTrainOptions(DFlashTrainOptions):
 
 @dataclass
 class SlotOutputs:
-    """Per row, anchor and slot: corrected logits, raw confidence logits, the target's distribution and c*."""
+    """Per row, anchor and slot: corrected logits (over the draft vocabulary), raw confidence logits, the target's
+    distribution (restricted to the draft vocabulary), c* and the target's top-1 (a target id)."""
 
     logits: torch.Tensor
     confidence: torch.Tensor
     target_probs: torch.Tensor
     survival_target: torch.Tensor
+    wanted: torch.Tensor
 
 
 def slot_outputs(drafter: DSparkDrafter, embed: torch.nn.Module, lm_head: torch.nn.Module,
@@ -65,10 +67,14 @@ def slot_outputs(drafter: DSparkDrafter, embed: torch.nn.Module, lm_head: torch.
     outputs = drafter.draft_rows(block_outputs(drafter, embed, batch, anchors))
     labels = label_positions(drafter, anchors)
     previous = batch["input_ids"].gather(1, (labels - 1).flatten(1)).view(labels.shape)  # teacher forcing
-    logits, confidence = drafter.slot(outputs, drafter.output_head(lm_head)(outputs), previous)
-    target = target_probs_at(lm_head, batch["last"], labels)
-    accepted = 1.0 - 0.5 * (torch.softmax(logits.float(), dim=-1) - target).abs().sum(-1)
-    return SlotOutputs(logits, confidence, target, accepted.detach().clamp(0.0, 1.0))
+    logits, confidence = drafter.slot(outputs, drafter.logits(outputs, lm_head), previous)
+    full = target_probs_at(lm_head, batch["last"], labels)
+    target = drafter.draft_vocab.restrict(full)
+    gap = (torch.softmax(logits.float(), dim=-1) - target).abs().sum(-1)
+    if drafter.draft_vocab.reduced:  # the target's mass outside the draft vocabulary is never accepted
+        gap = gap + (1.0 - target.sum(-1))
+    accepted = 1.0 - 0.5 * gap
+    return SlotOutputs(logits, confidence, target, accepted.detach().clamp(0.0, 1.0), full.argmax(-1))
 
 
 def dspark_loss(drafter: DSparkDrafter, embed: torch.nn.Module, lm_head: torch.nn.Module,
@@ -120,7 +126,7 @@ def slot_agreement(drafter: DSparkDrafter, embed: torch.nn.Module, lm_head: torc
                    batch: dict[str, torch.Tensor]) -> list[float]:
     """Per slot: how often the corrected top-1 equals the target's (teacher-forced context and previous token)."""
     out = slot_outputs(drafter, embed, lm_head, batch, evenly_spaced_anchors(batch, drafter.block_size))
-    hits = out.logits.argmax(-1) == out.target_probs.argmax(-1)
+    hits = drafter.draft_vocab.to_target(out.logits.argmax(-1)) == out.wanted
     return [float(value) for value in hits.float().mean(dim=(0, 1))]
 
 
@@ -129,19 +135,20 @@ def train_dspark(request: DrafterTrainRequest) -> dict:
     ``--heldout`` and save it to ``request.out``."""
     options = parse_options(DSparkTrainOptions, request.options, "dspark training")
     target = frozen_target(request)
-    base = fresh_drafter(options, target.model, anchor_predicts=True)
+    source = training_source(request, options, target)
+    vocab = choose_draft_vocab(options.draft_vocab, source, target)
+    base = fresh_drafter(options, target.model, True, vocab)
     config = base.config
     config.markov_rank, config.confidence_head_with_markov = options.markov_rank, True
     torch.manual_seed(options.seed + 1)
-    drafter = DSparkDrafter(config, base.target_layer_ids, base.mask_token_id, int(target.config.hidden_size))
+    drafter = DSparkDrafter(config, base.target_layer_ids, base.mask_token_id, int(target.config.hidden_size),
+                            draft_vocab=vocab)
     init_linear_layers(drafter, std=0.02)
     if drafter.markov_head is not None:  # the bias starts at zero: a fresh DSpark drafts as its backbone does
         torch.nn.init.normal_(drafter.markov_head.markov_w1.weight, std=0.02)
         torch.nn.init.zeros_(drafter.markov_head.markov_w2.weight)
     drafter.load_state_dict(base.state_dict(), strict=False)  # the backbone as a fresh DFlash drafter starts
     drafter = drafter.to(target.device)
-    layers = list(dict.fromkeys([*drafter.features.layers, "last"]))
-    source = feature_source(request, target, layers, options.seq_len)
     embed, lm_head = target.model.get_input_embeddings(), target.model.get_output_embeddings()
 
     def fit() -> Fitted:

@@ -58,9 +58,10 @@ class HeadRunner:
         self.cost = cost
         self.device = target.device
         self.dtype = target.dtype
+        self.token_map = module.draft_vocab.token_map  # draft ids -> target ids for the beam (None: the same)
 
     def logprobs(self, hidden: torch.Tensor) -> torch.Tensor:
-        """Log-probabilities over the target's vocabulary (an EAGLE-3 head's own head, scattered to target ids)."""
+        """Log-probabilities over the head's draft vocabulary (the target's unless it has one of its own)."""
         return torch.log_softmax(self.module.logits(hidden, self.lm_head).float(), dim=-1)
 
 
@@ -80,7 +81,7 @@ class EagleAdapter(AdapterBase):
         self.details = {"top_k": shape.top_k, "depth": shape.depth, "budget": shape.budget,
                         "fusion": head.features.fusion, "feature_layers": list(head.features.layers),
                         "drafter_parameters": head.trainable_parameters(), "visual_tokens": visual_tokens,
-                        "step_residuals": getattr(head, "residual_steps", 0)}
+                        "step_residuals": getattr(head, "residual_steps", 0), **head.draft_vocab.describe()}
         self._reset()
 
     def batch_row(self):
@@ -213,7 +214,7 @@ class EagleAdapter(AdapterBase):
 
         with ctx.counters.phase("drafter"):
             root_logprobs = self.runner.logprobs(root_hidden)
-        self.beam = grow_beam_tree(sequence[0, -1], root_logprobs, expand, self.shape)
+        self.beam = grow_beam_tree(sequence[0, -1], root_logprobs, expand, self.shape, self.runner.token_map)
         return self.beam.tree
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
@@ -261,7 +262,7 @@ class ParallelEagleAdapter(EagleAdapter):
         self.fed_len += count
         crop_cache(self.cache, self.fed_len)  # the mask slots' entries go
         with ctx.counters.phase("drafter"):
-            logits = self.head.logits(hidden[count - 1:], self.runner.lm_head)
+            logits = self.head.draft_vocab.target_logits(self.head.logits(hidden[count - 1:], self.runner.lm_head))
             return parallel_chain(sequence[0, -1], logits, ctx, self.work, per_slot)
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:

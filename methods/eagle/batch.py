@@ -42,7 +42,8 @@ class EagleRows(SharedCacheRows):
             return list(self.runner.logprobs(out))
 
         roots = [torch.tensor(row.root, device=row.prompt.device) for row in rows]
-        beams = grow_beam_trees(roots, root_logprobs, expand_rows, self.adapters[0].shape)
+        beams = grow_beam_trees(roots, root_logprobs, expand_rows, self.adapters[0].shape,
+                                self.runner.token_map)
         for copy, beam in zip(self.adapters, beams):
             copy.beam = beam
             beam.tree.resolve()  # the batch's tree mask and positions are built on the host

@@ -11,6 +11,9 @@ the weights' names:
   own ``lm_head`` over ``draft_vocab_size`` tokens and the ``d2t``/``t2d`` vocabulary maps. Its features are the
   target layers EAGLE-3 takes (``harness.training.features.default_fusion_layers``), unless our metadata names others.
 
+Either layout may carry ``d2t``/``t2d`` (an EAGLE-1/2 head trained here with ``draft_vocab``: the target LM head's
+rows of those tokens draft); they must map the target's vocabulary (``harness.training.draft_vocab``).
+
 A layout this module does not know, a missing or unexpected weight, or a weight of the wrong shape stops with one
 line naming them.
 """
@@ -25,13 +28,14 @@ from transformers import LlamaConfig, PreTrainedModel
 from harness.backend.models import text_config
 from harness.errors import DraftcountError
 from harness.store.atomic import atomic_path
+from harness.training.draft_vocab import DraftVocab
 from harness.training.drafters import DrafterFiles, check_weights, read_drafter, write_drafter
 from harness.training.features import FeatureSpec, default_fusion_layers
 from methods.eagle.head import EagleHead
 from methods.eagle.head3 import Eagle3Head
 
 CONFIG_FIELDS = ("hidden_size", "intermediate_size", "num_attention_heads", "vocab_size")  # cnets.py reads them
-OPTIONAL_WEIGHTS = frozenset({"embed_tokens.weight", "d2t", "t2d"})  # the target's embedding / identity maps stand in
+OPTIONAL_WEIGHTS = frozenset({"embed_tokens.weight"})  # the target's embedding stands in
 
 
 def checkpoint_layout(state: dict[str, torch.Tensor], directory: Path) -> str:
@@ -61,23 +65,33 @@ def head_features(meta: dict, layout: str, target_layers: int) -> FeatureSpec:
     return FeatureSpec("none", ("last",))
 
 
-def build_head(layout: str, config: LlamaConfig, state: dict[str, torch.Tensor], features: FeatureSpec,
+def build_head(layout: str, config: LlamaConfig, files: DrafterFiles, features: FeatureSpec,
                target: PreTrainedModel, label: str) -> EagleHead | Eagle3Head:
     embedding = target.get_input_embeddings().weight
     vocab, width = int(embedding.shape[0]), int(embedding.shape[1])
+    state = files.state
     if layout == "eagle3":
         target_hidden = int(getattr(config, "target_hidden_size", None) or config.hidden_size)
         if target_hidden != width:
             raise DraftcountError(f"{label}: built for a target {target_hidden} wide; the target is {width}")
         if config.vocab_size != vocab:
             raise DraftcountError(f"{label}: built for a {config.vocab_size}-token vocabulary; the target has {vocab}")
-        return Eagle3Head(config, features, width, vocab)
+        return Eagle3Head(config, features, width, vocab, eagle3_vocab(files, vocab, label))
     if config.hidden_size != width:
         raise DraftcountError(f"{label}: {config.hidden_size} wide; the target is {width}")
     config.vocab_size = vocab
     residuals = int(state["step_residuals"].shape[0]) if "step_residuals" in state else 0
     return EagleHead(config, features, fc_bias="fc.bias" in state, parallel="mask_embedding" in state,
-                     residual_steps=residuals)
+                     residual_steps=residuals, draft_vocab=files.draft_vocab(vocab, label))
+
+
+def eagle3_vocab(files: DrafterFiles, vocab: int, label: str) -> DraftVocab:
+    """An EAGLE-3 head's draft vocabulary: its maps (the identity when it has none), of its LM head's size."""
+    draft = files.draft_vocab(vocab, label)
+    rows = int(files.state["lm_head.weight"].shape[0]) if "lm_head.weight" in files.state else draft.size
+    if rows != draft.size:
+        raise DraftcountError(f"{label}: its LM head has {rows} rows; its d2t/t2d map {draft.size} tokens")
+    return draft
 
 
 def load_head(source: str | Path, target: PreTrainedModel) -> EagleHead | Eagle3Head:
@@ -90,7 +104,7 @@ def load_head(source: str | Path, target: PreTrainedModel) -> EagleHead | Eagle3
     if layout == "eagle":
         state.pop("lm_head.weight", None)  # some exports carry the target's LM head; the target's own is used
     features = head_features(files.meta, layout, int(text_config(target.config).num_hidden_layers))
-    head = build_head(layout, config, state, features, target, label)
+    head = build_head(layout, config, files, features, target, label)
     check_weights(head, state, label, OPTIONAL_WEIGHTS)
     embedding = target.get_input_embeddings().weight.detach().cpu()
     if "embed_tokens.weight" not in state:
@@ -107,10 +121,11 @@ def save_head(head: EagleHead | Eagle3Head, out_dir: Path, provenance: dict, off
     state = dict(head.state_dict())
     if isinstance(head, Eagle3Head):
         state.pop("embed_tokens.weight")  # the official EAGLE-3 heads take the target's
+        state.update(head.draft_vocab.maps())  # and always carry their maps
     if not official_bin:
         meta = {"fusion": head.features.fusion, "feature_layers": list(head.features.layers),
                 "trainable_parameters": head.trainable_parameters(), **provenance}
-        write_drafter(out_dir, "eagle", state, meta, head.config)
+        write_drafter(out_dir, "eagle", state, meta, head.config, head.draft_vocab)
         return
     out_dir.mkdir(parents=True, exist_ok=True)
     head.config.save_pretrained(out_dir)

@@ -3,12 +3,15 @@ nodes per depth (depth + 1 head steps), each measured as one head step over ``to
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 from transformers import PreTrainedModel
 
 from harness.backend.kv_cache import crop_cache
 from harness.engine.method_spec import CostModel, Latencies, option
 from harness.backend.timed import timed_seconds, timing_cache
+from harness.training.draft_vocab import sized_vocab
 from harness.training.features import FeatureSpec
 from methods.eagle.head import new_head
 
@@ -16,38 +19,50 @@ COMPONENT = "eagle_step"
 
 
 @torch.no_grad()
-def step_latency(target: PreTrainedModel, top_k: int, prefix: int, repeats: int,
-                 timing: str = "eager") -> float:
-    """One EAGLE-2 expansion: the head on ``top_k`` frontier nodes (tree mask over its cache) + their logits."""
-    return head_step_latency(new_head(target, FeatureSpec("none", ("last",)), seed=0), target, top_k, prefix, repeats,
-                             timing)
+def step_latency(target: PreTrainedModel, top_k: int, prefix: int, repeats: int, timing: str = "eager",
+                 draft_vocab: int = 0) -> float:
+    """One EAGLE-2 expansion: the head on ``top_k`` frontier nodes (tree mask over its cache) + their logits (over
+    ``draft_vocab`` tokens; 0: the whole vocabulary)."""
+    vocab = sized_vocab(int(target.get_output_embeddings().weight.shape[0]), draft_vocab)
+    return head_step_latency(new_head(target, FeatureSpec("none", ("last",)), seed=0, draft_vocab=vocab), target,
+                             top_k, prefix, repeats, timing)
 
 
 def head_step_latency(head: torch.nn.Module, target: PreTrainedModel, top_k: int, prefix: int, repeats: int,
                       timing: str = "eager") -> float:
     """One beam expansion of ``head`` (an EAGLE-style head: features, tokens, positions, cache, mask) on ``top_k``
-    frontier nodes over a ``prefix`` in its cache, and their logits through the target's LM head."""
+    frontier nodes over a ``prefix`` in its cache, and their logits (``head_step``)."""
     device = next(target.parameters()).device
-    lm_head = target.get_output_embeddings().weight
+    return timed_seconds(head_step(head, target, top_k, prefix, timing), device, repeats, timing)
+
+
+@torch.no_grad()
+def head_step(head: torch.nn.Module, target: PreTrainedModel, top_k: int, prefix: int,
+              timing: str = "eager") -> Callable[[], None]:
+    """One beam expansion of ``head`` as a call: the head on ``top_k`` frontier nodes (a tree mask over a ``prefix``
+    in its cache) and their log-probabilities over its draft vocabulary (through the target's LM head, or its own)."""
+    device = next(target.parameters()).device
+    lm_head = target.get_output_embeddings()
+    vocab = int(lm_head.weight.shape[0])
     head = head.to(device, target.dtype).eval()
     hidden = target.config.hidden_size
     cache = timing_cache(head.config, prefix + top_k, target.dtype, device, timing)
     head(torch.randn(1, prefix, hidden, device=device, dtype=target.dtype),
-         torch.randint(lm_head.shape[0], (1, prefix), device=device),
-         torch.arange(prefix, device=device)[None], cache)
+         torch.randint(vocab, (1, prefix), device=device), torch.arange(prefix, device=device)[None], cache)
     features = torch.randn(1, top_k, hidden, device=device, dtype=target.dtype)
-    tokens = torch.randint(lm_head.shape[0], (1, top_k), device=device)
+    tokens = torch.randint(vocab, (1, top_k), device=device)
     positions = torch.full((1, top_k), prefix, device=device)
     bias = torch.full((1, 1, top_k, prefix + top_k), torch.finfo(target.dtype).min, device=device, dtype=target.dtype)
     bias[..., :prefix] = 0
     bias[0, 0, torch.arange(top_k, device=device), prefix + torch.arange(top_k, device=device)] = 0
 
+    @torch.no_grad()
     def step() -> None:
         states = head(features, tokens, positions, cache, bias)
-        torch.log_softmax((states @ lm_head.T).float(), dim=-1)
+        torch.log_softmax(head.logits(states, lm_head).float(), dim=-1)
         crop_cache(cache, prefix)
 
-    return timed_seconds(step, device, repeats, timing)
+    return step
 
 
 def drafting_seconds(options: dict, latencies: Latencies) -> float:

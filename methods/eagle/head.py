@@ -1,4 +1,6 @@
 """The EAGLE-1/2 draft head: [token embedding; target feature] -> linear -> one decoder layer -> target LM head.
+With a draft vocabulary (``draft_vocab``, ``harness.training.draft_vocab``) its logits are the target LM head's rows
+of those N tokens, in draft ids.
 
 Parameter names follow the official EAGLE-1/2 checkpoints (their ``eagle/model/cnets1.py``: ``fc.weight``,
 ``fc.bias`` unless the config says ``bias: false``, ``layers.0.self_attn.q_proj.weight``, ...,
@@ -14,6 +16,7 @@ from torch import nn
 from transformers import DynamicCache, LlamaConfig
 from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRotaryEmbedding
 
+from harness.training.draft_vocab import DraftVocab
 from harness.training.drafters import head_config, init_linear_layers
 from harness.training.features import FeatureSpec
 from harness.backend.kv_cache import cache_argument
@@ -64,11 +67,12 @@ class EagleHead(nn.Module):
     """The draft head (see the module docstring). The LM head is the target's, passed to ``logits``."""
 
     def __init__(self, config: LlamaConfig, features: FeatureSpec, fc_bias: bool = True,
-                 parallel: bool = False, residual_steps: int = 0) -> None:
+                 parallel: bool = False, residual_steps: int = 0, draft_vocab: DraftVocab | None = None) -> None:
         super().__init__()
         config._attn_implementation = "sdpa"
         self.config = config
         self.features = features
+        self.draft_vocab = draft_vocab or DraftVocab(config.vocab_size)
         hidden = config.hidden_size
         self.embed_tokens = nn.Embedding(config.vocab_size, hidden)
         self.embed_tokens.weight.requires_grad_(False)
@@ -133,8 +137,8 @@ class EagleHead(nn.Module):
                                    position_ids, cache, attention_bias, mask_inputs)
 
     def logits(self, hidden: torch.Tensor, target_lm_head: nn.Module) -> torch.Tensor:
-        """EAGLE-1/2 heads draft through the target's own LM head."""
-        return target_lm_head(hidden)
+        """EAGLE-1/2 heads draft through the target's own LM head (its draft vocabulary's rows: draft ids)."""
+        return self.draft_vocab.logits(hidden, target_lm_head)
 
     def trainable_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
@@ -142,28 +146,29 @@ class EagleHead(nn.Module):
     def cost(self, lm_head_params: int) -> ModelCost:
         body = sum(p.numel() for name, p in self.named_parameters()
                    if not name.startswith(("embed_tokens", "mask_", "step_residuals")))
-        return ModelCost(body_params=body, head_params=lm_head_params, num_layers=1,
+        return ModelCost(body_params=body, head_params=self.draft_vocab.head_params(lm_head_params), num_layers=1,
                          attention_width=self.config.num_attention_heads * self.config.head_dim)
 
 
-def new_head(target: nn.Module, features: FeatureSpec, seed: int) -> nn.Module:
-    """A freshly initialised head for ``target`` (a causal LM): EAGLE-1/2's for fusion ``none``, EAGLE-3's (a full
-    draft vocabulary, its LM head and norm started from the target's) for ``eagle3``. The token embedding is the
-    target's, frozen."""
+def new_head(target: nn.Module, features: FeatureSpec, seed: int, draft_vocab: DraftVocab | None = None) -> nn.Module:
+    """A freshly initialised head for ``target`` (a causal LM): EAGLE-1/2's for fusion ``none``, EAGLE-3's (its LM
+    head over the draft vocabulary, the full one by default, and its norm started from the target's) for
+    ``eagle3``. The token embedding is the target's, frozen."""
     torch.manual_seed(seed)
     lm_head = target.get_output_embeddings().weight
     config = head_config(target.config, int(lm_head.shape[0]))
+    vocab = draft_vocab or DraftVocab(int(lm_head.shape[0]))
     if features.fusion == "eagle3":
         config.architectures = ["LlamaForCausalLMEagle3"]
-        config.draft_vocab_size = int(lm_head.shape[0])
-        head = Eagle3Head(config, features, int(lm_head.shape[1]), int(lm_head.shape[0]))
+        config.draft_vocab_size = vocab.size
+        head = Eagle3Head(config, features, int(lm_head.shape[1]), int(lm_head.shape[0]), vocab)
     else:
-        head = EagleHead(config, features)
+        head = EagleHead(config, features, draft_vocab=vocab)
     init_linear_layers(head, head.config.initializer_range)
     with torch.no_grad():
         head.embed_tokens.weight.copy_(target.get_input_embeddings().weight)
         if isinstance(head, Eagle3Head):
-            head.lm_head.weight.copy_(lm_head)
+            head.lm_head.weight.copy_(vocab.restrict(lm_head.T).T)
             final_norm = getattr(target.base_model, "norm", None)
             if final_norm is not None:
                 head.norm.weight.copy_(final_norm.weight)

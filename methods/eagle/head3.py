@@ -5,11 +5,11 @@
     out = h + mlp(post_attention_layernorm(h))                   (``midlayer.*``)
     logits = lm_head(norm(out))                                  (its own head, over draft_vocab_size tokens)
 
-A draft-vocabulary index d stands for the target token ``d + d2t[d]``; ``logits`` returns them scattered over the
-target's vocabulary (tokens outside the draft vocabulary at -inf), so trees, verification and sampling see one
-vocabulary. Deeper tree nodes feed the head its own output ``out`` (already ``width`` wide, so ``fc`` is skipped),
+A draft-vocabulary index d stands for the target token ``d + d2t[d]`` (``harness.training.draft_vocab``: the maps
+are the head's ``draft_vocab``, written as ``d2t``/``t2d``); ``logits`` returns draft ids, which the adapter maps to
+target ids. Deeper tree nodes feed the head its own output ``out`` (already ``width`` wide, so ``fc`` is skipped),
 as the official drafter does. The token embedding is the target's (frozen), unless the checkpoint has its own.
-Heads trained here (``fusion: eagle3``) use this layout with a full draft vocabulary.
+Heads trained here (``fusion: eagle3``) use this layout with the full vocabulary or ``draft_vocab: N``.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from transformers.models.llama.modeling_llama import LlamaAttention, LlamaMLP, L
 
 from harness.backend.kv_cache import cache_argument
 from harness.backend.models import ModelCost
+from harness.training.draft_vocab import DraftVocab
 from harness.training.features import FeatureSpec
 
 
@@ -51,27 +52,22 @@ class Eagle3Layer(nn.Module):
 class Eagle3Head(nn.Module):
     """The EAGLE-3 head (see the module docstring); the same calls as ``EagleHead``."""
 
-    def __init__(self, config: LlamaConfig, features: FeatureSpec, target_hidden: int, target_vocab: int) -> None:
+    def __init__(self, config: LlamaConfig, features: FeatureSpec, target_hidden: int, target_vocab: int,
+                 draft_vocab: DraftVocab | None = None) -> None:
         super().__init__()
         config._attn_implementation = "sdpa"
         self.config = config
         self.features = features
         self.target_vocab = target_vocab
         width = config.hidden_size
-        draft_vocab = int(getattr(config, "draft_vocab_size", None) or target_vocab)
+        self.draft_vocab = draft_vocab or DraftVocab(target_vocab)
         self.embed_tokens = nn.Embedding(target_vocab, width)
         self.embed_tokens.weight.requires_grad_(False)
         self.fc = nn.Linear(len(features.layers) * target_hidden, width, bias=False)
         self.midlayer = Eagle3Layer(config)
         self.norm = LlamaRMSNorm(width, eps=config.rms_norm_eps)
-        self.lm_head = nn.Linear(width, draft_vocab, bias=False)
-        self.register_buffer("d2t", torch.zeros(draft_vocab, dtype=torch.long))
-        self.register_buffer("t2d", torch.zeros(target_vocab, dtype=torch.bool))
+        self.lm_head = nn.Linear(width, self.draft_vocab.size, bias=False)
         self.rotary_emb = LlamaRotaryEmbedding(config)
-
-    @property
-    def draft_vocab(self) -> int:
-        return self.lm_head.out_features
 
     def input_features(self, rows: list[torch.Tensor]) -> torch.Tensor:
         """``fc`` over the target's chosen layers, concatenated in layer order."""
@@ -85,13 +81,8 @@ class Eagle3Head(nn.Module):
         return self.midlayer(embedded, features, attention_bias, rotary, cache)
 
     def logits(self, hidden: torch.Tensor, target_lm_head: nn.Module | None = None) -> torch.Tensor:
-        """Logits over the target's vocabulary: the head's own, scattered to target ids (others at -inf)."""
-        draft = self.lm_head(self.norm(hidden))
-        if self.draft_vocab == self.target_vocab and not bool(self.d2t.any()):
-            return draft
-        full = draft.new_full((*draft.shape[:-1], self.target_vocab), float("-inf"))
-        target_ids = torch.arange(self.draft_vocab, device=draft.device) + self.d2t
-        return full.index_copy(-1, target_ids, draft)
+        """Logits over the draft vocabulary (draft ids; ``draft_vocab`` maps them): the head's own LM head."""
+        return self.lm_head(self.norm(hidden))
 
     def trainable_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)

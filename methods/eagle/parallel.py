@@ -46,7 +46,8 @@ def mask_loss(head: EagleHead, lm_head: torch.nn.Module, batch: dict[str, torch.
     slots = torch.arange(layout.length, layout.positions.numel())  # host: indexes the host layout, moved below
     wanted = layout.labels[slots] - 1  # the window slot whose output the mask stands in for
     with torch.no_grad():
-        target_probs = torch.softmax(lm_head(following[:, wanted.to(following.device)]).float(), dim=-1)
+        target_probs = head.draft_vocab.restrict(torch.softmax(lm_head(following[:, wanted.to(following.device)])
+                                                              .float(), dim=-1))
     return token_loss(objective)(head.logits(outputs[:, slots.to(outputs.device)], lm_head), target_probs, None)
 
 
@@ -57,5 +58,6 @@ def parallel_agreement(head: EagleHead, lm_head: torch.nn.Module, batch: dict[st
     from the anchor's own slot, draft j + 1 from its mask j)."""
     following = batch["last"][:, 1:]
     outputs, layout = block_outputs(head, batch, every_kth_anchor(following.shape[1], k), k)
-    hits = layout.draft_hits(head.logits(outputs, lm_head).argmax(-1), lm_head(following).argmax(-1))
+    drafted = head.draft_vocab.to_target(head.logits(outputs, lm_head).argmax(-1))
+    hits = layout.draft_hits(drafted, lm_head(following).argmax(-1))
     return [count / (following.shape[0] * len(layout.anchors)) for count in hits]

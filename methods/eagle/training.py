@@ -18,6 +18,7 @@ Group Tree Optimization (``harness.training.gto``) against a frozen copy of it, 
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
@@ -26,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
+from harness.training.draft_vocab import DraftVocab, check_init_vocab, choose_draft_vocab
 from harness.training.drafters import (
     DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, shift_right, train_drafter,
     unrolled_forward, unrolled_step_mask,
@@ -94,9 +96,10 @@ def unrolled_loss(head: torch.nn.Module, lm_head: torch.nn.Module, outputs: list
                   step_decay: float) -> torch.Tensor:
     """EAGLE's loss over unrolled steps: step k's outputs (B, T-1, H) against ``following`` (f_{p+1}, what the
     output at p should be): ``ce_weight`` x the objective's token loss against softmax(lm_head(f_{p+1})) plus
-    ``regression_weight`` x smooth-L1 on the feature, over the positions step k trains, weighted by step_decay**k."""
+    ``regression_weight`` x smooth-L1 on the feature, over the positions step k trains, weighted by step_decay**k.
+    Over a draft vocabulary the target's distribution is restricted to it (``harness.training.draft_vocab``)."""
     with torch.no_grad():
-        target_probs = torch.softmax(lm_head(following).float(), dim=-1)
+        target_probs = head.draft_vocab.restrict(torch.softmax(lm_head(following).float(), dim=-1))
     total = following.new_zeros(())
     for step, out in enumerate(outputs):
         mask = unrolled_step_mask(out, step)
@@ -114,7 +117,7 @@ def head_agreement(head: EagleHead | Eagle3Head, lm_head: torch.nn.Module, batch
     wanted = lm_head(batch["last"][:, 1:]).argmax(-1)
     agreement = []
     for step, out in enumerate(unrolled_outputs(head, batch, steps)):
-        hits = (head.logits(out, lm_head).argmax(-1) == wanted)[:, step:]
+        hits = (head.draft_vocab.to_target(head.logits(out, lm_head).argmax(-1)) == wanted)[:, step:]
         agreement.append(float(hits.float().mean()))
     return agreement
 
@@ -147,7 +150,8 @@ def head_path_logprob(head: EagleHead | Eagle3Head, state: HeadState, prefix_len
     cache = prefix_cache(state.cache, prefix_len, head.config)
     hidden = state.outputs[0, prefix_len - 1]
     for index, token in enumerate(tokens):
-        total = total + torch.log_softmax(head.logits(hidden, state.lm_head).float(), dim=-1)[token]
+        logits = head.draft_vocab.target_logits(head.logits(hidden, state.lm_head))
+        total = total + torch.log_softmax(logits.float(), dim=-1)[token]
         if index + 1 < tokens.shape[0]:
             position = torch.full((1, 1), prefix_len + index, device=hidden.device)
             hidden = head(hidden[None, None], token.reshape(1, 1), position, cache, None,
@@ -158,15 +162,18 @@ def head_path_logprob(head: EagleHead | Eagle3Head, state: HeadState, prefix_len
 EAGLE_GTO = GtoHooks(adapter=EagleAdapter, catch_up=head_catch_up, path_logprob=head_path_logprob)
 
 
-def initial_head(options: EagleTrainOptions, target: LoadedModel, spec: FeatureSpec) -> torch.nn.Module:
-    """A fresh head, or the trained one ``init`` names (in training mode; its fusion must be the option's)."""
-    if not options.init:
-        head = new_head(target.model, spec, options.seed).to(target.device)
+def initial_head(options: EagleTrainOptions, target: LoadedModel, spec: FeatureSpec, init: torch.nn.Module | None,
+                 vocab: Callable[[], DraftVocab]) -> torch.nn.Module:
+    """A fresh head (over the draft vocabulary ``vocab()`` chooses), or ``init``, the trained one the option names
+    (in training mode; its fusion must be the option's, and its draft vocabulary stays)."""
+    if init is None:
+        head = new_head(target.model, spec, options.seed, vocab()).to(target.device)
     else:
-        head = load_head(Path(options.init), target.model).to(target.device).train()
+        head = init.to(target.device).train()
         if head.features.fusion != options.fusion:
             raise DraftcountError(f"init head {options.init} has fusion {head.features.fusion}; "
                                   f"pass fusion={head.features.fusion}")
+        check_init_vocab(options.draft_vocab, head.draft_vocab, options.init)
     if options.step_residuals and not getattr(head, "residual_steps", 0):
         if not isinstance(head, EagleHead) or options.steps_unrolled < 2 or options.parallel:
             raise DraftcountError("eagle training: step_residuals (HiViS v2) needs fusion none, unroll_steps >= 2 "
@@ -180,11 +187,11 @@ def train_eagle(request: DrafterTrainRequest) -> dict:
     fine-tune a trained one (``objective: gto``: by Group Tree Optimization against a frozen copy of it)."""
     options = parse_options(EagleTrainOptions, request.options, "eagle training")
     target = frozen_target(request)
-    spec = choose_features(options.fusion, options.feature_layers, target.config.num_hidden_layers)
-    head = initial_head(options, target, spec)
-    spec = head.features
-    layers = list(dict.fromkeys([*spec.layers, "last"]))
-    source = feature_source(request, target, layers, options.seq_len)
+    init = load_head(Path(options.init), target.model) if options.init else None
+    spec = init.features if init is not None else choose_features(options.fusion, options.feature_layers,
+                                                                  target.config.num_hidden_layers)
+    source = feature_source(request, target, list(dict.fromkeys([*spec.layers, "last"])), options.seq_len)
+    head = initial_head(options, target, spec, init, lambda: choose_draft_vocab(options.draft_vocab, source, target))
     lm_head = target.model.get_output_embeddings()
     if options.parallel:
         return train_parallel(request, options, target, head, source, lm_head)

@@ -33,7 +33,6 @@ from transformers import DynamicCache
 from harness.engine.adapter import AdapterBase, StepContext
 from harness.trees.beam import BeamTree, Frontier, grow_beam_tree
 from harness.engine.counters import DrafterWork, count_useful_drafter_flops
-from harness.errors import DraftcountError
 from harness.backend.forward import LMOutput, positions, run_drafter
 from harness.backend.kv_cache import append_entries, crop_cache
 from harness.backend.models import LoadedModel
@@ -64,10 +63,6 @@ class LyannaAdapter(AdapterBase):
     wants_target_hidden_states = True
 
     def __init__(self, drafter: LyannaModel, target: LoadedModel, options: LyannaOptions) -> None:
-        kept = int(drafter.vocab_ids.shape[0])
-        if options.top_k > kept:
-            raise DraftcountError(f"lyanna's top_k ({options.top_k}) exceeds the drafter's kept vocabulary ({kept} "
-                                  "tokens): a beam tree could not fill its frontiers with tokens it can produce")
         self.drafter = drafter.to(target.device, target.dtype).eval()
         self.device, self.dtype = target.device, target.dtype
         self.options = options
@@ -79,8 +74,7 @@ class LyannaAdapter(AdapterBase):
         self.details = {"top_k": self.shape.top_k, "depth": self.shape.depth, "budget": self.shape.budget,
                         "reuse": options.reuse, "verify_fusion": options.verify_fusion, "overlap": options.overlap,
                         "inject": drafter.arch.inject, "fusion": drafter.arch.fusion,
-                        "kept_vocabulary": int(drafter.vocab_ids.shape[0]),
-                        "drafter_parameters": drafter.trainable_parameters()}
+                        "drafter_parameters": drafter.trainable_parameters(), **drafter.draft_vocab.describe()}
         self.side = SideStream(self.device)  # overlap=on: the run-ahead steps, beside the target's verification
         self._reset()
 
@@ -202,19 +196,20 @@ class LyannaAdapter(AdapterBase):
         self.chain = _Chain(states=states, logprobs={p: logprobs[row] for row, p in enumerate(with_states)})
 
         def node_logprobs(depth: int, parents: torch.Tensor) -> torch.Tensor:
-            if depth == 1 and root_known:  # the target's own distribution after the root
-                return torch.log_softmax(self.root_logits.float(), dim=-1).expand(parents.shape[0], -1)
+            if depth == 1 and root_known:  # the target's own distribution after the root (in the draft vocabulary)
+                root_logits = self.drafter.draft_vocab.restrict(self.root_logits)
+                return torch.log_softmax(root_logits.float(), dim=-1).expand(parents.shape[0], -1)
             row = depth - 1 - root_known
             with ctx.counters.phase("drafter"):
                 logits = self.drafter.node_logits(stacked[row], parents.to(self.device), base[row]).float()
             self._book(ctx, [("inject", depth)], self.drafter.injection_flops(parents.shape[0]))
-            combined = torch.log_softmax(logits, dim=-1) + extra[row]
-            return torch.log_softmax(self.drafter.to_full_vocab(combined), dim=-1)
+            return torch.log_softmax(torch.log_softmax(logits, dim=-1) + extra[row], dim=-1)
 
         def expand(frontier: Frontier) -> torch.Tensor:
             return node_logprobs(frontier.depth + 1, frontier.tokens)
 
-        self.beam = grow_beam_tree(root, node_logprobs(1, root.reshape(1))[0], expand, self.shape)
+        self.beam = grow_beam_tree(root, node_logprobs(1, root.reshape(1))[0], expand, self.shape,
+                                   self.drafter.draft_vocab.token_map)
         if self.options.overlap == "on":
             self._run_ahead(ctx, states)
         return self.beam.tree

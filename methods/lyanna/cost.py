@@ -10,17 +10,20 @@ from transformers import PreTrainedModel
 from harness.backend.kv_cache import crop_cache
 from harness.engine.method_spec import CostModel, Latencies, option
 from harness.backend.timed import timed_seconds, timing_cache
+from harness.training.draft_vocab import sized_vocab
 from methods.lyanna.model import LyannaArch, new_drafter
 
 COMPONENT = "lyanna_depth"
 
 
 @torch.no_grad()
-def step_latency(target: PreTrainedModel, top_k: int, prefix: int, repeats: int,
-                 timing: str = "eager") -> float:
-    """One Lyanna depth: one backbone state, its LM-head logits, and the token-info logits of ``top_k`` nodes."""
+def step_latency(target: PreTrainedModel, top_k: int, prefix: int, repeats: int, timing: str = "eager",
+                 draft_vocab: int = 0) -> float:
+    """One Lyanna depth: one backbone state, its LM-head logits, and the token-info logits of ``top_k`` nodes (over
+    ``draft_vocab`` tokens; 0: the whole vocabulary)."""
     device = next(target.parameters()).device
-    drafter = new_drafter(target, LyannaArch(), None, seed=0).to(device, target.dtype).eval()
+    vocab = sized_vocab(int(target.get_output_embeddings().weight.shape[0]), draft_vocab)
+    drafter = new_drafter(target, LyannaArch(), vocab, seed=0).to(device, target.dtype).eval()
     hidden = target.config.hidden_size
     cache = timing_cache(drafter.config, prefix + 1, target.dtype, device, timing)
     drafter(torch.randn(1, prefix, hidden, device=device, dtype=target.dtype),

@@ -14,9 +14,11 @@ Injection (``inject``):
   r-dim trainable embedding -> RMS-normalised -> r x |V| up-projection.
 - ``feature``: the LM head applied to state + MLP([state; embedding(parent)]).
 
-Vocabulary compression: ``vocab_ids`` (a buffer) restricts the drafter's output
-to a subset of the vocabulary (chosen by token frequency); tokens outside it are
-never drafted, which keeps verification lossless.
+Vocabulary compression: a draft vocabulary (``draft_vocab``,
+``harness.training.draft_vocab``: the most frequent training tokens) restricts
+the drafter's output to those N tokens, in draft ids, through the target LM
+head's rows of them (and an N-wide token-info up-projection); tokens outside it
+are never drafted, which keeps verification lossless.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRot
 from harness.errors import DraftcountError
 from harness.backend.kv_cache import cache_argument
 from harness.backend.models import ModelCost
+from harness.training.draft_vocab import DraftVocab
 from harness.training.drafters import (
     check_target_fit, check_weights, head_config, init_linear_layers, read_drafter, write_drafter,
 )
@@ -58,10 +61,10 @@ class LyannaArch:
 
 
 class LyannaModel(nn.Module):
-    """Backbone + injector; the target's LM head rows (of the kept vocabulary) are a frozen buffer."""
+    """Backbone + injector; the target's LM head rows (of the draft vocabulary) are a frozen buffer."""
 
     def __init__(self, config: LlamaConfig, arch: LyannaArch, lm_head_weight: torch.Tensor,
-                 embedding: torch.Tensor, vocab_ids: torch.Tensor | None) -> None:
+                 embedding: torch.Tensor, draft_vocab: DraftVocab | None) -> None:
         super().__init__()
         config._attn_implementation = "sdpa"
         self.config, self.arch = config, arch
@@ -70,11 +73,11 @@ class LyannaModel(nn.Module):
         self.proj = nn.Linear(hidden, hidden, bias=True)
         self.layers = nn.ModuleList([LlamaDecoderLayer(config, layer_idx=0)])
         self.rotary_emb = LlamaRotaryEmbedding(config)
-        ids = torch.arange(lm_head_weight.shape[0], device=lm_head_weight.device) if vocab_ids is None else vocab_ids
-        self.register_buffer("vocab_ids", ids.long().clone())
-        self.register_buffer("lm_head_rows", lm_head_weight.detach()[ids].clone(), persistent=False)
         self.full_vocab = int(lm_head_weight.shape[0])
-        kept = ids.shape[0]
+        self.draft_vocab = draft_vocab or DraftVocab(self.full_vocab)
+        self.register_buffer("lm_head_rows", self.draft_vocab.restrict(lm_head_weight.detach().T).T.clone(),
+                             persistent=False)
+        kept = self.draft_vocab.size
         if arch.inject == "token_info":
             self.parent_embed = nn.Embedding(self.full_vocab, arch.rank)
             self.parent_norm = nn.RMSNorm(arch.rank, eps=1e-6)
@@ -82,10 +85,6 @@ class LyannaModel(nn.Module):
         else:
             self.register_buffer("token_embed", embedding.detach().clone(), persistent=False)
             self.inject_mlp = nn.Sequential(nn.Linear(2 * hidden, hidden), nn.SiLU(), nn.Linear(hidden, hidden))
-
-    @property
-    def compressed(self) -> bool:
-        return self.vocab_ids.shape[0] < self.full_vocab
 
     def true_inputs(self, rows: list[torch.Tensor]) -> torch.Tensor:
         """Backbone inputs at positions whose target features are known."""
@@ -121,14 +120,6 @@ class LyannaModel(nn.Module):
         mixed = states + self.inject_mlp(torch.cat([states, self.token_embed[parents].to(states.dtype)], dim=-1))
         return self.state_logits(mixed)
 
-    def to_full_vocab(self, logits: torch.Tensor) -> torch.Tensor:
-        """Kept-vocabulary logits -> full-vocabulary logits (-inf for tokens never drafted)."""
-        if not self.compressed:
-            return logits
-        full = logits.new_full((*logits.shape[:-1], self.full_vocab), float("-inf"))
-        full[..., self.vocab_ids] = logits
-        return full
-
     def trainable_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters() if p.requires_grad)
 
@@ -153,12 +144,12 @@ def lyanna_config(target_config, vocab_size: int, intermediate_size: int) -> Lla
     return config
 
 
-def new_drafter(target_model, arch: LyannaArch, vocab_ids: torch.Tensor | None, seed: int) -> LyannaModel:
+def new_drafter(target_model, arch: LyannaArch, draft_vocab: DraftVocab | None, seed: int) -> LyannaModel:
     """A freshly initialised drafter for ``target_model`` (its LM head and embedding stay frozen buffers)."""
     torch.manual_seed(seed)
     lm_head = target_model.get_output_embeddings().weight
     config = lyanna_config(target_model.config, int(lm_head.shape[0]), arch.intermediate_size)
-    drafter = LyannaModel(config, arch, lm_head, target_model.get_input_embeddings().weight, vocab_ids)
+    drafter = LyannaModel(config, arch, lm_head, target_model.get_input_embeddings().weight, draft_vocab)
     init_linear_layers(drafter, config.initializer_range)
     if arch.inject == "token_info":
         nn.init.zeros_(drafter.parent_up.weight)  # start as the bare state logits
@@ -167,9 +158,9 @@ def new_drafter(target_model, arch: LyannaArch, vocab_ids: torch.Tensor | None, 
 
 def save_drafter(drafter: LyannaModel, out_dir: Path, provenance: dict) -> None:
     arch = {key: list(value) if isinstance(value, tuple) else value for key, value in asdict(drafter.arch).items()}
-    meta = {"arch": arch, "kept_vocabulary": int(drafter.vocab_ids.shape[0]),
+    meta = {"arch": arch, "kept_vocabulary": drafter.draft_vocab.size,
             "trainable_parameters": drafter.trainable_parameters(), **provenance}
-    write_drafter(out_dir, "lyanna", drafter.state_dict(), meta, drafter.config)
+    write_drafter(out_dir, "lyanna", drafter.state_dict(), meta, drafter.config, drafter.draft_vocab)
 
 
 def load_drafter(source: str | Path, target_model) -> LyannaModel:
@@ -178,8 +169,11 @@ def load_drafter(source: str | Path, target_model) -> LyannaModel:
     arch = LyannaArch(**{**files.meta["arch"], "feature_layers": tuple(files.meta["arch"]["feature_layers"])})
     config, label = files.llama_config(), f"Lyanna drafter {files.directory}"
     check_target_fit(label, config.hidden_size, config.vocab_size, target_model)
+    ids = files.state.pop("vocab_ids", None)  # drafters written before the shared d2t/t2d map kept their ids
+    vocab = files.draft_vocab(config.vocab_size, label) if ids is None or len(ids) == config.vocab_size else \
+        DraftVocab(config.vocab_size, ids)
     drafter = LyannaModel(config, arch, target_model.get_output_embeddings().weight,
-                          target_model.get_input_embeddings().weight, files.state["vocab_ids"])
+                          target_model.get_input_embeddings().weight, vocab)
     check_weights(drafter, files.state, label)
     drafter.load_state_dict(files.state)
     return drafter.eval()

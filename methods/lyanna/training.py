@@ -9,7 +9,10 @@ target's distribution softmax(lm_head(f_{p+1})) (restricted to the kept
 vocabulary), weighted by ``step_decay``**k, plus optional smooth-L1 regression
 of the state onto f_{p+1}. Same data, loop and checkpoints as the EAGLE head.
 
-``init=<drafter dir>`` starts from a trained drafter (its architecture and kept vocabulary replace the
+Vocabulary compression: ``draft_vocab: N`` (or ``vocab_fraction``: N as a share of the target's vocabulary) keeps the
+N most frequent training tokens (``harness.training.draft_vocab``).
+
+``init=<drafter dir>`` starts from a trained drafter (its architecture and draft vocabulary replace the
 architecture options); ``objective: gto`` then adds Group Tree Optimization (``harness.training.gto``) against a
 frozen copy of it, with the hooks ``LYANNA_GTO``.
 """
@@ -24,6 +27,7 @@ import torch
 import torch.nn.functional as F
 from transformers import DynamicCache
 
+from harness.training.draft_vocab import check_init_vocab, choose_draft_vocab
 from harness.training.drafters import (
     DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, shift_right, train_drafter,
     unrolled_forward, unrolled_step_mask,
@@ -35,7 +39,6 @@ from harness.trees.beam_shape import BeamShape
 from harness.training.gto import GtoHooks, GtoTrainOptions, RowTarget, prefix_cache, with_gto
 from harness.training.objectives import token_loss
 from harness.training.features import FeatureSource, feature_rows, layer_key
-from harness.data.token_streams import load_tokens
 from harness.options import parse_options
 from harness.training.features import choose_features
 from methods.lyanna.adapter import LyannaAdapter, LyannaOptions
@@ -50,7 +53,7 @@ class LyannaTrainOptions(GtoTrainOptions):
     feature_layers: tuple[str, ...] = ()
     intermediate_size: int = 0  # 0 = the target's (or sized by match_eagle)
     match_eagle: bool = False  # size the backbone MLP so the drafter has an EAGLE head's trainable parameters
-    vocab_fraction: float = 1.0  # < 1: vocabulary compression to the most frequent tokens
+    vocab_fraction: float = 1.0  # < 1: draft_vocab as a share of the target's vocabulary (round(V x fraction))
     unroll_steps: int = 5
     step_decay: float = 0.8
     regression_weight: float = 0.0
@@ -59,6 +62,8 @@ class LyannaTrainOptions(GtoTrainOptions):
         super().__post_init__()
         if not 0 < self.vocab_fraction <= 1:
             raise ValueError(f"vocab_fraction must be in (0, 1], got {self.vocab_fraction}")
+        if self.vocab_fraction < 1 and self.draft_vocab:
+            raise ValueError("give draft_vocab or vocab_fraction, not both")
         if self.unroll_steps < 1:
             raise ValueError(f"unroll_steps must be >= 1, got {self.unroll_steps}")
 
@@ -80,14 +85,6 @@ def matched_intermediate(options: LyannaTrainOptions, hidden: int, target_interm
     return max(8, (budget - fixed) // (3 * hidden))
 
 
-def frequent_vocabulary(source: FeatureSource, tokens: torch.Tensor | None, vocab: int, fraction: float) -> torch.Tensor:
-    """The most frequent ``fraction`` of the vocabulary in the training tokens (sorted ids)."""
-    stream = tokens if tokens is not None else torch.cat([shard["input_ids"].flatten().long() for shard in source._shards])
-    counts = torch.bincount(stream.flatten().long(), minlength=vocab)
-    keep = max(1, round(vocab * fraction))
-    return counts.topk(keep).indices.sort().values
-
-
 def unrolled_states(drafter: LyannaModel, batch: dict[str, torch.Tensor], steps: int) -> list[torch.Tensor]:
     """Backbone outputs (B, T-1, H) of each unrolled step; the output at p predicts f_{p+1}."""
     inputs = drafter.true_inputs([batch[layer_key(layer)][:, :-1] for layer in drafter.arch.features.layers])
@@ -99,7 +96,7 @@ def lyanna_loss(drafter: LyannaModel, lm_head: torch.nn.Module, batch: dict[str,
     following = batch["last"][:, 1:]
     parents = batch["input_ids"][:, 1:]
     with torch.no_grad():
-        target_probs = torch.softmax(lm_head(following).float(), dim=-1)[..., drafter.vocab_ids]
+        target_probs = drafter.draft_vocab.restrict(torch.softmax(lm_head(following).float(), dim=-1))
     total = following.new_zeros(())
     for step, out in enumerate(unrolled_states(drafter, batch, options.unroll_steps)):
         mask = unrolled_step_mask(out, step)
@@ -119,7 +116,7 @@ def depth_agreement(drafter: LyannaModel, lm_head: torch.nn.Module, batch: dict[
     parents = batch["input_ids"][:, 1:]
     agreement = []
     for step, out in enumerate(unrolled_states(drafter, batch, steps)):
-        chosen = drafter.vocab_ids[drafter.node_logits(out, parents).argmax(-1)]
+        chosen = drafter.draft_vocab.to_target(drafter.node_logits(out, parents).argmax(-1))
         agreement.append(float((chosen == wanted)[:, step:].float().mean()))
     return agreement
 
@@ -158,7 +155,7 @@ def chain_path_logprob(drafter: LyannaModel, state: ChainState, prefix_len: int,
             position = torch.full((1, 1), prefix_len + index - 1, device=hidden.device)
             hidden = drafter(drafter.own_inputs(hidden[None, None]), position, cache, None)[0, 0]
         logprobs = torch.log_softmax(drafter.node_logits(hidden, parent).float(), dim=-1)
-        total = total + drafter.to_full_vocab(logprobs)[token]
+        total = total + drafter.draft_vocab.target_logits(logprobs)[token]
         parent = token
     return total
 
@@ -174,16 +171,14 @@ def fresh_drafter(options: LyannaTrainOptions, target: LoadedModel, source: Feat
     """A new drafter, its architecture and vocabulary from the options."""
     layers = choose_features(options.fusion, options.feature_layers, target.config.num_hidden_layers).layers
     vocab = target.vocab_size
-    vocab_ids = None
-    if options.vocab_fraction < 1:
-        vocab_ids = frequent_vocabulary(source, source.tokens, vocab, options.vocab_fraction)
-    kept = vocab if vocab_ids is None else int(vocab_ids.shape[0])
+    size = options.draft_vocab or (max(1, round(vocab * options.vocab_fraction)) if options.vocab_fraction < 1 else 0)
+    draft_vocab = choose_draft_vocab(size, source, target)
     intermediate = options.intermediate_size
     if options.match_eagle:
         intermediate = matched_intermediate(options, target.config.hidden_size, target.config.intermediate_size,
-                                            vocab, kept)
+                                            vocab, draft_vocab.size)
     arch = LyannaArch(options.inject, options.rank, options.fusion, layers, intermediate)
-    return new_drafter(target.model, arch, vocab_ids, options.seed).to(target.device)
+    return new_drafter(target.model, arch, draft_vocab, options.seed).to(target.device)
 
 
 def train_lyanna(request: DrafterTrainRequest) -> dict:
@@ -198,15 +193,14 @@ def train_lyanna(request: DrafterTrainRequest) -> dict:
         layers = choose_features(options.fusion, options.feature_layers, target.config.num_hidden_layers).layers
     source = feature_source(request, target, list(dict.fromkeys([*layers, "last"])), options.seq_len)
     drafter = init if init is not None else fresh_drafter(options, target, source)
-    vocab_ids = drafter.vocab_ids if drafter.compressed else None
-    kept = int(drafter.vocab_ids.shape[0])
+    if init is not None:
+        check_init_vocab(options.draft_vocab, init.draft_vocab, options.init)
     lm_head = target.model.get_output_embeddings()
     batch_loss = with_gto(lambda batch: lyanna_loss(drafter, lm_head, batch, options), LYANNA_GTO, drafter, target,
                           options)
     own = {"eagle_head_parameters": eagle_head_parameters(target.config.hidden_size, target.config.intermediate_size),
-           "backbone_intermediate_size": drafter.config.intermediate_size, "kept_vocabulary": kept}
-    if request.heldout is not None and vocab_ids is not None:
-        own["heldout_vocabulary_coverage"] = float(torch.isin(load_tokens(request.heldout), vocab_ids).float().mean())
+           "backbone_intermediate_size": drafter.config.intermediate_size,
+           "kept_vocabulary": drafter.draft_vocab.size}
     return train_drafter(request, options, target, source,
                          lambda: Fitted(drafter, fit_drafter(drafter, batch_loss, source, target, request, options), own),
                          lambda module, batch: depth_agreement(module, lm_head, batch, options.unroll_steps),

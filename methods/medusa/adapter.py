@@ -53,7 +53,8 @@ class MedusaAdapter(AdapterBase):
         self.max_draft_nodes = self.static.nodes if self.static else self.shape.max_nodes
         self.details = {"top_k": self.shape.top_k, "depth": depth, "budget": self.max_draft_nodes,
                         "choices": options.choices or "beam", "heads": heads.arch.heads, "hydra": heads.arch.hydra,
-                        "own_lm_heads": heads.arch.own_lm_heads, "drafter_parameters": heads.trainable_parameters()}
+                        "own_lm_heads": heads.arch.own_lm_heads, "drafter_parameters": heads.trainable_parameters(),
+                        **heads.draft_vocab.describe()}
         if self.static:
             self.details["tree_choices"] = [list(choice) for choice in self.static.choices]
         self.static_index = level_index(self.static, heads.arch.hydra, target.device) if self.static else []
@@ -100,7 +101,7 @@ class MedusaAdapter(AdapterBase):
             self.work.charge([(frontier.depth, row) for row in range(rows)], cost)
             return logprobs
 
-        self.beam = grow_beam_tree(root, root_logprobs[0], expand, self.shape)
+        self.beam = grow_beam_tree(root, root_logprobs[0], expand, self.shape, self.heads.draft_vocab.token_map)
         return self.beam.tree
 
     def _propose_static(self, ctx: StepContext, root: torch.Tensor) -> TokenTree:
@@ -116,7 +117,7 @@ class MedusaAdapter(AdapterBase):
             units = [FIRST_HEAD] if depth == 1 else [(depth - 1, row) for row in range(rows)] if hydra else \
                 [("head", depth)]
             self.work.charge(units, flops)
-            children = logprobs.topk(level.top, dim=-1).indices[child_rows, ranks]
+            children = self.heads.draft_vocab.to_target(logprobs.topk(level.top, dim=-1).indices[child_rows, ranks])
             if hydra:
                 paths = torch.cat([paths.index_select(0, parents.index_select(0, child_rows)), children[:, None]], 1)
             tokens.append(children)
@@ -156,9 +157,9 @@ def static_tree(options: MedusaOptions, heads: MedusaHeads) -> ChoiceTree | None
     if options.choices != "calibrated":
         tree = read_choices(options.choices)
         deepest = max(rank for choice in tree.choices for rank in choice)
-        if deepest >= heads.arch.vocab_size:
-            raise DraftcountError(f"{options.choices}: rank {deepest} is beyond the vocabulary "
-                                  f"({heads.arch.vocab_size} tokens)")
+        if deepest >= heads.draft_vocab.size:
+            raise DraftcountError(f"{options.choices}: rank {deepest} is beyond the heads' vocabulary "
+                                  f"({heads.draft_vocab.size} tokens)")
         return tree
     if heads.rank_accuracy is None:
         raise DraftcountError("method 'medusa': choices 'calibrated' needs heads trained here with --heldout (they "

@@ -21,6 +21,7 @@ from torch import nn
 
 from harness.errors import DraftcountError
 from harness.store.drafter_meta import META_FILE
+from harness.training.draft_vocab import DraftVocab
 from harness.training.drafters import check_target_fit, check_weights, drafter_directory, read_drafter, write_drafter
 from methods.medusa.model import MedusaArch, MedusaHeads
 
@@ -30,7 +31,7 @@ CALIBRATION = "heldout_rank_accuracy_by_head"  # our metadata: per head, its acc
 
 def save_heads(heads: MedusaHeads, out_dir: Path, provenance: dict) -> None:
     meta = {"arch": asdict(heads.arch), "trainable_parameters": heads.trainable_parameters(), **provenance}
-    write_drafter(out_dir, "medusa", heads.state_dict(), meta)
+    write_drafter(out_dir, "medusa", heads.state_dict(), meta, vocab=heads.draft_vocab)
 
 
 def released_heads(directory: Path) -> tuple[MedusaArch, dict[str, torch.Tensor]]:
@@ -64,15 +65,16 @@ def released_heads(directory: Path) -> tuple[MedusaArch, dict[str, torch.Tensor]
 def load_heads(source: str | Path, target_model: nn.Module) -> MedusaHeads:
     """Medusa or Hydra heads for ``target_model`` (trained here, or Medusa's released layout), in eval mode."""
     directory = drafter_directory(source)
-    calibration = None
+    calibration, label = None, f"Medusa heads {directory}"
     if not (directory / META_FILE).is_file() and any((directory / name).is_file() for name in RELEASED_WEIGHTS):
         arch, state = released_heads(directory)
+        vocab = DraftVocab(arch.vocab_size)
     else:
         files = read_drafter(directory, "medusa", with_config=False)
         arch, state, calibration = MedusaArch(**files.meta["arch"]), files.state, files.meta.get(CALIBRATION)
-    label = f"Medusa heads {directory}"
+        vocab = files.draft_vocab(arch.vocab_size, label)
     check_target_fit(label, arch.hidden_size, arch.vocab_size, target_model)
-    heads = MedusaHeads(arch)
+    heads = MedusaHeads(arch, vocab)
     check_weights(heads, state, label)
     heads.load_state_dict(state)
     heads.rank_accuracy = calibration

@@ -9,17 +9,21 @@ from transformers import PreTrainedModel
 
 from harness.backend.timed import timed_seconds
 from harness.engine.method_spec import CostModel, Latencies, option
+from harness.training.draft_vocab import sized_vocab
 from methods.medusa.model import arch_for, new_heads
 
 COMPONENT = "medusa_head"
 
 
 @torch.no_grad()
-def head_latency(target: PreTrainedModel, top_k: int, prefix: int, repeats: int, timing: str = "eager") -> float:
-    """Head 1 over ``top_k`` rows + their log-probabilities (``prefix`` plays no part)."""
+def head_latency(target: PreTrainedModel, top_k: int, prefix: int, repeats: int, timing: str = "eager",
+                 draft_vocab: int = 0) -> float:
+    """Head 1 over ``top_k`` rows + their log-probabilities over ``draft_vocab`` tokens (0: the whole vocabulary;
+    ``prefix`` plays no part)."""
     device = next(target.parameters()).device
     lm_head = target.get_output_embeddings()
-    heads = new_heads(arch_for(target, 1, False, True), lm_head, seed=0).to(device, target.dtype).eval()
+    vocab = sized_vocab(int(lm_head.weight.shape[0]), draft_vocab)
+    heads = new_heads(arch_for(target, 1, False, True), lm_head, 0, vocab).to(device, target.dtype).eval()
     state = torch.randn(top_k, heads.arch.hidden_size, device=device, dtype=target.dtype)
 
     def step() -> None:

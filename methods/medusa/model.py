@@ -7,9 +7,11 @@ Head k (1-based, predicting x_{p+1+k} from h_p) is Medusa's residual block follo
     logits_k = L_k u_k
 
 W_k starts at zero, so an untrained head predicts what the target's LM head does; L_k is the head's own LM head,
-started from the target's (Medusa-1), or the target's frozen one (``own_lm_heads: false``). A Medusa head may apply
-its block ``block_repeats`` times (the released code's ``medusa_num_layers`` repeats one block). Directories (ours
-and Medusa's released layout): ``methods.medusa.checkpoint``.
+started from the target's (Medusa-1), or the target's frozen one (``own_lm_heads: false``), which every head shares.
+Over a draft vocabulary (``harness.training.draft_vocab``) L_k has its N rows: an own head N x H, a shared one the
+target's rows of those tokens. A Medusa head may apply its block ``block_repeats`` times (the released code's
+``medusa_num_layers`` repeats one block). Directories (ours and Medusa's released layout):
+``methods.medusa.checkpoint``.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from torch import nn
 
 from harness.backend.models import ModelCost
 from harness.errors import DraftcountError
+from harness.training.draft_vocab import DraftVocab
 
 
 @dataclass(frozen=True)
@@ -45,13 +48,14 @@ class MedusaArch:
 class MedusaHeads(nn.Module):
     """K Medusa (or Hydra) heads (see the module docstring)."""
 
-    def __init__(self, arch: MedusaArch) -> None:
+    def __init__(self, arch: MedusaArch, draft_vocab: DraftVocab | None = None) -> None:
         super().__init__()
         self.arch = arch
+        self.draft_vocab = draft_vocab or DraftVocab(arch.vocab_size)
         self.rank_accuracy: list[list[float]] | None = None  # per head, per rank (a calibration; see checkpoint)
         self.blocks = nn.ModuleList(nn.Linear(arch.block_inputs(head), arch.hidden_size)
                                     for head in range(1, arch.heads + 1))
-        self.lm_heads = nn.ModuleList(nn.Linear(arch.hidden_size, arch.vocab_size, bias=False)
+        self.lm_heads = nn.ModuleList(nn.Linear(arch.hidden_size, self.draft_vocab.size, bias=False)
                                       for _ in range(arch.heads if arch.own_lm_heads else 0))
 
     def hidden(self, head: int, state: torch.Tensor, path: torch.Tensor | None = None) -> torch.Tensor:
@@ -64,7 +68,10 @@ class MedusaHeads(nn.Module):
         return state
 
     def logits(self, head: int, hidden: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
-        return (self.lm_heads[head - 1] if self.arch.own_lm_heads else lm_head)(hidden)
+        """Head ``head``'s logits over the draft vocabulary (draft ids): its own LM head, or the target's rows."""
+        if self.arch.own_lm_heads:
+            return self.lm_heads[head - 1](hidden)
+        return self.draft_vocab.logits(hidden, lm_head)
 
     def trainable_parameters(self) -> int:
         return sum(parameter.numel() for parameter in self.parameters() if parameter.requires_grad)
@@ -72,19 +79,20 @@ class MedusaHeads(nn.Module):
     def cost(self, head: int, lm_head_params: int) -> ModelCost:
         """FLOPs of head ``head`` per row: its block and its LM head; no attention (the heads see no context)."""
         body = self.arch.block_inputs(head) * self.arch.hidden_size * self.arch.block_repeats
-        return ModelCost(body_params=body, head_params=lm_head_params, num_layers=0, attention_width=0)
+        return ModelCost(body_params=body, head_params=self.draft_vocab.head_params(lm_head_params), num_layers=0,
+                         attention_width=0)
 
 
-def new_heads(arch: MedusaArch, lm_head: nn.Module, seed: int) -> MedusaHeads:
-    """Fresh heads: blocks at zero (each head starts as the target's next-token prediction), own LM heads copied
-    from the target's."""
+def new_heads(arch: MedusaArch, lm_head: nn.Module, seed: int, draft_vocab: DraftVocab | None = None) -> MedusaHeads:
+    """Fresh heads over ``draft_vocab`` (default: the full vocabulary): blocks at zero (each head starts as the
+    target's next-token prediction), own LM heads copied from the target's (its rows of the draft vocabulary)."""
     torch.manual_seed(seed)
-    heads = MedusaHeads(arch)
+    heads = MedusaHeads(arch, draft_vocab)
     for block in heads.blocks:
         nn.init.zeros_(block.weight)
         nn.init.zeros_(block.bias)
     for own in heads.lm_heads:
-        own.weight.data.copy_(lm_head.weight.data)
+        own.weight.data.copy_(heads.draft_vocab.restrict(lm_head.weight.data.T).T)
     return heads
 
 

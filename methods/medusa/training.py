@@ -17,12 +17,13 @@ from torch import nn
 
 from harness.errors import DraftcountError
 from harness.options import parse_options
+from harness.training.draft_vocab import DraftVocab, choose_draft_vocab
 from harness.training.drafters import (
     DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, train_drafter,
 )
 from harness.training.objectives import token_loss
 from methods.medusa.checkpoint import CALIBRATION, save_heads
-from methods.medusa.model import MedusaHeads, arch_for, new_heads
+from methods.medusa.model import MedusaArch, MedusaHeads, arch_for, new_heads
 
 LAYERS: list[int | str] = ["last"]
 
@@ -44,7 +45,8 @@ class MedusaTrainOptions(DrafterLoopOptions):
 
 def head_logits(heads: MedusaHeads, embed: nn.Module, lm_head: nn.Module,
                 batch: dict[str, torch.Tensor]) -> list[torch.Tensor]:
-    """Per head k = 1..K: logits (B, T - k, V); row p drafts x_{p+1+k} from h_p (and, Hydra, x_{p+1..p+k})."""
+    """Per head k = 1..K: logits (B, T - k, N) over the draft vocabulary; row p drafts x_{p+1+k} from h_p (and,
+    Hydra, x_{p+1..p+k})."""
     tokens, features = batch["input_ids"], batch["last"]
     length = tokens.shape[1]
     out = []
@@ -62,7 +64,7 @@ def medusa_loss(heads: MedusaHeads, embed: nn.Module, lm_head: nn.Module, batch:
     total = features.new_zeros(())
     for head, logits in enumerate(head_logits(heads, embed, lm_head, batch), start=1):
         with torch.no_grad():
-            target_probs = torch.softmax(lm_head(features[:, head:]).float(), dim=-1)
+            target_probs = heads.draft_vocab.restrict(torch.softmax(lm_head(features[:, head:]).float(), dim=-1))
         total = total + options.step_decay ** (head - 1) * token_loss(options.objective)(logits, target_probs, None)
     return total
 
@@ -78,7 +80,7 @@ def head_rank_accuracy(heads: MedusaHeads, embed: nn.Module, lm_head: nn.Module,
     wanted = lm_head(batch["last"]).argmax(-1)
     table = []
     for head, logits in enumerate(head_logits(heads, embed, lm_head, batch), start=1):
-        ranked = logits.topk(min(ranks, logits.shape[-1]), dim=-1).indices
+        ranked = heads.draft_vocab.to_target(logits.topk(min(ranks, logits.shape[-1]), dim=-1).indices)
         table.append((ranked == wanted[:, head:, None]).float().mean(dim=(0, 1)).tolist())
     return table
 
@@ -89,14 +91,26 @@ def head_agreement(heads: MedusaHeads, embed: nn.Module, lm_head: nn.Module,
     return [row[0] for row in head_rank_accuracy(heads, embed, lm_head, batch, ranks=1)]
 
 
+def check_own_heads_fit(arch: MedusaArch, vocab: DraftVocab, target_parameters: int) -> None:
+    """Own LM heads (K x N x H) that would outweigh the whole target are refused with one line: at a large
+    vocabulary the heads share the target's LM head (``own_lm_heads: false``) or own heads over a draft vocabulary."""
+    own = arch.heads * vocab.size * arch.hidden_size if arch.own_lm_heads else 0
+    if own > target_parameters:
+        raise DraftcountError(f"medusa training: {arch.heads} own LM heads of {vocab.size} x {arch.hidden_size} hold "
+                              f"{own / 1e6:.1f}M parameters, more than the target's {target_parameters / 1e6:.1f}M; "
+                              "pass own_lm_heads=false (the heads share the target's LM head) or a draft_vocab")
+
+
 def train_medusa(request: DrafterTrainRequest) -> dict:
     """Train (or, with 0 steps, just initialise) Medusa or Hydra heads and save them to ``request.out``."""
     options = parse_options(MedusaTrainOptions, request.options, "medusa training")
     target = frozen_target(request)
     source = feature_source(request, target, LAYERS, options.seq_len)
     lm_head, embed = target.model.get_output_embeddings(), target.model.get_input_embeddings()
-    heads = new_heads(arch_for(target.model, options.heads, options.hydra, options.own_lm_heads), lm_head,
-                      options.seed).to(target.device)
+    vocab = choose_draft_vocab(options.draft_vocab, source, target)
+    arch = arch_for(target.model, options.heads, options.hydra, options.own_lm_heads)
+    check_own_heads_fit(arch, vocab, target.num_parameters)
+    heads = new_heads(arch, lm_head, options.seed, vocab).to(target.device)
     batch_loss = lambda batch: medusa_loss(heads, embed, lm_head, batch, options)  # noqa: E731
     return train_drafter(request, options, target, source,
                          lambda: Fitted(heads, fit_drafter(heads, batch_loss, source, target, request, options)),

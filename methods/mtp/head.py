@@ -26,6 +26,7 @@ from transformers.models.llama.modeling_llama import LlamaDecoderLayer, LlamaRMS
 
 from harness.backend.kv_cache import cache_argument
 from harness.errors import DraftcountError
+from harness.training.draft_vocab import DraftVocab
 from harness.training.features import FeatureSpec
 from methods.eagle.head import add_qkv_biases
 from methods.prism.head import (
@@ -70,7 +71,7 @@ class MtpHead(StepModulesHead):
     """M MTP modules; ``forward(..., step=k)`` runs module ((k - 1) mod M)."""
 
     def __init__(self, config: LlamaConfig, modules: int = 1, hidden_input: str = "norm",
-                 zero_first_embedding: bool = False) -> None:
+                 zero_first_embedding: bool = False, draft_vocab: DraftVocab | None = None) -> None:
         super().__init__()
         if modules < 1:
             raise DraftcountError(f"an MTP drafter needs at least one module, got {modules}")
@@ -79,6 +80,7 @@ class MtpHead(StepModulesHead):
                                   f"{hidden_input!r}")
         config._attn_implementation = "sdpa"
         self.config = config
+        self.draft_vocab = draft_vocab or DraftVocab(config.vocab_size)
         self.hidden_input, self.zero_first_embedding = hidden_input, zero_first_embedding
         self.features = FeatureSpec("none", ("last",))
         self.embed_tokens = nn.Embedding(config.vocab_size, config.hidden_size)
@@ -105,10 +107,10 @@ class MtpHead(StepModulesHead):
         return block.head_norm(out[0] if isinstance(out, tuple) else out)
 
 
-def new_mtp_head(target: PreTrainedModel, modules: int, seed: int) -> MtpHead:
+def new_mtp_head(target: PreTrainedModel, modules: int, seed: int, draft_vocab: DraftVocab | None = None) -> MtpHead:
     """Fresh modules for ``target`` (EAGLE's initialisation of the linear layers, norms at one; the target's
-    embedding, frozen)."""
-    return new_step_modules_head(target, seed, lambda config: MtpHead(config, modules))
+    embedding, frozen), over ``draft_vocab`` (default: the full vocabulary)."""
+    return new_step_modules_head(target, seed, lambda config: MtpHead(config, modules, draft_vocab=draft_vocab))
 
 
 def save_mtp(head: MtpHead, out_dir: Path, provenance: dict) -> None:
@@ -119,6 +121,7 @@ def save_mtp(head: MtpHead, out_dir: Path, provenance: dict) -> None:
 def load_mtp(source: str | Path, target: PreTrainedModel) -> MtpHead:
     """MTP modules trained here (or converted by ``methods.mtp.checkpoint``) for ``target``, in eval mode."""
     return load_step_modules_head(source, target, "mtp", "MTP drafter",
-                                  lambda config, meta: MtpHead(config, int(meta.get("modules", 1)),
-                                                               meta.get("hidden_input", "norm"),
-                                                               bool(meta.get("zero_first_embedding", False))))
+                                  lambda config, meta, vocab: MtpHead(config, int(meta.get("modules", 1)),
+                                                                      meta.get("hidden_input", "norm"),
+                                                                      bool(meta.get("zero_first_embedding", False)),
+                                                                      vocab))

@@ -17,6 +17,7 @@ import torch
 
 from harness.errors import DraftcountError
 from harness.options import parse_options
+from harness.training.draft_vocab import choose_draft_vocab
 from harness.training.drafters import (
     DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, train_drafter,
 )
@@ -52,7 +53,8 @@ def train_mtp(request: DrafterTrainRequest) -> dict:
     target = frozen_target(request)
     source = feature_source(request, target, ["last"], options.seq_len)
     lm_head = target.model.get_output_embeddings()
-    head = new_mtp_head(target.model, options.modules, options.seed).to(target.device)
+    head = new_mtp_head(target.model, options.modules, options.seed,
+                        choose_draft_vocab(options.draft_vocab, source, target)).to(target.device)
     batch_loss = lambda batch: mtp_loss(head, lm_head, batch, options)  # noqa: E731
     return train_drafter(request, options, target, source,
                          lambda: Fitted(head, fit_drafter(head, batch_loss, source, target, request, options),

@@ -60,6 +60,7 @@ class OwlAdapter(AdapterBase):
         self.details = {"top_k": self.shape.top_k, "depth": self.shape.depth, "budget": self.shape.budget,
                         "hybrid": options.hybrid, "drafter": "sum-lstm", "drafter_trained_depth":
                         drafter.arch.n_predict, "drafter_parameters": drafter.trainable_parameters(),
+                        **drafter.draft_vocab.describe(),
                         **({"threshold": options.threshold, "min_n": options.min_n, "max_n": options.max_n,
                             "max_draft": options.max_draft} if self.index else {})}
         self._reset()
@@ -112,7 +113,7 @@ class OwlAdapter(AdapterBase):
             states.append(stepped)
             return logprobs
 
-        self.beam = grow_beam_tree(root, root_logprobs[0], expand, self.shape)
+        self.beam = grow_beam_tree(root, root_logprobs[0], expand, self.shape, self.drafter.draft_vocab.token_map)
         return self.beam.tree
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:

@@ -9,17 +9,21 @@ from transformers import PreTrainedModel
 
 from harness.engine.method_spec import CostModel, Latencies, option
 from harness.backend.timed import timed_seconds
+from harness.training.draft_vocab import sized_vocab
 from methods.owl.model import LstmState, arch_for, new_lstm
 
 COMPONENT = "owl_step"
 
 
 @torch.no_grad()
-def step_latency(target: PreTrainedModel, top_k: int, prefix: int, repeats: int, timing: str = "eager") -> float:
-    """One LSTM step over ``top_k`` frontier nodes + their log-probabilities (``prefix`` plays no part)."""
+def step_latency(target: PreTrainedModel, top_k: int, prefix: int, repeats: int, timing: str = "eager",
+                 draft_vocab: int = 0) -> float:
+    """One LSTM step over ``top_k`` frontier nodes + their log-probabilities over ``draft_vocab`` tokens (0: the
+    whole vocabulary; ``prefix`` plays no part)."""
     device = next(target.parameters()).device
     lm_head = target.get_output_embeddings()
-    drafter = new_lstm(arch_for(target, 5), seed=0).to(device, target.dtype).eval()
+    vocab = sized_vocab(int(lm_head.weight.shape[0]), draft_vocab)
+    drafter = new_lstm(arch_for(target, 5), 0, vocab).to(device, target.dtype).eval()
     hidden = drafter.arch.hidden_size
     carried = LstmState(torch.randn(top_k, hidden, device=device, dtype=target.dtype),
                         torch.randn(top_k, hidden, device=device, dtype=target.dtype))

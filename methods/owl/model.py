@@ -10,7 +10,7 @@ One step, from ``prev`` (the previous state; at step 1 the target's hidden state
     f, i, o = sigmoid(a_f), sigmoid(a_i), sigmoid(a_o);  g = a_g
     c     <- c * f + GELU(LN(g)) * i
     state  = GELU(LN(c)) * o
-    logits = lm_head(W_head(state))                  (the target's frozen LM head)
+    logits = lm_head(W_head(state))                  (the target's frozen LM head; its draft vocabulary's rows)
 
 One cell and one head serve every step (our choice: Arctic keeps per-step projections and heads; a shared cell
 drafts any depth, also past the depth it was trained for, and keeps the parameter count independent of it). The
@@ -30,6 +30,7 @@ from torch import nn
 
 from harness.backend.models import ModelCost
 from harness.errors import DraftcountError
+from harness.training.draft_vocab import DraftVocab
 from harness.training.drafters import check_target_fit, check_weights, read_drafter, write_drafter
 
 
@@ -67,10 +68,11 @@ class LstmState:
 class OwlLstm(nn.Module):
     """The sum-LSTM drafter (see the module docstring)."""
 
-    def __init__(self, arch: OwlArch) -> None:
+    def __init__(self, arch: OwlArch, draft_vocab: DraftVocab | None = None) -> None:
         super().__init__()
         width = arch.hidden_size
         self.arch = arch
+        self.draft_vocab = draft_vocab or DraftVocab(arch.vocab_size)
         self.embedding = nn.Embedding(arch.vocab_size, width)
         self.input_norm = nn.LayerNorm(width)
         self.proj = nn.Linear(width, 4 * width, bias=False)
@@ -93,7 +95,8 @@ class OwlLstm(nn.Module):
         return LstmState(state, cell)
 
     def logits(self, states: torch.Tensor, lm_head: nn.Module) -> torch.Tensor:
-        return lm_head(self.head(states))
+        """Over the draft vocabulary (draft ids): the target LM head's rows of it."""
+        return self.draft_vocab.logits(self.head(states), lm_head)
 
     def trainable_parameters(self) -> int:
         return sum(parameter.numel() for parameter in self.parameters() if parameter.requires_grad)
@@ -102,14 +105,14 @@ class OwlLstm(nn.Module):
         """FLOPs of a step: the projection and head per row, the LM head per row with logits; no attention term
         (the drafter sees no context)."""
         width = self.arch.hidden_size
-        return ModelCost(body_params=4 * width * width + width * width, head_params=lm_head_params, num_layers=0,
-                         attention_width=0)
+        return ModelCost(body_params=4 * width * width + width * width,
+                         head_params=self.draft_vocab.head_params(lm_head_params), num_layers=0, attention_width=0)
 
 
-def new_lstm(arch: OwlArch, seed: int) -> OwlLstm:
+def new_lstm(arch: OwlArch, seed: int, draft_vocab: DraftVocab | None = None) -> OwlLstm:
     """A fresh drafter: every matrix Normal(0, 1/sqrt(H)) (Arctic's initialisation), layer norms at identity."""
     torch.manual_seed(seed)
-    drafter = OwlLstm(arch)
+    drafter = OwlLstm(arch, draft_vocab)
     std = 1 / math.sqrt(arch.hidden_size)
     for module in (drafter.embedding, drafter.proj, drafter.head):
         nn.init.normal_(module.weight, std=std)
@@ -123,7 +126,7 @@ def arch_for(target_model: nn.Module, n_predict: int) -> OwlArch:
 
 def save_lstm(drafter: OwlLstm, out_dir: Path, provenance: dict) -> None:
     meta = {"arch": asdict(drafter.arch), "trainable_parameters": drafter.trainable_parameters(), **provenance}
-    write_drafter(out_dir, "owl", drafter.state_dict(), meta)
+    write_drafter(out_dir, "owl", drafter.state_dict(), meta, vocab=drafter.draft_vocab)
 
 
 def load_lstm(source: str | Path, target_model: nn.Module) -> OwlLstm:
@@ -131,7 +134,7 @@ def load_lstm(source: str | Path, target_model: nn.Module) -> OwlLstm:
     files = read_drafter(source, "owl", with_config=False)
     arch, label = OwlArch(**files.meta["arch"]), f"OWL drafter {files.directory}"
     check_target_fit(label, arch.hidden_size, arch.vocab_size, target_model)
-    drafter = OwlLstm(arch)
+    drafter = OwlLstm(arch, files.draft_vocab(arch.vocab_size, label))
     check_weights(drafter, files.state, label)
     drafter.load_state_dict(files.state)
     return drafter.eval()

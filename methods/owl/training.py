@@ -17,6 +17,7 @@ import torch
 
 from harness.errors import DraftcountError
 from harness.options import parse_options
+from harness.training.draft_vocab import choose_draft_vocab
 from harness.training.drafters import (
     DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, train_drafter,
 )
@@ -42,7 +43,8 @@ class OwlTrainOptions(DrafterLoopOptions):
 
 def unrolled_logits(drafter: OwlLstm, lm_head: torch.nn.Module, batch: dict[str, torch.Tensor],
                     steps: int) -> list[torch.Tensor]:
-    """Per step j = 1..steps: logits (B, T - j, V); row p drafts token p + 1 + j from f_p and x_{p+1..p+j}."""
+    """Per step j = 1..steps: logits (B, T - j, N) over the draft vocabulary; row p drafts token p + 1 + j from f_p
+    and x_{p+1..p+j}."""
     tokens, features = batch["input_ids"], batch["last"]
     length = tokens.shape[1]
     carried = drafter.start(features[:, : length - 1])
@@ -60,7 +62,7 @@ def owl_loss(drafter: OwlLstm, lm_head: torch.nn.Module, batch: dict[str, torch.
     total = features.new_zeros(())
     for step, logits in enumerate(unrolled_logits(drafter, lm_head, batch, options.unroll_steps), start=1):
         with torch.no_grad():
-            target_probs = torch.softmax(lm_head(features[:, step:]).float(), dim=-1)
+            target_probs = drafter.draft_vocab.restrict(torch.softmax(lm_head(features[:, step:]).float(), dim=-1))
         total = total + options.step_decay ** (step - 1) * token_loss(options.objective)(logits, target_probs, None)
     return total
 
@@ -70,7 +72,7 @@ def step_agreement(drafter: OwlLstm, lm_head: torch.nn.Module, batch: dict[str, 
                    steps: int) -> list[float]:
     """Per step: how often the drafter's top-1 equals the target's (true tokens fed)."""
     wanted = lm_head(batch["last"]).argmax(-1)
-    return [float((logits.argmax(-1) == wanted[:, step:]).float().mean())
+    return [float((drafter.draft_vocab.to_target(logits.argmax(-1)) == wanted[:, step:]).float().mean())
             for step, logits in enumerate(unrolled_logits(drafter, lm_head, batch, steps), start=1)]
 
 
@@ -79,7 +81,8 @@ def train_owl(request: DrafterTrainRequest) -> dict:
     options = parse_options(OwlTrainOptions, request.options, "owl training")
     target = frozen_target(request)
     source = feature_source(request, target, LAYERS, options.seq_len)
-    drafter = new_lstm(arch_for(target.model, options.unroll_steps), options.seed).to(target.device)
+    drafter = new_lstm(arch_for(target.model, options.unroll_steps), options.seed,
+                       choose_draft_vocab(options.draft_vocab, source, target)).to(target.device)
     lm_head = target.model.get_output_embeddings()
     batch_loss = lambda batch: owl_loss(drafter, lm_head, batch, options)  # noqa: E731
     return train_drafter(request, options, target, source,

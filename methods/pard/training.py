@@ -36,6 +36,10 @@ from harness.training.zoo import ModelShape, heldout_perplexity, kl_to_teacher, 
 
 @dataclass(frozen=True)
 class PardTrainOptions:
+    """PARD's training options. No ``draft_vocab`` (``harness.training.draft_vocab``): the drafter is a draft LM whose
+    own LM head covers the target's vocabulary and its mask token, and its logits are the LM's own, not a target-sized
+    head's rows; a reduced LM head would be a change to the draft LM itself."""
+
     k: int = 4  # drafts per forward the drafter is trained for (k - 1 masks per block)
     anchors: int = 32  # blocks of masks per window
     cod_ratio: float = 1.0  # PARD's conditional drop-token: mask j kept by a share max(cod_ratio^j, cod_min) of the

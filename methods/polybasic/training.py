@@ -29,6 +29,11 @@ from harness.training.zoo import ModelShape, distillation_loss, heldout_perplexi
 
 @dataclass(frozen=True)
 class MidTrainOptions:
+    """The mid model's training options. No ``draft_vocab`` (``harness.training.draft_vocab``): the mid model is a
+    draft LM with its own LM head over the target's vocabulary, trained (distilled) as a whole LM, and it also
+    verifies the small LM's drafts with that distribution; a reduced head would be a change to the LM itself, not a
+    drafter's borrowed target-sized head."""
+
     hidden_size: int = 0  # 0: 5/8 of the target's width, rounded up to an even head_dim
     num_layers: int = 0  # 0: a quarter of the target's layers, at least 2
     num_heads: int = 0  # 0: the target's

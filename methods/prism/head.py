@@ -23,6 +23,7 @@ from transformers.models.llama.modeling_llama import LlamaRotaryEmbedding
 
 from harness.backend.models import ModelCost
 from harness.errors import DraftcountError
+from harness.training.draft_vocab import DraftVocab
 from harness.training.drafters import (
     check_target_fit, check_weights, head_config, init_linear_layers, read_drafter, write_drafter,
 )
@@ -67,6 +68,7 @@ class StepModulesHead(nn.Module):
 
     blocks: nn.ModuleList
     config: LlamaConfig
+    draft_vocab: DraftVocab
 
     @property
     def module_count(self) -> int:
@@ -80,8 +82,8 @@ class StepModulesHead(nn.Module):
         return rows[0]
 
     def logits(self, hidden: torch.Tensor, target_lm_head: nn.Module) -> torch.Tensor:
-        """Drafts through the target's own (frozen) LM head."""
-        return target_lm_head(hidden)
+        """Drafts through the target's own (frozen) LM head (its draft vocabulary's rows: draft ids)."""
+        return self.draft_vocab.logits(hidden, target_lm_head)
 
     def trainable_parameters(self) -> int:
         """All M modules' parameters (what the drafter holds)."""
@@ -93,17 +95,20 @@ class StepModulesHead(nn.Module):
 
     def cost(self, lm_head_params: int) -> ModelCost:
         """The FLOPs of one draft step: one module, as an EAGLE head step."""
-        return ModelCost(body_params=self.step_parameters(), head_params=lm_head_params, num_layers=1,
+        return ModelCost(body_params=self.step_parameters(), head_params=self.draft_vocab.head_params(lm_head_params),
+                         num_layers=1,
                          attention_width=self.config.num_attention_heads * self.config.head_dim)
 
 
 class PrismHead(StepModulesHead):
     """The drafter (see the module docstring). ``forward(..., step=k)`` runs module ``f_map(k)``."""
 
-    def __init__(self, config: LlamaConfig, step_modules: tuple[int, ...] = MAIN_STEP_MODULES) -> None:
+    def __init__(self, config: LlamaConfig, step_modules: tuple[int, ...] = MAIN_STEP_MODULES,
+                 draft_vocab: DraftVocab | None = None) -> None:
         super().__init__()
         config._attn_implementation = "sdpa"
         self.config = config
+        self.draft_vocab = draft_vocab or DraftVocab(config.vocab_size)
         self.features = FeatureSpec("none", ("last",))
         self.step_modules = tuple(int(module) for module in step_modules)
         count = check_step_modules(self.step_modules)
@@ -128,7 +133,7 @@ class PrismHead(StepModulesHead):
 def new_step_modules_head(target: PreTrainedModel, seed: int,
                           build: Callable[[LlamaConfig], StepModulesHead]) -> StepModulesHead:
     """A freshly initialised step-module drafter for ``target``, ``build`` given its one-layer Llama config (EAGLE's
-    initialisation of the linear layers; the target's embedding, frozen)."""
+    initialisation of the linear layers; the target's embedding, frozen; ``build`` gives it its draft vocabulary)."""
     torch.manual_seed(seed)
     vocab = int(target.get_output_embeddings().weight.shape[0])
     head = build(head_config(target.config, vocab))
@@ -138,9 +143,10 @@ def new_step_modules_head(target: PreTrainedModel, seed: int,
     return head
 
 
-def new_prism_head(target: PreTrainedModel, step_modules: tuple[int, ...], seed: int) -> PrismHead:
+def new_prism_head(target: PreTrainedModel, step_modules: tuple[int, ...], seed: int,
+                   draft_vocab: DraftVocab | None = None) -> PrismHead:
     """A freshly initialised drafter for ``target`` (EAGLE's initialisation; the target's embedding, frozen)."""
-    return new_step_modules_head(target, seed, lambda config: PrismHead(config, step_modules))
+    return new_step_modules_head(target, seed, lambda config: PrismHead(config, step_modules, draft_vocab))
 
 
 def replicate_module(head: PrismHead, step_modules: tuple[int, ...]) -> PrismHead:
@@ -148,7 +154,7 @@ def replicate_module(head: PrismHead, step_modules: tuple[int, ...]) -> PrismHea
     single (phase-1) module."""
     if head.module_count != 1:
         raise DraftcountError(f"only a one-module drafter is replicated, this one has {head.module_count}")
-    grown = PrismHead(copy.deepcopy(head.config), step_modules).to(head.embed_tokens.weight.device)
+    grown = PrismHead(copy.deepcopy(head.config), step_modules, head.draft_vocab).to(head.embed_tokens.weight.device)
     with torch.no_grad():
         grown.embed_tokens.weight.copy_(head.embed_tokens.weight)
         for block in grown.blocks:
@@ -164,17 +170,17 @@ def save_step_modules_head(head: StepModulesHead, out_dir: Path, provenance: dic
     meta = {"fusion": "none", "feature_layers": ["last"], **meta, "modules": head.module_count,
             "trainable_parameters": head.trainable_parameters(), "step_parameters": head.step_parameters(),
             **provenance}
-    write_drafter(out_dir, method, state, meta, head.config)
+    write_drafter(out_dir, method, state, meta, head.config, head.draft_vocab)
 
 
 def load_step_modules_head(source: str | Path, target: PreTrainedModel, method: str, label: str,
-                           build: Callable[[LlamaConfig, dict], StepModulesHead]) -> StepModulesHead:
-    """A step-module drafter trained here for ``target`` with ``method``, ``build`` given its config and our
-    metadata, in eval mode."""
+                           build: Callable[[LlamaConfig, dict, DraftVocab], StepModulesHead]) -> StepModulesHead:
+    """A step-module drafter trained here for ``target`` with ``method``, ``build`` given its config, our metadata
+    and its draft vocabulary, in eval mode."""
     files = read_drafter(source, method)
     config, label = files.llama_config(), f"{label} {files.directory}"
     check_target_fit(label, config.hidden_size, config.vocab_size, target)
-    head = build(config, files.meta)
+    head = build(config, files.meta, files.draft_vocab(config.vocab_size, label))
     check_weights(head, files.state, label, frozenset({"embed_tokens.weight"}))
     head.load_state_dict({**files.state, "embed_tokens.weight": target.get_input_embeddings().weight.detach().cpu()})
     return head.eval()
@@ -188,4 +194,5 @@ def save_prism(head: PrismHead, out_dir: Path, provenance: dict) -> None:
 def load_prism(source: str | Path, target: PreTrainedModel) -> PrismHead:
     """A PRISM drafter trained here for ``target``, in eval mode."""
     return load_step_modules_head(source, target, "prism", "PRISM drafter",
-                                  lambda config, meta: PrismHead(config, tuple(meta.get("step_modules", ()))))
+                                  lambda config, meta, vocab: PrismHead(config, tuple(meta.get("step_modules", ())),
+                                                                        vocab))

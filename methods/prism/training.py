@@ -21,6 +21,7 @@ import torch
 from harness.errors import DraftcountError
 from harness.options import parse_options
 from harness.training import distributed
+from harness.training.draft_vocab import choose_draft_vocab
 from harness.training.drafters import (
     DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, shift_right,
     train_drafter, unrolled_forward, unrolled_step_mask,
@@ -81,7 +82,7 @@ def unrolled_token_loss(head: StepModulesHead, lm_head: torch.nn.Module, batch: 
     """The ``objective``'s soft cross-entropy of every unrolled step (``switching_outputs``) against the target's
     next-token distribution, step k weighted ``weight`` x ``step_decay``**(k-1): PRISM's phase 2 and MTP's loss."""
     with torch.no_grad():
-        target_probs = torch.softmax(lm_head(batch["last"][:, 1:]).float(), dim=-1)
+        target_probs = head.draft_vocab.restrict(torch.softmax(lm_head(batch["last"][:, 1:]).float(), dim=-1))
     total = target_probs.new_zeros(())
     for index, out in enumerate(switching_outputs(head, batch, steps)):
         mask = unrolled_step_mask(out, index)
@@ -102,7 +103,8 @@ def step_agreement(head: StepModulesHead, lm_head: torch.nn.Module, batch: dict[
                    steps: int) -> list[float]:
     """Per unrolled step (module f_map(k)): how often the drafter's top-1 equals the target's."""
     wanted = lm_head(batch["last"][:, 1:]).argmax(-1)
-    return [float((head.logits(out, lm_head).argmax(-1) == wanted)[:, index:].float().mean())
+    return [float((head.draft_vocab.to_target(head.logits(out, lm_head).argmax(-1)) == wanted)[:, index:]
+                  .float().mean())
             for index, out in enumerate(switching_outputs(head, batch, steps))]
 
 
@@ -136,7 +138,8 @@ def train_prism(request: DrafterTrainRequest) -> dict:
 
     def fit() -> Fitted:
         first, second = phase_requests(request, options.phase1_fraction)
-        single = new_prism_head(target.model, (1,), options.seed).to(target.device)
+        vocab = choose_draft_vocab(options.draft_vocab, source, target)
+        single = new_prism_head(target.model, (1,), options.seed, vocab).to(target.device)
         loss_options = phase1_options(options)
         result1 = fit_drafter(single, lambda batch: eagle_loss(single, lm_head, batch, loss_options), source, target,
                               first, options)

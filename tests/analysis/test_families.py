@@ -16,7 +16,7 @@ def _summary() -> pd.DataFrame:
             "drafter_flop_waste": 0.5}
     rows = [
         {"variant": "eagle", "tau": 2.0, "speedup_paired_mean": 1.5, "drafter_parameters": 1e6,
-         "drafter_flops_per_step": 4e6},
+         "drafter_flops_per_step": 4e6, "draft_vocab": 8192.0},
         {"variant": "prism", "tau": 2.2, "speedup_paired_mean": 1.65, "drafter_parameters": 2e6,
          "drafter_flops_per_step": 4e6},
         {"variant": "ar", "tau": 1.0, "speedup_paired_mean": 1.0, "drafter_parameters": 0.0,
@@ -57,6 +57,7 @@ def test_family_table_keeps_the_order_given_and_shows_both_costs():
     lines = table.splitlines()
     assert lines[2].startswith("| prism") and lines[3].startswith("| eagle")
     assert "2.000" in lines[2] and "4.00" in lines[2]  # 2M parameters, 4 MFLOPs per step
+    assert "| 8192 |" in lines[3] and "draft vocab" in lines[0]  # eagle's draft vocabulary (prism's: not recorded)
     assert family_table(_summary(), ["owl"]) == ""
 
 

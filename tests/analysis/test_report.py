@@ -36,7 +36,8 @@ def make_record(variant, method, role, prompt, temperature, new_tokens, seconds,
         "compared_method": variant, "dataset": dataset, "category": dataset, "prompt_id": prompt, "turn": 0,
         "pair_id": f"{prompt}#0" + (f"@{sample}" if sample else ""), "sample": sample, "verifier": verifier,
         "prompt_tokens": 10, "sampling": {"temperature": temperature},
-        "method_options": options or {}, "method_details": {"drafter_parameters": 1000},
+        "method_options": options or {}, "method_details": {"drafter_parameters": 1000, "draft_vocab": 24,
+                                                            "target_vocab": 48},
         "models": {"target": "work/models/target", "target_parameters": 5_000_000,
                    "drafter": drafter if method in ("eagle", "lyanna") else None},
         "output_text": f"answer to {prompt}",
@@ -186,7 +187,8 @@ def test_report_numbers_match_the_tables_and_the_records(tmp_path):
     write_figures(tmp_path / "tables", tmp_path / "figures", main=["ar", "sd", "eagle"])
     metrics = tmp_path / "drafter-eagle.json"
     metrics.write_text(json.dumps({"trainable_parameters": 1000, "heldout_top1_agreement_by_depth": [0.5, 0.25],
-                                   "train": {"steps": 7, "seconds": 3.0, "stopped_by": "steps"}}))
+                                   "train": {"steps": 7, "seconds": 3.0, "stopped_by": "steps"},
+                                   "draft_vocab": 24, "target_vocab": 48}))
     text = write_report(tmp_path / "tables", paths, tmp_path / "figures", tmp_path / "report.md",
                         main=["ar", "sd", "eagle"], metrics_paths=[metrics])
     assert (tmp_path / "report.md").read_text() == text
@@ -208,7 +210,8 @@ def test_report_numbers_match_the_tables_and_the_records(tmp_path):
     assert csv.loc[("sd", 1.0)].tokens_per_forward == pytest.approx(per_forward)
     assert "### Ablations and budget sweeps" in text and "| eagle_b8 | code | 0 |" in text
     assert "Test CPU" in text and "`abc123`" in text and "code 2" in text
-    assert "top-1 agreement by depth 0.50, 0.25" in text
+    assert "top-1 agreement by depth 0.50, 0.25 | draft vocabulary 24 of 48 tokens |" in text
+    assert "drafter of `eagle`: `work/drafters/x`, 0.001M trainable parameters, draft vocabulary 24 of 48 tokens" in text
     shown = set(re.findall(r"!\[(\w+)\]\(figures/\1\.png\)", text))  # the figures with data, no others
     assert shown == set(figure_names()) - {"samples", "categories", "context_length", "ablation"}
     assert len(table) == 8

@@ -29,6 +29,8 @@ def test_latencies_at_scaled_shapes():
     assert set(latencies) == {1, 8, 16} and all(seconds > 0 for seconds in latencies.values())
     assert eagle_step_latency(model, top_k=4, prefix=32, repeats=2) > 0
     assert lyanna_depth_latency(model, top_k=4, prefix=32, repeats=2) > 0
+    assert eagle_step_latency(model, top_k=4, prefix=32, repeats=2, draft_vocab=64) > 0  # logits over 64 tokens
+    assert lyanna_depth_latency(model, top_k=4, prefix=32, repeats=2, draft_vocab=64) > 0
     assert wide_tree(6, fan_out=2) == (-1, 0, 0, 1, 1, 2)
     # the same forwards on a preallocated KV cache (the static timing; CUDA graphs replay those on a GPU)
     static = target_latencies(model, prefix=32, sizes=[1, 16], repeats=2, timing="static")

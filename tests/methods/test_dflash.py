@@ -173,7 +173,9 @@ def test_a_drafter_with_its_own_embedding_and_head_trains_saves_and_decodes_loss
     model = wrap_model(target)
     ar, _ = build_adapter("ar", {}, BuildInputs(model, None, None))
     adapter, _ = build_adapter("dflash", {}, BuildInputs(model, None, tmp_path / "own"))
-    assert adapter.lm_head is not target.get_output_embeddings() and adapter.embed is not target.get_input_embeddings()
+    assert adapter.embed is not target.get_input_embeddings()
+    hidden = torch.randn(3, target.config.hidden_size)  # the drafter's own head drafts, not the target's
+    assert torch.equal(adapter.drafter.logits(hidden, adapter.lm_head), adapter.drafter.lm_head(hidden))
     prompt = torch.randint(VOCAB, (1, 6), generator=torch.Generator().manual_seed(6))
     assert generate(model, adapter, prompt, 16, SamplingConfig()).output_ids == \
         generate(model, ar, prompt, 16, SamplingConfig()).output_ids

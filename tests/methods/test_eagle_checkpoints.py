@@ -95,7 +95,7 @@ def test_draft_logits_equal_the_official_forward(target, tmp_path, name):
         expected_logits = ref.eagle3_logits(state, config, torch.cat([expected, expected_nodes], dim=1))
     else:
         expected_logits = lm_head(torch.cat([expected, expected_nodes], dim=1))
-    ours_logits = head.logits(torch.cat([ours, ours_nodes], dim=1), lm_head)
+    ours_logits = head.draft_vocab.target_logits(head.logits(torch.cat([ours, ours_nodes], dim=1), lm_head))
     finite = torch.isfinite(expected_logits)
     assert torch.equal(finite, torch.isfinite(ours_logits))
     assert (ours_logits[finite] - expected_logits[finite]).abs().max() < 1e-5

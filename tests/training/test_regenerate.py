@@ -112,4 +112,4 @@ def test_the_command_answers_a_question_file(tmp_path, chat_target):
                  str(tmp_path / "regen.json"), "--no-progress"]) == 0
     summary = json.loads((tmp_path / "regen.json").read_text())
     assert summary["prompts"] == 2 and summary["tokens"] == load_tokens(tmp_path / "regen.pt").numel()
-    assert summary["answer_tokens"] <= 12 and summary["seconds"] > 0
+    assert summary["answer_tokens"] <= 12 and summary["seconds"] >= 0

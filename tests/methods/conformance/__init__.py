@@ -15,6 +15,17 @@ catalog entry says it needs (nothing, a draft LM, or a drafter its own trainer w
   row emits `ar`'s tokens with the acceptance of a batch-1 generation at every step, and a row of a B = 4 batch
   passes the sampling check; any other method is refused with one line.
 
+The greedy check also runs each drafter family whose logits go through a target-sized LM head with a draft
+vocabulary (``harness.training.draft_vocab``: the zoo's most frequent half of its tokens), as the case
+``<family>+vocab`` (``VOCAB_CASES``: its drafter trained a third of the zoo's steps with the training options named
+there beside ``draft_vocab``, built with the method options named there; on the first half of the prompts, checking
+too that it drafts only tokens of its map and that some are accepted). A catalog method with a drafter trainer is
+there or in ``NO_DRAFT_VOCAB`` with the reason it takes none. The sampling check (``PAIR_SAMPLES`` generations) and
+the host-read audit run the cases whose drafts carry the distribution they were drawn from, which a draft
+vocabulary changes (zero outside it, paid back by the residual): P-EAGLE's chain, DFlash's and DSpark's blocks, and
+`eagle` for the beam trees, whose children are verified as q = 1 whatever vocabulary ranked them
+(``SAMPLED_VOCAB``: what the suite's time allows). Batches run the same tree code per row as one request does.
+
 The greedy and sampling checks also run `hedgespec` over every catalog method it takes as an expert beside the
 model-free `pld` (greedy: first and second, ``hedgespec:owl,pld`` and ``hedgespec:pld,owl``; sampling: first, the
 learner's random picks putting each expert in both roles; not for an expert whose adapter keeps another's
@@ -39,7 +50,7 @@ from harness.catalog import entry, method_names
 from harness.data.token_streams import save_tokens
 from harness.engine.batched import generate_batch
 from harness.engine.method_spec import BuildInputs, build_adapter, method_spec
-from harness.training.drafters import DrafterTrainRequest
+from harness.training.drafters import DrafterTrainRequest, read_drafter
 from harness.verify.sampling import make_generator
 from methods.hedgespec import UNSUPPORTED
 from tests.helpers import (
@@ -47,10 +58,19 @@ from tests.helpers import (
 )
 
 METHODS = method_names()
+# case -> (its drafter family, training options beside draft_vocab, method options); see the package docstring
+VOCAB_CASES = {"eagle+vocab": ("eagle", {}, {}), "eagle3+vocab": ("eagle", {"fusion": "eagle3"}, {}),
+               "p_eagle+vocab": ("eagle", {"parallel": "3"}, {"parallel": 3}), "lyanna+vocab": ("lyanna", {}, {}),
+               "prism+vocab": ("prism", {}, {}), "owl+vocab": ("owl", {}, {}),
+               "medusa+vocab": ("medusa", {"own_lm_heads": "false"}, {}), "mtp+vocab": ("mtp", {}, {}),
+               "dream+vocab": ("dream", {}, {}), "dflash+vocab": ("dflash", {}, {}), "dspark+vocab": ("dspark", {}, {})}
+SAMPLED_VOCAB = ["eagle+vocab", "p_eagle+vocab", "dflash+vocab", "dspark+vocab"]
+NO_DRAFT_VOCAB = {"pard": "a draft LM: its LM head is its own, over the target's vocabulary and a mask token",
+                  "polybasic": "its mid model is a draft LM with its own LM head over the target's vocabulary"}
 PARTNER = "pld"  # the model-free expert beside each other one (so it is tested first and second as well)
 EXPERTS = [method for method in METHODS if method not in UNSUPPORTED and method != PARTNER]
 PAIRS = [f"hedgespec:{pair}" for method in EXPERTS for pair in (f"{method},{PARTNER}", f"{PARTNER},{method}")]
-CASES = [*METHODS, *PAIRS]
+CASES = [*METHODS, *PAIRS, *VOCAB_CASES]
 # Sampling takes each expert in one position: the learner picks at random by its weights (equal at first, its
 # generator running on across a test's generations), so each expert is verified and grafted in about half the steps
 # either way; greedy runs both positions (the order decides the picks' tie-breaks there).
@@ -61,7 +81,8 @@ SAMPLING_PAIRS = [f"hedgespec:{method},{PARTNER}" for method in EXPERTS if metho
 BATCHED = [method for method in METHODS if entry(method).batched]  # decode batches of B > 1 (harness.engine.batched)
 ALPHA = 1e-3
 SAMPLES = 1500  # generations per method; at ALPHA a correct method fails by chance with probability 1e-3
-PAIR_SAMPLES = 1000  # per hedgespec:A,B case: the fewest the suite's lossless checks draw (each expert alone: SAMPLES)
+PAIR_SAMPLES = 1000  # per hedgespec:A,B or <family>+vocab case: the fewest the suite's lossless checks draw (each
+# method alone: SAMPLES)
 GREEDY = SamplingConfig()
 
 
@@ -70,6 +91,7 @@ class Zoo:
 
     def __init__(self, root: Path, target_model, draft_model, vocab: int, train_steps: int) -> None:
         self.root = root
+        self.vocab = vocab
         target_model.save_pretrained(root / "target")
         self.target = load_model(str(root / "target"), with_tokenizer=False)
         self.draft = wrap_model(draft_model)
@@ -78,15 +100,20 @@ class Zoo:
         self.train_steps = train_steps
         self.drafters: dict[str, Path] = {}
 
-    def drafter(self, method: str) -> Path:
-        if method not in self.drafters:
-            out = self.root / f"drafter-{method}"
+    def drafter(self, case: str) -> Path:
+        """The drafter of a method (trained ``train_steps``) or of a draft-vocabulary case (a third of them)."""
+        if case not in self.drafters:
+            method, extra, _ = VOCAB_CASES.get(case, (case, {}, {}))
+            options = {"seq_len": "48", "batch_size": "8", "lr": "3e-3", **extra}
+            if case in VOCAB_CASES:
+                options["draft_vocab"] = str(self.vocab // 2)
+            out = self.root / f"drafter-{case}"
             request = DrafterTrainRequest(method=method, target=str(self.root / "target"), data=self.root / "tokens.pt",
-                                          out=out, steps=self.train_steps, progress=False,
-                                          options={"seq_len": "48", "batch_size": "8", "lr": "3e-3"})
+                                          out=out, steps=self.train_steps // (3 if case in VOCAB_CASES else 1),
+                                          progress=False, options=options)
             method_spec(method).train(request)
-            self.drafters[method] = out
-        return self.drafters[method]
+            self.drafters[case] = out
+        return self.drafters[case]
 
     def expert(self, method: str) -> str:
         """``method`` as a hedgespec expert spec, given the drafter or draft LM directory it needs."""
@@ -100,16 +127,27 @@ class Zoo:
         return spec
 
     def build(self, case: str):
-        """The adapter of a case: a catalog method with its default options, or ``hedgespec:A,B`` over those
-        experts."""
-        method, _, experts = case.partition(":")
+        """The adapter of a case: a catalog method with its default options, ``hedgespec:A,B`` over those experts,
+        or a draft-vocabulary case (its family's default options)."""
+        name, _, experts = case.partition(":")
         options = {"experts": ",".join(self.expert(name) for name in experts.split(","))} if experts else {}
-        return build_adapter(method, options, self.inputs(method))[0]
+        options = VOCAB_CASES[name][2] if name in VOCAB_CASES else options
+        return build_adapter(method_of(name), options, self.inputs(name))[0]
 
-    def inputs(self, method: str) -> BuildInputs:
-        item = entry(method)
+    def inputs(self, case: str) -> BuildInputs:
+        item = entry(method_of(case))
         return BuildInputs(self.target, self.draft if item.needs_draft else None,
-                           self.drafter(method) if item.needs_drafter else None)
+                           self.drafter(case) if item.needs_drafter else None)
+
+    def draft_ids(self, case: str) -> set[int]:
+        """The target tokens a draft-vocabulary case's drafter may draft (its d2t/t2d map)."""
+        maps = read_drafter(self.drafter(case), VOCAB_CASES[case][0], meta_required=False, with_config=False).maps
+        return set((torch.arange(maps["d2t"].shape[0]) + maps["d2t"]).tolist())
+
+
+def method_of(case: str) -> str:
+    """The catalog method a case runs (a draft-vocabulary case: its family's; a hedgespec pair: hedgespec)."""
+    return VOCAB_CASES[case][0] if case in VOCAB_CASES else case.partition(":")[0]
 
 
 def build_markov_zoo(root: Path) -> Zoo:
@@ -150,7 +188,7 @@ def check_sampled_distribution(zoo: Zoo, case: str) -> None:
     sampling = SamplingConfig(1.0)
     adapter = zoo.build(case)
     exact = exact_distribution(zoo.target, [1, 2, 3], 3, sampling)
-    samples = PAIR_SAMPLES if ":" in case else SAMPLES
+    samples = PAIR_SAMPLES if ":" in case or case in VOCAB_CASES else SAMPLES
     counts = sampled_distribution(zoo.target, adapter, [1, 2, 3], 3, sampling, samples, seed=0)
     assert chi_square_pvalue(counts, exact) > ALPHA
 

@@ -9,13 +9,15 @@ import torch
 from harness import SamplingConfig, generate
 from harness.catalog import entry
 from harness.engine.batched import generate_batch
-from harness.engine.method_spec import BuildInputs, build_adapter
+from harness.engine.method_spec import BuildInputs, build_adapter, method_spec
 from harness.errors import DraftcountError
 from harness.engine.runtime import EngineOptions, EngineRuntime
 from harness.measure.dispatch import dispatch_per_step
 from harness.measure.host_sync import audit_generation
-from tests.methods.conformance import (CASES, DEFAULT_DISPATCH_BUDGET, DISPATCH_BUDGETS, GREEDY, HOST_READ_BUDGETS, METHODS, Zoo,
-                                        build_markov_zoo, prompts)
+from tests.helpers import record_drafts
+from tests.methods.conformance import (CASES, DEFAULT_DISPATCH_BUDGET, DISPATCH_BUDGETS, GREEDY, HOST_READ_BUDGETS,
+                                        METHODS, NO_DRAFT_VOCAB, SAMPLED_VOCAB, VOCAB_CASES, Zoo, build_markov_zoo,
+                                        method_of, prompts)
 
 
 @pytest.fixture(scope="module")
@@ -33,17 +35,29 @@ def ar_outputs(markov_zoo: Zoo) -> list[list[int]]:
 @pytest.mark.parametrize("method", CASES)
 def test_greedy_output_equals_ar(markov_zoo: Zoo, ar_outputs: list[list[int]], method: str):
     adapter = markov_zoo.build(method)
-    drafted, drafter_forwards, drafter_seconds = 0, 0, 0.0
-    for prompt, expected in zip(prompts(), ar_outputs):
+    drafted, accepted, drafter_forwards, drafter_seconds = 0, 0, 0, 0.0
+    tokens = record_drafts(adapter)
+    cases = prompts()[:6] if method in VOCAB_CASES else prompts()  # a draft vocabulary: half the prompts
+    for prompt, expected in zip(cases, ar_outputs):
         result = generate(markov_zoo.target, adapter, prompt, 32, GREEDY)
         assert result.output_ids == expected, f"{method} left ar's greedy output on prompt {prompt.tolist()}"
         drafted += result.counters.drafted_tokens
+        accepted += result.counters.accepted_tokens
         drafter_forwards += result.counters.drafter.forwards
         drafter_seconds += result.counters.phase_seconds["drafter"]
-    drafts = entry(method.split(":")[0]).drafts  # a hedgespec pair: hedgespec's entry
+    drafts = entry(method_of(method)).drafts  # a hedgespec pair: hedgespec's entry
     assert (drafted > 0) == drafts, f"{method} drafted {drafted} tokens; its catalog entry says drafts={drafts}"
+    if method in VOCAB_CASES:  # a draft vocabulary: every drafted token is in its map, and some are accepted
+        kept = markov_zoo.draft_ids(method)
+        assert len(kept) == markov_zoo.vocab // 2 and tokens and set(tokens) <= kept, f"{method} drafted outside its map"
+        assert accepted > 0, f"{method} had no draft accepted: its lossless check saw no acceptance"
     # a method whose drafter runs forwards has them timed as the drafter phase (none: no drafter time)
     assert (drafter_seconds > 0) == (drafter_forwards > 0), f"{method}: drafter forwards not timed as drafter"
+
+
+def test_every_drafter_family_is_checked_with_a_draft_vocabulary_or_says_why_not():
+    trained = {method for method in METHODS if method_spec(method).train is not None}
+    assert trained == {family for family, _, _ in VOCAB_CASES.values()} | set(NO_DRAFT_VOCAB)
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -67,12 +81,12 @@ def test_batches_keep_every_row_lossless_or_are_refused(markov_zoo: Zoo, method:
     assert entry(method).drafts == (sum(result.counters.accepted_tokens for result in results) > 0)
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", [*METHODS, *SAMPLED_VOCAB])
 def test_at_most_one_host_read_per_step(markov_zoo: Zoo, method: str):
     target = markov_zoo.target
-    adapter, _ = build_adapter(method, {}, markov_zoo.inputs(method))
+    adapter = markov_zoo.build(method)
     runtime = EngineRuntime(target, EngineOptions(kv_cache="static"))
-    budget, why = HOST_READ_BUDGETS.get(method, (1, "the verifier's read alone"))
+    budget, why = HOST_READ_BUDGETS.get(method_of(method), (1, "the verifier's read alone"))
     for sampling in (GREEDY, SamplingConfig(1.0)):
         audit = audit_generation(target, adapter, prompts()[0], 24, sampling, runtime,
                                  torch.Generator().manual_seed(0))

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.methods.conformance import BATCHED, METHODS, Zoo, check_batch_row_distribution, check_sampled_distribution
+from tests.methods.conformance import (
+    BATCHED, METHODS, SAMPLED_VOCAB, Zoo, check_batch_row_distribution, check_sampled_distribution,
+)
 
 
-@pytest.mark.parametrize("method", METHODS)
+@pytest.mark.parametrize("method", [*METHODS, *SAMPLED_VOCAB])
 def test_sampled_distribution_equals_the_target(small_vocab_zoo: Zoo, method: str):
     check_sampled_distribution(small_vocab_zoo, method)
 
