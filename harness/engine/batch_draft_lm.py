@@ -7,7 +7,8 @@ import torch
 
 from harness.backend.forward import ForwardTally, LMOutput, run_model
 from harness.backend.kv_cache import new_cache
-from harness.engine.batch_slots import PAD_TOKEN, BatchRow, SlotMask, causal, charge_rows
+from harness.engine.adapter import BatchRow
+from harness.engine.batch_slots import PAD_TOKEN, SlotMask, causal, charge_rows
 from harness.engine.draft_lm import DraftLMAdapter
 from harness.trees.tree import TokenTree, ancestor_matrix, root_only
 from harness.verify.verdict import Verdict
