@@ -3,8 +3,9 @@ where a run records what its drafter is without loading it."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from harness.store.files import read_json
 
 META_FILE = "draftcount_drafter.json"
 
@@ -16,5 +17,5 @@ def drafter_data(drafter: str | Path | None) -> str | None:
     meta = Path(drafter) / META_FILE if drafter else None
     if meta is None or not meta.is_file():
         return None
-    data = json.loads(meta.read_text()).get("data") or ""
+    data = read_json(meta, "drafter metadata").get("data") or ""
     return "regenerated" if Path(data).name.startswith("regenerated") else "corpus"

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 from transformers import DynamicCache, LlamaConfig, PretrainedConfig
 
@@ -30,6 +30,7 @@ from harness.data.token_streams import even_windows, load_tokens
 from harness.backend.models import LoadedModel, load_model
 from harness.store.atomic import atomic_path
 from harness.store.drafter_meta import META_FILE
+from harness.store.files import load_weights, read_json
 from harness.store.hub import drafter_snapshot, is_hub_id
 from harness.store.records import environment
 from harness.training.objectives import DEFAULT_OBJECTIVE, check_objective
@@ -235,8 +236,7 @@ def read_weights(directory: Path) -> dict[str, torch.Tensor]:
     for name in WEIGHT_FILES:
         path = directory / name
         if path.is_file():
-            state = load_file(str(path)) if name.endswith(".safetensors") else torch.load(
-                path, map_location="cpu", weights_only=True)
+            state = load_weights(path, "drafter weights")
             return {key.removeprefix("model."): value for key, value in state.items()}
     raise DraftcountError(f"drafter directory {directory} holds no weights ({' or '.join(WEIGHT_FILES)})")
 
@@ -262,7 +262,7 @@ def read_drafter(source: str | Path, method: str, meta_required: bool = True, wi
     directory = drafter_directory(source)
     meta_path = directory / META_FILE
     if meta_path.is_file():
-        meta = json.loads(meta_path.read_text())
+        meta = read_json(meta_path, "drafter metadata")
     elif meta_required:
         raise DraftcountError(f"drafter directory {directory} holds no {method} drafter (no {META_FILE}; "
                               f"python -m harness train --method {method} writes one)")
@@ -273,7 +273,7 @@ def read_drafter(source: str | Path, method: str, meta_required: bool = True, wi
     config = directory / "config.json"
     if with_config and not config.is_file():
         raise DraftcountError(f"drafter directory {directory} holds no config.json")
-    fields = json.loads(config.read_text()) if with_config else None
+    fields = read_json(config, "drafter config") if with_config else None
     return DrafterFiles(directory, meta, read_weights(directory), fields)
 
 
