@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import copy
 import itertools
+import re
+import shutil
+import subprocess
 from collections import Counter
 from functools import lru_cache, partial
 from pathlib import Path
@@ -342,3 +345,24 @@ def sharded_lm_loss(model: LlamaForCausalLM, tokens: torch.Tensor, batch_size: i
         windows = batches_from_step(step, 0, lambda g: random_windows(tokens, size, 16, g))[shard.rows(batch_size)]
         return model(input_ids=windows, labels=windows).loss, windows.numel()
     return loss_fn
+
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def docs_example(text: str, heading: str, language: str = "python") -> str:
+    """The first fenced ``language`` block after ``heading`` in a docs page."""
+    rest = text.split(heading, 1)[1]
+    return re.search(rf"```{language}\n(.*?)```", rest, re.S).group(1)
+
+
+def copy_project(dest: Path) -> list[str]:
+    """Copy the project's files as git sees them (tracked, and untracked but not ignored), but results/, to ``dest``:
+    a project of its own, whose Snakemake lock, metadata and outputs are its own. The files copied."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split()
+    copied = [name for name in files if (ROOT / name).is_file() and not name.startswith("results/")]
+    for name in copied:
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, dest / name)
+    return copied
