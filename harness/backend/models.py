@@ -17,8 +17,8 @@ from transformers import (
     PreTrainedModel, PreTrainedTokenizerBase,
 )
 
-from harness.errors import DraftcountError
-from harness.store.files import UNREADABLE, check_safetensors, first_line, read_json
+from harness.errors import DraftcountError, first_line
+from harness.store.files import UNREADABLE, check_safetensors, read_json
 from harness.store.hub import is_hub_id, model_snapshot
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}

@@ -13,17 +13,11 @@ import torch
 from safetensors import SafetensorError, safe_open
 from safetensors.torch import load_file
 
-from harness.errors import DraftcountError
+from harness.errors import DraftcountError, first_line
 
 UNREADABLE = (SafetensorError, pickle.UnpicklingError, EOFError, OSError, RuntimeError, ValueError)  # torch.load's
 # errors on a truncated or garbled file vary with its damage (a cut zip archive is an OSError, garbage an
 # UnpicklingError, an empty file an EOFError)
-
-
-def first_line(error: BaseException) -> str:
-    """An exception's message, its first line only (its type's name when it has none)."""
-    text = str(error).strip()
-    return text.splitlines()[0] if text else type(error).__name__
 
 
 def corrupt(path: Path, what: str, error: BaseException) -> DraftcountError:

@@ -3,6 +3,17 @@ a frozen target, feature batches from a dump or on the fly, the attention mask o
 steps, the shared loop, and the drafter kit: a drafter directory's format (``write_drafter``/``read_drafter``),
 its checks against the target and the training envelope (``train_drafter``) that records held-out agreement.
 
+The held-out agreement (``heldout_top1_agreement_by_step``, which the quality gate and the report read): entry k - 1
+is the share of held-out positions (16 windows, with the target's features) at which the drafter's top-1 token at
+draft step k equals the target's top-1 token there. Each step is teacher-forced and not conditional on the earlier
+steps: the tokens before the position are the held-out text's, not the drafter's earlier guesses, and every position
+with k - 1 positions before it in its window counts, not only those where steps 1..k-1 agreed (what the drafter feeds
+itself besides tokens, its own states or block slots, is its own, as when it drafts). So the entries need not fall
+with k and their product is not the chance of accepting k tokens. One entry per step the family drafts in a chain
+(unrolled steps, heads, block slots), at least one, each in [0, 1] (``checked_agreement``). The gate
+``min_heldout_agreement`` reads step 1 alone (0.2 in workflow/config/default.yaml: a drafter whose first guess agrees
+with the target at fewer than one position in five stops the run, unless ``allow_weak_models``).
+
 Under ``torchrun --nproc_per_node N`` the processes train one drafter data-parallel: each draws its micro-batches
 of every step's global batch (``batch_size * grad_accum * N`` rows), and only rank 0 goes on past training to
 evaluate and write the drafter; the others end once training is done.
@@ -182,6 +193,19 @@ def fit_drafter(module: torch.nn.Module, batch_loss: Callable[[dict[str, torch.T
     return result
 
 
+AGREEMENT = "heldout_top1_agreement_by_step"  # the metric of the module docstring's contract
+
+
+def checked_agreement(method: str, values: list[float]) -> list[float]:
+    """A family's agreement per draft step as the contract has it (floats in [0, 1], at least one); one line if
+    not."""
+    agreement = [float(value) for value in values]
+    if not agreement or not all(0.0 <= value <= 1.0 for value in agreement):
+        raise DraftcountError(f"{method}: the held-out agreement per draft step must be one share in [0, 1] per step, "
+                              f"got {list(values)}")
+    return agreement
+
+
 def heldout_batch(heldout: torch.Tensor, target: LoadedModel, layers: list[int | str],
                   seq_len: int) -> dict[str, torch.Tensor]:
     """16 evenly spaced held-out windows with the target's features, to evaluate a drafter on."""
@@ -328,7 +352,7 @@ def train_drafter(request: DrafterTrainRequest, options: DrafterLoopOptions, tar
     calibration = {}
     if request.heldout is not None:
         batch = heldout_batch(load_tokens(request.heldout), target, source.layers, options.seq_len)
-        metrics["heldout_top1_agreement_by_step"] = agreement(module, batch)
+        metrics[AGREEMENT] = checked_agreement(request.method, agreement(module, batch))
         calibration = calibrate(module, batch) if calibrate is not None else {}
     metrics.update(calibration)
     provenance = {**drafter_provenance(request, fitted.result), **calibration}
