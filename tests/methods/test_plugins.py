@@ -108,26 +108,40 @@ def test_the_workflow_plans_its_targets(site, tmp_path):
     assert "harness train --method peek" in result.stdout.replace("'", "")
 
 
+PER_METHOD = ("greedy_output_equals_ar", "useful_drafter_work_is_booked",
+              "batches_keep_every_row_lossless_or_are_refused", "at_most_one_host_read_per_step",
+              "sampled_distribution_equals_the_target", "a_trained_drafter_records_its_agreement_per_draft_step",
+              "greedy_output_on_a_hybrid_target_equals_ar", "greedy_output_with_an_image_equals_ar")
+
+
+def test_the_conformance_suite_selects_the_plugins(site):
+    """``DRAFTCOUNT_CONFORMANCE_METHODS=plugins`` collects every file's checks for the plug-ins' methods (and their
+    hedgespec pairs) and nothing else."""
+    result = run(site, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests/methods/conformance",
+                 DRAFTCOUNT_CONFORMANCE_METHODS="plugins")
+    assert result.returncode == 0, result.stdout[-3000:]
+    collected = re.findall(r"::(test_\w+\[[^\]]+\])$", result.stdout, re.M)
+    peek = [test for test in collected if re.search(r"[\[:,]peek[\],]", test)]
+    assert len(peek) == 13, peek  # 8 checks of its own, hedgespec beside pld: greedy and drafter work x 2, sampling
+    assert {f"test_{test}[peek]" for test in PER_METHOD} <= set(peek)
+    assert all("peek" in test for test in collected) and len(collected) == 2 * len(peek)  # and peek_unbooked's
+
+
 @pytest.mark.slow
 def test_the_conformance_suite_checks_the_plugin(site):
-    """Every check of one method, for the plug-ins only (``DRAFTCOUNT_CONFORMANCE_METHODS=plugins``): `peek` passes
-    them all; `peek_unbooked`, alone and as hedgespec's expert, fails the drafter-work check and passes the others."""
-    result = run(site, "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests/methods/conformance",
+    """The greedy file's checks run for the plug-ins: `peek` passes them all; `peek_unbooked`, alone and as
+    hedgespec's expert, fails the drafter-work check and passes the others."""
+    result = run(site, "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests/methods/conformance/test_greedy.py",
                  DRAFTCOUNT_CONFORMANCE_METHODS="plugins")
     outcomes = dict(re.findall(r"::(test_\w+\[[^\]]+\]) (PASSED|FAILED|SKIPPED)", result.stdout))
     peek = {test: outcome for test, outcome in outcomes.items() if re.search(r"[\[:,]peek[\],]", test)}
-    assert len(peek) == 13 and set(peek.values()) == {"PASSED"}, result.stdout[-4000:]  # 8 alone, 5 in hedgespec
-    for test in ("greedy_output_equals_ar", "useful_drafter_work_is_booked", "batches_keep_every_row_lossless_or_are_"
-                 "refused", "at_most_one_host_read_per_step", "sampled_distribution_equals_the_target",
-                 "a_trained_drafter_records_its_agreement_per_draft_step", "greedy_output_on_a_hybrid_target_equals_ar",
-                 "greedy_output_with_an_image_equals_ar"):
-        assert f"test_{test}[peek]" in peek, (test, sorted(peek))
+    assert len(peek) == 9 and set(peek.values()) == {"PASSED"}, result.stdout[-4000:]
     failed = sorted(test for test, outcome in outcomes.items() if outcome == "FAILED")
-    assert failed == ["test_useful_drafter_work_is_booked[hedgespec:peek_unbooked,pld]",
-                      "test_useful_drafter_work_is_booked[hedgespec:pld,peek_unbooked]",
-                      "test_useful_drafter_work_is_booked[peek_unbooked]"], result.stdout[-4000:]
+    assert len(outcomes) == 18 and failed == [
+        "test_useful_drafter_work_is_booked[hedgespec:peek_unbooked,pld]",
+        "test_useful_drafter_work_is_booked[hedgespec:pld,peek_unbooked]",
+        "test_useful_drafter_work_is_booked[peek_unbooked]"], result.stdout[-4000:]
     assert "peek_unbooked had" in result.stdout and "booked no useful drafter work" in result.stdout
-    assert not any("[eagle" in test or ":eagle" in test for test in outcomes)  # only the plug-ins' methods
 
 
 @pytest.mark.parametrize("case", ["clash", "missing_module", "not_an_entry"])
