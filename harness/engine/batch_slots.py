@@ -108,11 +108,11 @@ def row_output(out: LMOutput, row: int, nodes: slice) -> LMOutput:
     return LMOutput(out.logits[row:row + 1, nodes], states, out.flops)
 
 
-def charge_rows(lm: LoadedModel, rows: list[BatchRow], tally_of, tokens: list[int], keys: list[int]) -> None:
+def charge_rows(lm: LoadedModel, rows: list[BatchRow], tally_of, tokens: list[int], keys: list[int]) -> list[float]:
     """Each row's share of one batched forward: a forward of its real ``tokens`` over its ``keys`` slots, on the
-    tally ``tally_of(row.ctx.counters)`` (padding is counted by the caller, not charged to a row)."""
-    for row, count, total in zip(rows, tokens, keys):
-        count_forward(lm, tally_of(row.ctx.counters), count, total - count, count)
+    tally ``tally_of(row.ctx.counters)`` (padding is counted by the caller, not charged to a row); each row's FLOPs."""
+    return [count_forward(lm, tally_of(row.ctx.counters), count, total - count, count)
+            for row, count, total in zip(rows, tokens, keys)]
 
 
 def causal(count: int, device: torch.device) -> torch.Tensor:
