@@ -216,7 +216,8 @@ def _cmd_methods(args: argparse.Namespace) -> int:
     for name, item in catalog().items():
         flags = [flag for flag, needed in (("--draft", item.needs_draft), ("--drafter", item.needs_drafter)) if needed]
         needs = f" (needs {' '.join(flags)})" if flags else ""
-        line = f"{name:10s} {item.summary}{needs}"
+        origin = f" (plug-in: package {item.plugin})" if item.plugin else ""
+        line = f"{name:10s} {item.summary}{needs}{origin}"
         if not args.names_only:
             fields = ", ".join(f"{f.name}={f.default!r}" for f in dataclasses.fields(options_type(name)))
             line += f"  [options: {fields}]" if fields else ""
@@ -285,7 +286,8 @@ def main(argv: list[str] | None = None) -> int:
     subparsers = parser.add_subparsers(dest="command", required=True)
     _run_parser(subparsers)
     train_command.add_parser(subparsers)
-    methods = subparsers.add_parser("methods", help="list the catalog's methods and their options")
+    methods = subparsers.add_parser("methods", help="list the catalog's methods (installed plug-ins' included) and "
+                                    "their options")
     methods.add_argument("--names-only", action="store_true", help="without options (imports no method code)")
     _reporting_parsers(subparsers)
     _measure_parser(subparsers)

@@ -5,7 +5,8 @@ docs/extending.md), and add one ``Entry`` below. The CLI (``python -m harness me
 ``bench_<name>``/``ablate_<name>``/``train_<name>`` targets, the plan's option checks, the figures' colours, the
 projection and the conformance tests all read this list. Keep this file free of torch: only ``harness.catalog`` is
 imported here. A method package keeps its options in its torch-free ``__init__`` (``options=``) and its
-``METHOD`` in ``method.py``.
+``METHOD`` in ``method.py``. A method of another package joins this list through an entry point of the group
+``draftcount.methods`` (docs/extending.md, *A method from another package*).
 """
 
 from harness.catalog import Entry

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import copy
 import itertools
+import re
+import shutil
+import subprocess
 from collections import Counter
 from functools import lru_cache, partial
 from pathlib import Path
@@ -427,3 +430,22 @@ def record_drafts(adapter) -> list[int]:
 
     adapter.propose = recording
     return tokens
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def docs_example(text: str, heading: str, language: str = "python") -> str:
+    """The first fenced ``language`` block after ``heading`` in a docs page."""
+    rest = text.split(heading, 1)[1]
+    return re.search(rf"```{language}\n(.*?)```", rest, re.S).group(1)
+
+
+def copy_project(dest: Path) -> list[str]:
+    """Copy the project's files as git sees them (tracked, and untracked but not ignored), but results/, to ``dest``:
+    a project of its own, whose Snakemake lock, metadata and outputs are its own. The files copied."""
+    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
+                           text=True, check=True).stdout.split()
+    copied = [name for name in files if (ROOT / name).is_file() and not name.startswith("results/")]
+    for name in copied:
+        (dest / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(ROOT / name, dest / name)
+    return copied

@@ -5,6 +5,7 @@ import sys
 
 import pytest
 
+from harness.cli import main
 from harness.store.records import SCHEMA_VERSION, atomic_jsonl, read_records, write_record
 
 
@@ -103,6 +104,17 @@ def test_methods_listing_imports_no_torch():
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stderr[-2000:]
     assert "gamma=4" in result.stdout and "shape_file=''" in result.stdout and "experts=" in result.stdout
+
+
+def test_train_help_lists_the_catalogs_trainable_methods(capsys):
+    """`train --help` names the methods the catalog says need a trained drafter (read from it, not written out)."""
+    from harness.catalog import methods_needing
+
+    with pytest.raises(SystemExit):
+        main(["train", "--help"])
+    shown = " ".join(capsys.readouterr().out.split())
+    trainable = methods_needing("drafter")
+    assert len(trainable) > 5 and f"a method with a trained drafter: {', '.join(trainable)}" in shown
 
 
 def test_every_catalog_options_class_is_its_methods():

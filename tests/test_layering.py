@@ -1,5 +1,6 @@
 """The architecture, checked from the imports: each package of ``harness`` imports only packages below it, the
-torch-free parts stay torch-free, and ``harness`` never imports ``methods`` (it reads the catalog by name).
+torch-free parts stay torch-free, ``harness`` never imports ``methods`` (it reads the catalog by name), and no two
+modules import each other, however far round (an import inside a function or under ``TYPE_CHECKING`` included).
 
 Layers, lowest first (a package may import its own modules and any lower layer):
  -1  errors
@@ -27,7 +28,7 @@ LAYERS = {
 }
 EXEMPT = {"__init__", "__main__"}  # the package's lazy re-exports and `python -m harness`
 TORCH_FREE = ["harness.catalog", "harness.workflow_plan", "harness.workflow_jobs", "harness.errors", "harness.options", "harness.store.records",
-              "harness.analysis.metrics", "harness.analysis.summary", "harness.analysis.figures",
+              "harness.analysis.metrics", "harness.analysis.summary", "harness.analysis.figures", "harness.analysis.plotting",
               "harness.analysis.report", "harness.analysis.view", "harness.analysis.views", "harness.analysis.divergence", "harness.analysis.specbench", "harness.gpu.wheels",
               "harness.gpu.quick_readme", "harness.gpu.commands", "harness.trees.beam_shape", "harness.engine.arguments", "methods"]
 
@@ -76,6 +77,75 @@ def test_every_import_goes_down_the_layers():
                 if target not in LAYERS or LAYERS[target] >= LAYERS[unit]:
                     breaches.append(f"{relative}:{line}: {unit} (layer {LAYERS[unit]}) imports {module}")
     assert not breaches, "\n".join(breaches)
+
+
+def _module_name(path: Path) -> str:
+    parts = path.relative_to(ROOT).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def import_graph() -> dict[str, set[str]]:
+    """Each module of ``harness`` and the modules of ``harness`` it imports anywhere in its file: at the top, in a
+    function (an import deferred to call time is a dependency all the same) or under ``TYPE_CHECKING``. ``from
+    package import module`` names the module."""
+    modules = {_module_name(path): path for path in _harness_files()}
+    graph = {}
+    for module, path in modules.items():
+        named = set()
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if isinstance(node, ast.Import):
+                named |= {alias.name for alias in node.names}
+            elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                named |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+        graph[module] = {name for name in named if name in modules and name != module}
+    return graph
+
+
+def import_cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The graph's circles: each strongly connected component of more than one module (Tarjan's algorithm,
+    iterative), its modules sorted."""
+    index: dict[str, int] = {}
+    low: dict[str, int] = {}
+    stack: list[str] = []
+    cycles = []
+    for start in graph:
+        if start in index:
+            continue
+        work = [(start, iter(sorted(graph[start])))]
+        index[start] = low[start] = len(index)
+        stack.append(start)
+        while work:
+            node, children = work[-1]
+            child = next(children, None)
+            if child is None:
+                work.pop()
+                if work:
+                    low[work[-1][0]] = min(low[work[-1][0]], low[node])
+                if low[node] == index[node]:
+                    component = stack[stack.index(node):]
+                    del stack[stack.index(node):]
+                    if len(component) > 1:
+                        cycles.append(sorted(component))
+            elif child not in index:
+                index[child] = low[child] = len(index)
+                stack.append(child)
+                work.append((child, iter(sorted(graph[child]))))
+            elif child in stack:
+                low[node] = min(low[node], index[child])
+    return cycles
+
+
+def test_no_import_cycles():
+    graph = import_graph()
+    assert "harness.engine.adapter" in graph and graph["harness.analysis.figures"]  # the graph was built
+    assert not (cycles := import_cycles(graph)), "import circles in harness/: " + "; ".join(
+        " <-> ".join(cycle) for cycle in cycles)
+
+
+def test_the_cycle_finder_finds_a_circle():
+    graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": {"e"}}
+    assert import_cycles(graph) == [["a", "b", "c"]]
+    assert import_cycles({"a": {"b"}, "b": set()}) == []
 
 
 def test_torch_free_modules_import_no_torch():

@@ -95,7 +95,7 @@ def category_sections(table: pd.DataFrame, main: list[str]) -> str:
 
 def plot_categories(data: Inputs) -> plt.Figure:
     """One panel per dataset and temperature: speedup per category, one bar per variant (main ones first)."""
-    from harness.analysis.figures import plt, temperature_label, variant_colors
+    from harness.analysis.plotting import plt, temperature_label, variant_colors
 
     main, colors = data.main, variant_colors(data.summary)
     panels = list(data.table("categories").groupby(["dataset", "temperature"]))

@@ -49,7 +49,7 @@ def context_length_table(frame: pd.DataFrame) -> pd.DataFrame:
 def plot_context_length(data: Inputs) -> plt.Figure:
     """One panel per dataset and temperature: tau against the context length (tokens), one line per variant
     (main ones first)."""
-    from harness.analysis.figures import plt, temperature_label, variant_colors
+    from harness.analysis.plotting import plt, temperature_label, variant_colors
 
     main, colors = data.main, variant_colors(data.summary)
     panels = list(data.table("context_length").groupby(["dataset", "temperature"]))

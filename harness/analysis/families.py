@@ -92,7 +92,7 @@ def base_view(row: pd.Series) -> pd.Series:
 def plot_forwards(data) -> "object":
     """Tau against drafter forwards per decoding step for every variant with a drafter, one marker per temperature:
     a block drafter reaches its tau in one forward, a head in one per depth, a draft LM in one per token."""
-    from harness.analysis.figures import plt, temperature_label, variant_colors
+    from harness.analysis.plotting import plt, temperature_label, variant_colors
 
     summary = data.summary[data.summary.drafter_parameters > 0]
     colors = variant_colors(data.summary)

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.analysis.figures import STYLE, method_colors, plt, save_figure
+from harness.analysis.plotting import STYLE, method_colors, plt, save_figure
 
 
 def chosen_families(rows: list[dict]) -> list[str]:

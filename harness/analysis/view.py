@@ -1,7 +1,8 @@
 """What a view of the report is (``View``), what it is decided on at plan time (``Scope``: the variants and prompt
 sets a report covers) and what it reads when drawn or written (``Inputs``: the tables). The views themselves are
-listed in ``harness.analysis.views``; a method's own in ``methods/<name>/view.py``, read here on its own
-(``method_view_module``: a method's package may load torch, a view must not, the workflow's plan reads them).
+listed in ``harness.analysis.views``; a method's own in its package's ``view.py`` (``methods/<name>/view.py``),
+read here on its own (``method_view_module``: a method's package may load torch, a view must not, the workflow's
+plan reads them).
 
 A view is a name (its figure's file name and, unless ``table_name`` says otherwise, its table's), what it is built
 from (``table``: a function of the records frame, written by ``summarize`` to ``tables/<name>.csv``; without one it
@@ -23,7 +24,7 @@ from typing import Any
 
 import pandas as pd
 
-from harness.catalog import CATALOG_PACKAGE
+from harness.catalog import entry
 from harness.errors import DraftcountError
 
 SUMMARY = "summary"  # tables/summary.csv
@@ -140,10 +141,12 @@ class View:
 
 
 def method_view_module(method: str) -> ModuleType | None:
-    """``methods/<method>/view.py`` (None without one). A method package's ``__init__`` holds only its options
-    (torch-free, as the catalog asks), and its views import no torch either: the workflow's plan reads them."""
-    package = importlib.util.find_spec(CATALOG_PACKAGE)  # the catalog's package: found, not imported
-    folders = list(package.submodule_search_locations or []) if package else []
-    if not folders or not (Path(folders[0]) / method / "view.py").is_file():
+    """The ``view.py`` of the method's package (``methods/<method>/view.py``, or a plug-in's beside its
+    ``method.py``; None without one). A method package's ``__init__`` holds only its options (torch-free, as the
+    catalog asks), and its views import no torch either: the workflow's plan reads them."""
+    package = entry(method).package
+    spec = importlib.util.find_spec(package)  # the method's package: found (its parents imported), not imported
+    folders = list(spec.submodule_search_locations or []) if spec else []
+    if not folders or not (Path(folders[0]) / "view.py").is_file():
         return None
-    return importlib.import_module(f"{CATALOG_PACKAGE}.{method}.view")
+    return importlib.import_module(f"{package}.view")

@@ -17,7 +17,8 @@ from transformers import (
     PreTrainedModel, PreTrainedTokenizerBase,
 )
 
-from harness.errors import DraftcountError
+from harness.errors import DraftcountError, first_line
+from harness.store.files import UNREADABLE, check_safetensors, read_json
 from harness.store.hub import is_hub_id, model_snapshot
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
@@ -160,6 +161,14 @@ def model_location(source: str) -> str:
     return str(Path(source).expanduser()) if not is_hub_id(source) else str(model_snapshot(source))
 
 
+def check_model_files(location: Path) -> None:
+    """A model directory's config.json parses and its safetensors files are whole (their headers read): one line
+    naming the file otherwise, before transformers loads it (whose error names neither)."""
+    if (location / "config.json").is_file():
+        read_json(location / "config.json", "model config")
+    check_safetensors(location, "model weights")
+
+
 def model_class(location: str) -> type:
     """The auto class that loads the model at ``location``: a causal LM, or a vision-language model (a LLaVA-style
     config with a ``vision_config``: its language model decodes, its vision tower runs at prefill)."""
@@ -182,19 +191,18 @@ def load_model(
     torch_dtype = resolve_dtype(dtype)
     torch_device = resolve_device(device)
     location = model_location(source)
+    check_model_files(Path(location))
     try:
         model = model_class(location).from_pretrained(location, dtype=torch_dtype,
                                                       attn_implementation=attn_implementation)
-    except (OSError, ValueError, KeyError) as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise DraftcountError(f"could not load a causal LM from '{source}': {reason}") from None
+    except (*UNREADABLE, KeyError) as error:
+        raise DraftcountError(f"could not load a causal LM from '{source}': {first_line(error)}") from None
     tokenizer = None
     if with_tokenizer:
         try:
             tokenizer = AutoTokenizer.from_pretrained(location)
         except (OSError, ValueError, KeyError) as error:
-            reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-            raise DraftcountError(f"could not load the tokenizer of '{source}': {reason}") from None
+            raise DraftcountError(f"could not load the tokenizer of '{source}': {first_line(error)}") from None
     model.to(torch_device).eval()
     return LoadedModel(
         model=model,

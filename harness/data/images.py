@@ -12,7 +12,7 @@ from typing import Any
 
 import torch
 
-from harness.errors import DraftcountError
+from harness.errors import DraftcountError, first_line
 
 
 @functools.lru_cache(maxsize=4)
@@ -23,8 +23,8 @@ def image_processor(location: str) -> Any:
     try:
         return AutoImageProcessor.from_pretrained(location)
     except (OSError, ValueError) as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise DraftcountError(f"the target at {location} has no image processor to read a prompt's image: {reason}")
+        raise DraftcountError(f"the target at {location} has no image processor to read a prompt's image: "
+                              f"{first_line(error)}")
 
 
 def image_inputs(location: str, path: str) -> dict[str, torch.Tensor]:

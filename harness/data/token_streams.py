@@ -8,6 +8,7 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from harness.store.atomic import atomic_path
+from harness.store.files import load_tensor
 from harness.data.corpus import Document
 
 
@@ -28,7 +29,8 @@ def save_tokens(path: Path, tokens: torch.Tensor) -> None:
 
 
 def load_tokens(path: Path) -> torch.Tensor:
-    return torch.load(path, map_location="cpu", weights_only=True)
+    """A token stream ``save_tokens`` wrote; one line naming the file when it is corrupt or truncated."""
+    return load_tensor(path, "token stream")
 
 
 def random_windows(tokens: torch.Tensor, batch_size: int, length: int, generator: torch.Generator) -> torch.Tensor:

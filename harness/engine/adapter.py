@@ -25,7 +25,6 @@ from harness.verify.verdict import Verdict
 
 if TYPE_CHECKING:
     from harness.backend.cuda_graphs import GraphedForwards
-    from harness.engine.batch_slots import RowsDrafting
     from harness.engine.runtime import EngineRuntime
 
 
@@ -65,6 +64,48 @@ class StepContext:
         """``owner``'s CUDA-graph runner for the fixed-shape steps of its drafter (a model of ``config``) under
         ``cuda_graphs=on``, else None."""
         return self.runtime.drafter_graphs(owner, config, device, dtype) if self.runtime is not None else None
+
+
+@dataclass
+class BatchRow:
+    """One request of the batch: its sampling context (generator, counters, the host's tokens), its prompt,
+    where it stands, what it emitted."""
+
+    ctx: StepContext
+    prompt: torch.Tensor  # (1, L), unpadded
+    position: int  # the root's position (unpadded): the next slot the row's sequence fills
+    root: int = 0  # the newest token, emitted, not yet in the target's cache
+    produced: list[int] = field(default_factory=list)
+    pending: int | None = None  # a draft LM's accepted draft it never fed (a leaf of its shape)
+    finished_at: float = 0.0  # seconds from the batch's start until the row's last token
+
+    def sequence(self) -> torch.Tensor:
+        """The prompt and every emitted token (1, L + produced), the root last: what an adapter drafts from."""
+        return torch.cat([self.prompt, torch.tensor([self.produced], device=self.prompt.device)], dim=-1)
+
+
+class RowsDrafting(Protocol):
+    """How the rows of a static batch draft (``harness.engine.batched`` calls these, in this order each step).
+
+    wants_hidden / hidden_layers: the target's hidden states the drafting reads (as ``DraftAdapter``'s).
+    prefill: the batch's prompts (left-padded ids, valid slots, positions) went through the target as ``out``.
+    draft: every live row's tree, each resolved (its shape on the host).
+    accepted: every row's verdict on its tree and the target's output over the padded trees.
+    select: only the rows ``keep`` (indices into the live rows) stay in the batch.
+    """
+
+    wants_hidden: bool
+    hidden_layers: tuple[int, ...] | None
+
+    def prefill(self, rows: list[BatchRow], ids: torch.Tensor, valid: torch.Tensor, position_ids: torch.Tensor,
+                out: LMOutput) -> None: ...
+
+    def draft(self, rows: list[BatchRow]) -> list[TokenTree]: ...
+
+    def accepted(self, rows: list[BatchRow], trees: list[TokenTree], verdicts: list[Verdict],
+                 out: LMOutput) -> None: ...
+
+    def select(self, keep: torch.Tensor) -> None: ...
 
 
 class DraftAdapter(Protocol):

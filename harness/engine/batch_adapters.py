@@ -12,7 +12,8 @@ from transformers import PretrainedConfig
 
 from harness.backend.forward import LMOutput
 from harness.backend.kv_cache import crop_cache, new_cache
-from harness.engine.batch_slots import BatchRow, SlotMask, row_output
+from harness.engine.adapter import BatchRow
+from harness.engine.batch_slots import SlotMask, row_output
 from harness.errors import DraftcountError
 from harness.trees.tree import TokenTree, root_only
 from harness.verify.verdict import Verdict

@@ -7,14 +7,18 @@ import torch
 
 from harness.backend.forward import ForwardTally, LMOutput, run_model
 from harness.backend.kv_cache import new_cache
-from harness.engine.batch_slots import PAD_TOKEN, BatchRow, SlotMask, causal, charge_rows
+from harness.engine.adapter import BatchRow
+from harness.engine.batch_slots import PAD_TOKEN, SlotMask, causal, charge_rows
+from harness.engine.counters import DrafterWork, count_useful_drafter_flops
 from harness.engine.draft_lm import DraftLMAdapter
 from harness.trees.tree import TokenTree, ancestor_matrix, root_only
 from harness.verify.verdict import Verdict
 
 
 class DraftLMRows:
-    """The rows' draft LM: its cache and slot mask, and which draft slots the current step fed."""
+    """The rows' draft LM: its cache and slot mask, which draft slots the current step fed, and each row's drafter
+    work (booked as ``DraftLMAdapter`` books it: the prompt's and each step's first forward useful whatever is
+    accepted, a fed node's share useful iff it was accepted)."""
 
     wants_hidden = False
     hidden_layers: tuple[int, ...] | None = None
@@ -25,6 +29,7 @@ class DraftLMRows:
         self.mask = SlotMask(torch.zeros(0, 0, dtype=torch.bool, device=self.lm.device))
         self.fed: list[int] = []  # the tree nodes the step fed after the root
         self.step_start = 0  # the draft cache's first slot of the step (the pending token, then the root)
+        self.works: list[DrafterWork] = []  # one per live row
 
     def prefill(self, rows: list[BatchRow], ids: torch.Tensor, valid: torch.Tensor, position_ids: torch.Tensor,
                 out: LMOutput) -> None:
@@ -35,7 +40,10 @@ class DraftLMRows:
         run_model(self.lm, ids.to(device), self.cache, position_ids.to(device), ForwardTally(),
                   attention_bias=self.mask.bias(causal(ids.shape[-1], device), 0, self.lm.dtype), logits_to_keep=1)
         lengths = [row.prompt.shape[-1] for row in rows]
-        charge_rows(self.lm, rows, lambda counters: counters.drafter, lengths, lengths)
+        flops = charge_rows(self.lm, rows, lambda counters: counters.drafter, lengths, lengths)
+        self.works = [DrafterWork() for _ in rows]
+        for row, amount in zip(rows, flops):  # the prompt's KV: kept whatever is accepted
+            count_useful_drafter_flops(row.ctx.counters, amount)
 
     def draft(self, rows: list[BatchRow]) -> list[TokenTree]:
         """Every row's tree over the shape, grown level by level as ``DraftLMAdapter.propose`` grows it (the same
@@ -55,12 +63,18 @@ class DraftLMRows:
         tokens, parents, probs = [torch.tensor([row.root for row in rows])], [-1], [[None] * len(rows)]
         node_logits: dict[int, torch.Tensor] = {}
         frontier, self.fed, query_nodes = [(0, 0)], [], [0]
+        feeding: list[int] = []  # the tree nodes this forward feeds (none: the pending token and the root)
         for depth in range(1, drafter.depth + 1):
             keys = self.mask.valid.shape[-1]
             out = run_model(lm, inputs, self.cache, positions, ForwardTally(),
                             attention_bias=self.mask.bias(visible, self.step_start, lm.dtype))
-            charge_rows(lm, rows, lambda counters: counters.drafter, [inputs.shape[-1]] * len(rows),
-                        [keys] * len(rows))
+            flops = charge_rows(lm, rows, lambda counters: counters.drafter, [inputs.shape[-1]] * len(rows),
+                                [keys] * len(rows))
+            for row, work, amount in zip(rows, self.works, flops):
+                if feeding:
+                    work.charge(feeding, amount)
+                else:  # the accepted text's KV: kept whatever is accepted
+                    count_useful_drafter_flops(row.ctx.counters, amount)
             width = out.logits.shape[1]
             node_logits.update({node: out.logits[:, width - len(query_nodes) + index]
                                 for index, node in enumerate(query_nodes)})
@@ -82,6 +96,7 @@ class DraftLMRows:
                 break
             fed_before = list(self.fed)
             self.fed.extend(query_nodes)
+            feeding = list(query_nodes)
             self.mask.extend(torch.ones(len(rows), len(query_nodes), dtype=torch.bool, device=device))
             ancestors = ancestor_matrix(tuple(parents)).to(device)
             step_nodes = [0, *fed_before, *query_nodes]
@@ -98,6 +113,7 @@ class DraftLMRows:
         pending token."""
         first = self.step_start + 2
         for index, (row, tree, verdict) in enumerate(zip(rows, trees, verdicts)):
+            self.works[index].settle(row.ctx.counters, verdict.path[1:])  # a fed node's KV is kept iff accepted
             path = set(verdict.path)
             if self.fed:
                 kept = torch.tensor([node in path for node in self.fed], device=self.mask.valid.device)
@@ -108,3 +124,4 @@ class DraftLMRows:
     def select(self, keep: torch.Tensor) -> None:
         self.cache.batch_select_indices(keep.to(self.lm.device))
         self.mask.select(keep)
+        self.works = [self.works[index] for index in keep.tolist()]

@@ -1,62 +1,18 @@
-"""What every static-batch path shares: the rows, the slot mask over their KV cache, the left-padded prompts,
-the trees of one step, and each row's share of a batched forward (``harness.engine.batched`` drives them)."""
+"""What every static-batch path shares: the slot mask over the rows' KV cache, the left-padded prompts, the trees of
+one step, and each row's share of a batched forward (``harness.engine.batched`` drives them; a row, ``BatchRow``, and
+the hooks of a batch drafter, ``RowsDrafting``, are part of the method contract, ``harness.engine.adapter``)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
-from typing import Protocol
-
+from dataclasses import dataclass
 import torch
 
 from harness.backend.forward import LMOutput, count_forward
 from harness.backend.models import LoadedModel
-from harness.engine.adapter import StepContext
+from harness.engine.adapter import BatchRow
 from harness.trees.tree import TokenTree, ancestor_matrix
-from harness.verify.verdict import Verdict
 
 PAD_TOKEN = 0  # what fills a masked slot (never attended, so any token id)
-
-
-@dataclass
-class BatchRow:
-    """One request of the batch: its sampling context (generator, counters, the host's tokens), its prompt,
-    where it stands, what it emitted."""
-
-    ctx: StepContext
-    prompt: torch.Tensor  # (1, L), unpadded
-    position: int  # the root's position (unpadded): the next slot the row's sequence fills
-    root: int = 0  # the newest token, emitted, not yet in the target's cache
-    produced: list[int] = field(default_factory=list)
-    pending: int | None = None  # a draft LM's accepted draft it never fed (a leaf of its shape)
-    finished_at: float = 0.0  # seconds from the batch's start until the row's last token
-
-    def sequence(self) -> torch.Tensor:
-        """The prompt and every emitted token (1, L + produced), the root last: what an adapter drafts from."""
-        return torch.cat([self.prompt, torch.tensor([self.produced], device=self.prompt.device)], dim=-1)
-
-
-class RowsDrafting(Protocol):
-    """How the rows of a static batch draft (``harness.engine.batched`` calls these, in this order each step).
-
-    wants_hidden / hidden_layers: the target's hidden states the drafting reads (as ``DraftAdapter``'s).
-    prefill: the batch's prompts (left-padded ids, valid slots, positions) went through the target as ``out``.
-    draft: every live row's tree, each resolved (its shape on the host).
-    accepted: every row's verdict on its tree and the target's output over the padded trees.
-    select: only the rows ``keep`` (indices into the live rows) stay in the batch.
-    """
-
-    wants_hidden: bool
-    hidden_layers: tuple[int, ...] | None
-
-    def prefill(self, rows: list[BatchRow], ids: torch.Tensor, valid: torch.Tensor, position_ids: torch.Tensor,
-                out: LMOutput) -> None: ...
-
-    def draft(self, rows: list[BatchRow]) -> list[TokenTree]: ...
-
-    def accepted(self, rows: list[BatchRow], trees: list[TokenTree], verdicts: list[Verdict],
-                 out: LMOutput) -> None: ...
-
-    def select(self, keep: torch.Tensor) -> None: ...
 
 
 @dataclass
@@ -153,11 +109,11 @@ def row_output(out: LMOutput, row: int, nodes: slice) -> LMOutput:
     return LMOutput(out.logits[row:row + 1, nodes], states, out.flops)
 
 
-def charge_rows(lm: LoadedModel, rows: list[BatchRow], tally_of, tokens: list[int], keys: list[int]) -> None:
+def charge_rows(lm: LoadedModel, rows: list[BatchRow], tally_of, tokens: list[int], keys: list[int]) -> list[float]:
     """Each row's share of one batched forward: a forward of its real ``tokens`` over its ``keys`` slots, on the
-    tally ``tally_of(row.ctx.counters)`` (padding is counted by the caller, not charged to a row)."""
-    for row, count, total in zip(rows, tokens, keys):
-        count_forward(lm, tally_of(row.ctx.counters), count, total - count, count)
+    tally ``tally_of(row.ctx.counters)`` (padding is counted by the caller, not charged to a row); each row's FLOPs."""
+    return [count_forward(lm, tally_of(row.ctx.counters), count, total - count, count)
+            for row, count, total in zip(rows, tokens, keys)]
 
 
 def causal(count: int, device: torch.device) -> torch.Tensor:

@@ -24,10 +24,10 @@ from harness.backend.device import Stopwatch
 from harness.backend.forward import ForwardTally, LMOutput, run_model
 from harness.backend.kv_cache import eager_refusal, new_cache
 from harness.backend.models import LoadedModel
-from harness.engine.adapter import NoDrafts, StepContext
+from harness.engine.adapter import BatchRow, NoDrafts, RowsDrafting, StepContext
 from harness.engine.batch_adapters import AdapterRows, RootOnlyRows
 from harness.engine.batch_draft_lm import DraftLMRows
-from harness.engine.batch_slots import BatchRow, RowsDrafting, SlotMask, causal, charge_rows, left_padded, pad_trees
+from harness.engine.batch_slots import SlotMask, causal, charge_rows, left_padded, pad_trees
 from harness.engine.counters import GenerationCounters
 from harness.engine.draft_lm import DraftLMAdapter
 from harness.engine.loop import Generation, check_fits_context, trim_output

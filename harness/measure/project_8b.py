@@ -63,7 +63,7 @@ def measure(args: argparse.Namespace, timings: list[str]) -> tuple[dict[str, Lat
 
 
 def plot(projection: pd.DataFrame, out_dir: Path, label: str) -> None:
-    from harness.analysis.figures import STYLE, save_figure, variant_colors, variant_order
+    from harness.analysis.plotting import STYLE, save_figure, variant_colors, variant_order
 
     import matplotlib.pyplot as plt
 

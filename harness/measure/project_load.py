@@ -69,7 +69,7 @@ def project_load(load: pd.DataFrame, latencies: Latencies, basis: str) -> pd.Dat
 
 def plot(projection: pd.DataFrame, out_dir: Path, label: str) -> list[Path]:
     """Projected speedup against B per method (solid), beside the CPU load study's measured one (dotted)."""
-    from harness.analysis.figures import STYLE, method_colors, plt, save_figure
+    from harness.analysis.plotting import STYLE, method_colors, plt, save_figure
 
     colors = method_colors()
     with plt.rc_context(STYLE):

@@ -3,8 +3,9 @@ where a run records what its drafter is without loading it."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
+
+from harness.store.files import read_json
 
 META_FILE = "draftcount_drafter.json"
 
@@ -16,7 +17,7 @@ def drafter_data(drafter: str | Path | None) -> str | None:
     meta = Path(drafter) / META_FILE if drafter else None
     if meta is None or not meta.is_file():
         return None
-    data = Path(json.loads(meta.read_text()).get("data") or "")
+    data = Path(read_json(meta, "drafter metadata").get("data") or "")
     if (data / "index.json").is_file():  # a feature dump: the token stream it was cut from
-        data = Path(json.loads((data / "index.json").read_text()).get("source") or "")
+        data = Path(read_json(data / "index.json", "feature dump index").get("source") or "")
     return "regenerated" if data.name.startswith("regenerated") else "corpus"

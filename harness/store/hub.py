@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness.errors import DraftcountError
+from harness.errors import DraftcountError, first_line
 
 
 def is_hub_id(source: str) -> bool:
@@ -39,8 +39,7 @@ def hub_snapshot(repo_id: str, patterns: list[str]) -> Path:
     except RepositoryNotFoundError:
         raise DraftcountError(f"hub id '{repo_id}' does not exist (or needs a token: huggingface-cli login)") from None
     except (HfHubHTTPError, OSError, ValueError) as error:
-        reason = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise DraftcountError(f"could not fetch '{repo_id}' from the hub: {reason}") from None
+        raise DraftcountError(f"could not fetch '{repo_id}' from the hub: {first_line(error)}") from None
 
 
 def model_snapshot(repo_id: str) -> Path:

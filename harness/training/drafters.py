@@ -3,6 +3,17 @@ a frozen target, feature batches from a dump or on the fly, the attention mask o
 steps, the shared loop, and the drafter kit: a drafter directory's format (``write_drafter``/``read_drafter``),
 its checks against the target and the training envelope (``train_drafter``) that records held-out agreement.
 
+The held-out agreement (``heldout_top1_agreement_by_step``, which the quality gate and the report read): entry k - 1
+is the share of held-out positions (16 windows, with the target's features) at which the drafter's top-1 token at
+draft step k equals the target's top-1 token there. Each step is teacher-forced and not conditional on the earlier
+steps: the tokens before the position are the held-out text's, not the drafter's earlier guesses, and every position
+with k - 1 positions before it in its window counts, not only those where steps 1..k-1 agreed (what the drafter feeds
+itself besides tokens, its own states or block slots, is its own, as when it drafts). So the entries need not fall
+with k and their product is not the chance of accepting k tokens. One entry per step the family drafts in a chain
+(unrolled steps, heads, block slots), at least one, each in [0, 1] (``checked_agreement``). The gate
+``min_heldout_agreement`` reads step 1 alone (0.2 in workflow/config/default.yaml: a drafter whose first guess agrees
+with the target at fewer than one position in five stops the run, unless ``allow_weak_models``).
+
 Under ``torchrun --nproc_per_node N`` the processes train one drafter data-parallel: each draws its micro-batches
 of every step's global batch (``batch_size * grad_accum * N`` rows), and only rank 0 goes on past training to
 evaluate and write the drafter; the others end once training is done.
@@ -18,9 +29,9 @@ from pathlib import Path
 from typing import Literal
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
-from transformers import DynamicCache, LlamaConfig, PretrainedConfig
+from transformers import LlamaConfig, PretrainedConfig
 
 from harness.errors import DraftcountError
 from harness.training import distributed
@@ -31,6 +42,7 @@ from harness.data.token_streams import even_windows, load_tokens
 from harness.backend.models import LoadedModel, load_model
 from harness.store.atomic import atomic_path
 from harness.store.drafter_meta import META_FILE
+from harness.store.files import load_weights, read_json
 from harness.store.hub import drafter_snapshot, is_hub_id
 from harness.store.records import environment
 from harness.training.objectives import DEFAULT_OBJECTIVE, check_objective
@@ -98,56 +110,6 @@ def feature_source(request: DrafterTrainRequest, target: LoadedModel, layers: li
     return FeatureSource(layers=layers, seq_len=seq_len, target=target.model, tokens=load_tokens(data))
 
 
-def unrolled_step_bias(length: int, step: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
-    """Additive mask (1, 1, length, (step + 1) * length) for step ``step`` of unrolled training.
-
-    Step 0 is ordinary causal attention over true features. At step k the query
-    at position p stands for drafting k positions ahead of the true prefix: it
-    sees the true keys of positions <= p - k and, from each step i = 1..k, the
-    key at position p - k + i (its own chain of predicted states, itself last).
-    """
-    minimum = torch.finfo(dtype).min
-    query = torch.arange(length, device=device)[:, None]
-    key = torch.arange(length, device=device)[None, :]
-    blocks = [torch.where(key <= query - step, 0.0, minimum)]
-    for index in range(1, step + 1):
-        blocks.append(torch.where(key == query - step + index, 0.0, minimum))
-    return torch.cat(blocks, dim=1).to(device, dtype)[None, None]
-
-
-def unrolled_step_mask(outputs: torch.Tensor, step: int) -> torch.Tensor:
-    """(B, T) float mask of the positions unrolled step ``step`` (0-based) is trained on: p >= step, the positions
-    that have ``step`` predicted states of their own before them (``unrolled_step_bias``)."""
-    keep = (torch.arange(outputs.shape[1], device=outputs.device) >= step).float()
-    return keep[None].expand(outputs.shape[0], -1)
-
-
-def shift_right(states: torch.Tensor) -> torch.Tensor:
-    """(B, T, H) -> the same with position p holding position p - 1's row (zeros at p = 0)."""
-    return torch.cat([torch.zeros_like(states[:, :1]), states[:, :-1]], dim=1)
-
-
-def unrolled_forward(step_forward: Callable[..., torch.Tensor], first_inputs: torch.Tensor,
-                     feed_back: Callable[[torch.Tensor], torch.Tensor], steps: int,
-                     config: PretrainedConfig) -> list[torch.Tensor]:
-    """Outputs (B, T, H) of ``steps`` training-time-test steps of a one-layer drafter.
-
-    ``step_forward(inputs, position_ids, cache, bias)`` runs the drafter; step 0
-    gets ``first_inputs`` (from true features), step k gets ``feed_back`` of
-    step k-1's outputs, with ``unrolled_step_bias`` over the keys of all steps
-    so far (one cache holds them). A single step is plain causal attention.
-    """
-    length = first_inputs.shape[1]
-    position_ids = torch.arange(length, device=first_inputs.device)[None].expand(first_inputs.shape[0], -1)
-    cache = DynamicCache(config=config) if steps > 1 else None
-    inputs, outputs = first_inputs, []
-    for step in range(steps):
-        bias = unrolled_step_bias(length, step, inputs.dtype, inputs.device) if cache is not None else None
-        outputs.append(step_forward(inputs, position_ids, cache, bias))
-        inputs = feed_back(outputs[-1])
-    return outputs
-
-
 def shard_batch(source: FeatureSource, batch_size: int, shard: Shard,
                 generator: torch.Generator) -> dict[str, torch.Tensor]:
     """Rows ``shard.rows(batch_size)`` of the global batch ``source.batch(batch_size * shard.count, generator)``,
@@ -184,6 +146,19 @@ def fit_drafter(module: torch.nn.Module, batch_loss: Callable[[dict[str, torch.T
         if not distributed.is_main():
             raise SystemExit(0)
     return result
+
+
+AGREEMENT = "heldout_top1_agreement_by_step"  # the metric of the module docstring's contract
+
+
+def checked_agreement(method: str, values: list[float]) -> list[float]:
+    """A family's agreement per draft step as the contract has it (floats in [0, 1], at least one); one line if
+    not."""
+    agreement = [float(value) for value in values]
+    if not agreement or not all(0.0 <= value <= 1.0 for value in agreement):
+        raise DraftcountError(f"{method}: the held-out agreement per draft step must be one share in [0, 1] per step, "
+                              f"got {list(values)}")
+    return agreement
 
 
 def heldout_batch(heldout: torch.Tensor, target: LoadedModel, layers: list[int | str],
@@ -247,8 +222,7 @@ def read_weights(directory: Path) -> dict[str, torch.Tensor]:
     for name in WEIGHT_FILES:
         path = directory / name
         if path.is_file():
-            state = load_file(str(path)) if name.endswith(".safetensors") else torch.load(
-                path, map_location="cpu", weights_only=True)
+            state = load_weights(path, "drafter weights")
             return {key.removeprefix("model."): value for key, value in state.items()}
     raise DraftcountError(f"drafter directory {directory} holds no weights ({' or '.join(WEIGHT_FILES)})")
 
@@ -277,7 +251,7 @@ def read_drafter(source: str | Path, method: str, meta_required: bool = True, wi
     directory = drafter_directory(source)
     meta_path = directory / META_FILE
     if meta_path.is_file():
-        meta = json.loads(meta_path.read_text())
+        meta = read_json(meta_path, "drafter metadata")
     elif meta_required:
         raise DraftcountError(f"drafter directory {directory} holds no {method} drafter (no {META_FILE}; "
                               f"python -m harness train --method {method} writes one)")
@@ -288,7 +262,7 @@ def read_drafter(source: str | Path, method: str, meta_required: bool = True, wi
     config = directory / "config.json"
     if with_config and not config.is_file():
         raise DraftcountError(f"drafter directory {directory} holds no config.json")
-    fields = json.loads(config.read_text()) if with_config else None
+    fields = read_json(config, "drafter config") if with_config else None
     state = read_weights(directory)
     maps = {name: state.pop(name) for name in MAP_WEIGHTS if name in state}
     return DrafterFiles(directory, meta, state, fields, maps)
@@ -348,7 +322,7 @@ def train_drafter(request: DrafterTrainRequest, options: DrafterLoopOptions, tar
     if request.heldout is not None:
         heldout = load_tokens(request.heldout)
         batch = heldout_batch(heldout, target, source.layers, options.seq_len)
-        metrics["heldout_top1_agreement_by_step"] = agreement(module, batch)
+        metrics[AGREEMENT] = checked_agreement(request.method, agreement(module, batch))
         if vocab is not None and vocab.reduced:
             metrics["heldout_vocabulary_coverage"] = vocab.coverage(heldout)
         calibration = calibrate(module, batch) if calibrate is not None else {}

@@ -14,11 +14,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from tqdm import tqdm
 from transformers import PreTrainedModel
 
 from harness.store.atomic import atomic_path
+from harness.store.files import load_weights, read_json
 from harness.errors import DraftcountError
 from harness.data.token_streams import random_windows
 from harness.backend.models import text_config
@@ -151,11 +152,11 @@ class FeatureSource:
             raise DraftcountError("a feature source needs either a dump directory or a target with its token stream")
         self._shards: list[dict[str, torch.Tensor]] = []
         if self.dump_dir is not None:
-            index = json.loads((Path(self.dump_dir) / "index.json").read_text())
+            index = read_json(Path(self.dump_dir) / "index.json", "feature dump index")
             missing = {layer_key(layer) for layer in self.layers} - set(index["layers"])
             if missing:
                 raise DraftcountError(f"feature dump {self.dump_dir} lacks layers {sorted(missing)}")
-            self._shards = [load_file(str(Path(self.dump_dir) / name)) for name in index["shards"]]
+            self._shards = [load_weights(Path(self.dump_dir) / name, "feature shard") for name in index["shards"]]
             self._rows = sum(shard["input_ids"].shape[0] for shard in self._shards)
             self.seq_len = min(self.seq_len, index["seq_len"])
 

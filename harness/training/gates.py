@@ -20,7 +20,8 @@ def _degeneracy(name: str) -> Callable[[dict], float | None]:
 
 
 def heldout_agreement(metrics: dict) -> float | None:
-    """A drafter's held-out top-1 agreement with the target at its first draft step (``train_drafter`` records it)."""
+    """A drafter's held-out top-1 agreement with the target at its first draft step (``train_drafter`` records it;
+    what it means: the drafter kit's contract, ``harness.training.drafters``)."""
     values = metrics.get("heldout_top1_agreement_by_step")
     return float(values[0]) if values else None
 

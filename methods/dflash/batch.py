@@ -13,7 +13,8 @@ from __future__ import annotations
 import torch
 
 from harness.engine.batch_adapters import SharedCacheRows
-from harness.engine.batch_slots import BatchRow, pending_block
+from harness.engine.adapter import BatchRow
+from harness.engine.batch_slots import pending_block
 from harness.trees.tree import TokenTree
 
 

@@ -27,9 +27,9 @@ from harness.errors import DraftcountError
 from harness.options import parse_options
 from harness.training.draft_vocab import choose_draft_vocab
 from harness.training.drafters import (
-    DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, shift_right,
-    train_drafter, unrolled_forward,
+    DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, train_drafter,
 )
+from harness.training.unroll import shift_right, unrolled_forward
 from harness.training.features import layer_key, target_features
 from harness.training.objectives import uses_tree_loss
 from methods.dream.attention import attention_candidates, entropy_mid_states, mid_candidates

@@ -14,7 +14,8 @@ from __future__ import annotations
 import torch
 
 from harness.engine.batch_adapters import SharedCacheRows
-from harness.engine.batch_slots import PAD_TOKEN, BatchRow, causal, pending_block
+from harness.engine.adapter import BatchRow
+from harness.engine.batch_slots import PAD_TOKEN, causal, pending_block
 from harness.engine.counters import count_useful_drafter_flops
 from harness.trees.beam import Frontier, frontier_attention_bias, grow_beam_trees
 from harness.trees.tree import TokenTree

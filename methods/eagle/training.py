@@ -29,9 +29,9 @@ from transformers import DynamicCache
 
 from harness.training.draft_vocab import DraftVocab, check_init_vocab, choose_draft_vocab
 from harness.training.drafters import (
-    DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, shift_right, train_drafter,
-    unrolled_forward, unrolled_step_mask,
+    DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, train_drafter,
 )
+from harness.training.unroll import shift_right, unrolled_forward, unrolled_step_mask
 from harness.backend.forward import causal_bias, positions
 from harness.backend.kv_cache import new_cache
 from harness.backend.models import LoadedModel

@@ -15,7 +15,8 @@ from __future__ import annotations
 import torch
 
 from harness.engine.batch_adapters import SharedCacheRows
-from harness.engine.batch_slots import BatchRow, causal, pending_block
+from harness.engine.adapter import BatchRow
+from harness.engine.batch_slots import causal, pending_block
 from harness.engine.counters import count_useful_drafter_flops
 from harness.trees.tree import TokenTree
 

@@ -19,7 +19,7 @@ METHOD = "lyanna"
 def plot_ablation(data: Inputs) -> plt.Figure:
     """Tau, speedup and drafter-FLOP waste of every lyanna variant on the ablation datasets, plain bars at the first
     temperature, hatched at the others."""
-    from harness.analysis.figures import plt, temperature_label, variant_colors, variant_order
+    from harness.analysis.plotting import plt, temperature_label, variant_colors, variant_order
 
     summary = data.summary
     table = summary[summary.method == METHOD]

@@ -11,17 +11,16 @@ built for another target stop with one line. Heads trained here with held-out da
 
 from __future__ import annotations
 
-import json
 from dataclasses import asdict
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file
 from torch import nn
 
 from harness.errors import DraftcountError
 from harness.store.drafter_meta import META_FILE
 from harness.training.draft_vocab import DraftVocab
+from harness.store.files import load_weights, read_json
 from harness.training.drafters import check_target_fit, check_weights, drafter_directory, read_drafter, write_drafter
 from methods.medusa.model import MedusaArch, MedusaHeads
 
@@ -37,15 +36,14 @@ def save_heads(heads: MedusaHeads, out_dir: Path, provenance: dict) -> None:
 def released_heads(directory: Path) -> tuple[MedusaArch, dict[str, torch.Tensor]]:
     """The arch and our state dict of a released Medusa directory (see the module docstring)."""
     label = f"Medusa heads {directory}"
-    fields = json.loads((directory / "config.json").read_text()) if (directory / "config.json").is_file() else {}
+    fields = read_json(directory / "config.json", "Medusa config") if (directory / "config.json").is_file() else {}
     if "medusa_num_heads" not in fields:
         raise DraftcountError(f"{label}: config.json lacks medusa_num_heads (not a released Medusa directory)")
     heads, layers = int(fields["medusa_num_heads"]), int(fields.get("medusa_num_layers", 1))
     path = next((directory / name for name in RELEASED_WEIGHTS if (directory / name).is_file()), None)
     if path is None:
         raise DraftcountError(f"{label} holds no weights ({' or '.join(RELEASED_WEIGHTS)})")
-    released = load_file(str(path)) if path.suffix == ".safetensors" else torch.load(path, map_location="cpu",
-                                                                                   weights_only=True)
+    released = load_weights(path, "Medusa weights")
     state, missing = {}, []
     for k in range(heads):
         pairs = ((f"blocks.{k}.weight", f"{k}.0.linear.weight"), (f"blocks.{k}.bias", f"{k}.0.linear.bias"),

@@ -19,7 +19,6 @@ DeepSeek-V3's own MTP layer (MLA attention, MoE) has no Llama-layer equivalent a
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
@@ -28,6 +27,7 @@ from transformers import PreTrainedModel
 
 from harness.errors import DraftcountError
 from harness.store.drafter_meta import META_FILE
+from harness.store.files import check_safetensors, read_json
 from harness.training.drafters import check_target_fit, check_weights, drafter_directory, head_config
 from methods.mtp.head import MtpHead, load_mtp
 
@@ -40,17 +40,18 @@ def is_mimo_directory(directory: Path) -> bool:
     """A model directory whose config.json says it carries MTP layers (and which is not ours)."""
     config = directory / "config.json"
     return (not (directory / META_FILE).is_file() and config.is_file()
-            and int(json.loads(config.read_text()).get("num_nextn_predict_layers", 0) or 0) > 0)
+            and int(read_json(config, "model config").get("num_nextn_predict_layers", 0) or 0) > 0)
 
 
 def mimo_weights(directory: Path) -> dict[str, torch.Tensor]:
     """Every ``model.mtp_layers.*`` tensor of the directory's safetensors (one file or an index's shards)."""
     index = directory / "model.safetensors.index.json"
     if index.is_file():
-        files = sorted({name for key, name in json.loads(index.read_text())["weight_map"].items()
+        files = sorted({name for key, name in read_json(index, "safetensors index")["weight_map"].items()
                         if key.startswith(MIMO_PREFIX)})
     else:
         files = ["model.safetensors"] if (directory / "model.safetensors").is_file() else []
+    check_safetensors(directory, "MTP weights")
     weights = {}
     for name in files:
         with safe_open(str(directory / name), framework="pt") as handle:
@@ -98,7 +99,7 @@ def mimo_state(weights: dict[str, torch.Tensor], layers: int, hidden: int, w_fin
 def load_mimo(directory: Path, target: PreTrainedModel) -> MtpHead:
     """MiMo's MTP layers in ``directory`` as our modules for ``target`` (its main model), in eval mode."""
     label = f"MTP layers {directory}"
-    fields = json.loads((directory / "config.json").read_text())
+    fields = read_json(directory / "config.json", "model config")
     if fields.get("use_sliding_window"):
         raise DraftcountError(f"{label}: sliding-window attention is not supported")
     vocab = int(target.get_output_embeddings().weight.shape[0])

@@ -3,7 +3,7 @@
 
 DeepSeek-V3 trains its MTP modules with the model: module k, fed module k-1's hidden state at position i and the
 token i + k, predicts token i + k + 1. On a frozen target the same chain is a training-time-test unrolling
-(PRISM's ``switching_outputs`` over ``harness.training.drafters.unrolled_forward``): step k feeds module
+(PRISM's ``switching_outputs`` over ``harness.training.unroll.unrolled_forward``): step k feeds module
 ((k - 1) mod M) the previous step's outputs shifted by one, and is trained by soft cross-entropy (the ``objective``)
 against the target's next-token distribution, weighted by ``step_decay``**(k-1) (PRISM's ``unrolled_token_loss``); no
 feature regression (an MTP module predicts tokens, not the target's next state). 0 steps writes fresh modules.

@@ -28,7 +28,9 @@ from harness.backend.models import LoadedModel
 from harness.data.token_streams import even_windows, load_tokens, random_windows
 from harness.errors import DraftcountError
 from harness.options import parse_options
-from harness.training.drafters import META_FILE, DrafterTrainRequest, drafter_provenance, frozen_target, write_metrics
+from harness.training.drafters import (
+    AGREEMENT, META_FILE, DrafterTrainRequest, checked_agreement, drafter_provenance, frozen_target, write_metrics,
+)
 from harness.training.loop import TrainConfig, batches_from_step, train
 from harness.training.mask_blocks import BlockLayout, block_layout, choose_anchors, drop_tokens, every_kth_anchor
 from harness.training.zoo import ModelShape, heldout_perplexity, kl_to_teacher, save_directory
@@ -177,7 +179,7 @@ def train_pard(request: DrafterTrainRequest) -> dict:
     if request.heldout is not None:
         windows = even_windows(load_tokens(request.heldout), 16, options.seq_len).to(target.device)
         metrics["heldout_perplexity"] = heldout_perplexity(model, windows)
-        metrics["heldout_top1_agreement_by_step"] = block_agreement(model, target, windows, options.k)
+        metrics[AGREEMENT] = checked_agreement("pard", block_agreement(model, target, windows, options.k))
 
     def save(path: Path) -> None:
         model.cpu().save_pretrained(path)

@@ -22,7 +22,9 @@ from harness.backend.models import LoadedModel
 from harness.data.token_streams import even_windows, load_tokens, random_windows
 from harness.errors import DraftcountError
 from harness.options import parse_options
-from harness.training.drafters import META_FILE, DrafterTrainRequest, drafter_provenance, frozen_target, write_metrics
+from harness.training.drafters import (
+    AGREEMENT, META_FILE, DrafterTrainRequest, checked_agreement, drafter_provenance, frozen_target, write_metrics,
+)
 from harness.training.loop import TrainConfig, batches_from_step, train
 from harness.training.zoo import ModelShape, distillation_loss, heldout_perplexity, save_directory, top1_agreement
 
@@ -126,7 +128,8 @@ def train_mid(request: DrafterTrainRequest) -> dict:
     if request.heldout is not None:
         windows = even_windows(load_tokens(request.heldout), 16, options.seq_len).to(target.device)
         metrics["heldout_perplexity"] = heldout_perplexity(mid, windows)
-        metrics["heldout_top1_agreement"] = top1_agreement(target.model, mid, windows)
+        # the mid LM drafts its block one token at a time: its one step is its next-token agreement (the kit's contract)
+        metrics[AGREEMENT] = checked_agreement("polybasic", [top1_agreement(target.model, mid, windows)])
     save_mid(request, mid, metrics, result)
     return metrics
 

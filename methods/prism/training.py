@@ -4,7 +4,7 @@ Phase 1 (``phase1_fraction`` of the steps and of the time budget) trains ONE mod
 (``methods.eagle.training.eagle_loss``: ``ce_weight`` x soft cross-entropy + ``regression_weight`` x smooth-L1 on the
 predicted feature, over ``phase1_unroll_steps`` training-time-test steps). Phase 2 copies that module to the M
 modules of ``step_modules`` and trains them with module switching and no regression term: ``unroll_steps``
-unrolled steps (``harness.training.drafters.unrolled_forward``, one KV cache shared by the steps), step k run by
+unrolled steps (``harness.training.unroll.unrolled_forward``, one KV cache shared by the steps), step k run by
 module f_map(k), each step's cross-entropy weighted by ``step_decay``**(k-1). Both phases run in
 ``harness.training.drafters.fit_drafter`` (objective, grad_accum, bf16, checkpoints); phase 2 draws its batches
 with seed + 1, so it does not repeat phase 1's. With 0 steps the saved drafter is freshly initialised (every module
@@ -23,9 +23,9 @@ from harness.options import parse_options
 from harness.training import distributed
 from harness.training.draft_vocab import choose_draft_vocab
 from harness.training.drafters import (
-    DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, shift_right,
-    train_drafter, unrolled_forward, unrolled_step_mask,
+    DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, train_drafter,
 )
+from harness.training.unroll import shift_right, unrolled_forward, unrolled_step_mask
 from harness.training.loop import TrainResult
 from harness.training.objectives import token_loss, uses_tree_loss
 from methods.eagle.training import EagleTrainOptions, eagle_loss

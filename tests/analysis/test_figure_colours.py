@@ -2,7 +2,8 @@
 
 import pandas as pd
 
-from harness.analysis.figures import method_colors, primary_variants, variant_colors
+from harness.analysis.figures import primary_variants
+from harness.analysis.plotting import method_colors, variant_colors
 from harness.catalog import catalog
 
 

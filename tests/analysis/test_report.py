@@ -10,7 +10,8 @@ import pytest
 
 from harness.analysis.summary import compute_breakdown, depth_acceptance, records_frame, summarize
 from harness.errors import DraftcountError
-from harness.analysis.figures import variant_colors, write_figures
+from harness.analysis.figures import write_figures
+from harness.analysis.plotting import variant_colors
 from harness.store.records import SCHEMA_VERSION
 from harness.analysis.report import environment_section, run_settings, write_report
 from harness.analysis.specbench import export_records

@@ -7,31 +7,19 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def _example(text: str, heading: str) -> str:
-    """The first fenced python block after ``heading`` in the docs page."""
-    rest = text.split(heading, 1)[1]
-    return re.search(r"```python\n(.*?)```", rest, re.S).group(1)
+from tests.helpers import ROOT, copy_project, docs_example as _example
 
 
 @pytest.fixture(scope="module")
 def project_with_toy(tmp_path_factory) -> Path:
     copy = tmp_path_factory.mktemp("toy") / "project"
-    files = subprocess.run(["git", "ls-files", "-co", "--exclude-standard"], cwd=ROOT, capture_output=True,
-                           text=True, check=True).stdout.split()
-    for name in files:
-        if (ROOT / name).is_file() and not name.startswith("results/"):
-            (copy / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(ROOT / name, copy / name)
+    files = copy_project(copy)
     page = (copy / "docs" / "extending.md").read_text()
     (copy / "methods" / "repeat.py").write_text(_example(page, "`methods/repeat.py`:"))
     (copy / "methods" / "peek").mkdir()
@@ -85,9 +73,9 @@ def test_the_conformance_suite_runs_it(project_with_toy):
     result = _run(project_with_toy, "-m", "pytest", "-v", "-p", "no:cacheprovider",
                   "tests/methods/conformance", "-k", "repeat or peek")
     assert result.returncode == 0, result.stdout[-3000:]
-    for toy in ("repeat", "peek"):  # greedy, sampling, host reads; and each as a hedgespec expert (greedy: in either
-        # position; sampling: first, the learner's random picks giving it both roles)
+    for toy in ("repeat", "peek"):  # greedy, sampling, host reads; and each as a hedgespec expert (greedy and drafter
+        # work: in either position; sampling: first, the learner's random picks giving it both roles)
         for test in ("greedy_output_equals_ar", "sampled_distribution_equals_the_target",
                      "at_most_one_host_read_per_step"):
             assert re.search(rf"test_{test}\[{toy}\] PASSED", result.stdout), (toy, test, result.stdout[-2000:])
-        assert len(re.findall(rf"\[hedgespec:[a-z_,]*{toy}[a-z_,]*\] PASSED", result.stdout)) == 3, result.stdout[-2000:]
+        assert len(re.findall(rf"\[hedgespec:[a-z_,]*{toy}[a-z_,]*\] PASSED", result.stdout)) == 5, result.stdout[-2000:]

@@ -11,7 +11,7 @@ from harness import SamplingConfig, wrap_model
 from harness.engine.adapter import NoDrafts
 from harness.cli import main
 from harness.trees.beam_shape import BeamShape
-from harness.training.drafters import unrolled_step_bias
+from harness.training.unroll import unrolled_step_bias
 from harness.engine.loop import generate
 from harness.errors import DraftcountError
 from harness.data.token_streams import save_tokens

@@ -1,5 +1,5 @@
-"""The smoke pipeline run for real: end to end, hard-killed and resumed; a killed training resumes from its
-checkpoint (slow: each runs the workflow's jobs)."""
+"""The smoke pipeline run for real: end to end, hard-killed and resumed (slow: it runs the workflow's jobs). A run
+killed in training resumes from its checkpoint: tests/workflow/test_resume.py."""
 
 import json
 import os
@@ -119,29 +119,3 @@ def test_smoke_pipeline_end_to_end_killed_and_resumed(tmp_path):
     assert (pd.read_csv(done / "projection" / "projection.csv").projected_speedup.notna()).any()
     for name in ("lossless", "ar_vs_generate_eager", "overheads", "host_sync", "projection"):
         assert (done / "benchmarks" / f"{name}.tsv").is_file() and (done / "logs" / f"{name}.log").is_file()
-
-
-@pytest.mark.slow
-def test_killed_training_resumes_from_its_checkpoint(tmp_path):
-    config = tmp_path / "long.yaml"
-    config.write_text("target:\n  train: {steps: 100000, time_budget_s: 12, checkpoint_every_s: 1}\n")
-    args = ["--cores", "2", "--profile", "workflow/profiles/smoke", "--configfile", "workflow/config/default.yaml",
-            "workflow/config/smoke.yaml", str(config), *overrides(tmp_path), "--until", "train_target"]
-    checkpoint = tmp_path / "work" / "checkpoints" / "target.pt"
-    process = subprocess.Popen([*SNAKEMAKE, *args], cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True)
-    deadline = time.time() + 300
-    while time.time() < deadline and not checkpoint.exists():
-        time.sleep(1)
-    assert checkpoint.exists(), "no checkpoint was written"
-    time.sleep(3)
-    os.killpg(process.pid, signal.SIGKILL)  # as hard a kill as there is: no clean-up runs
-    process.wait(timeout=60)
-    assert not (tmp_path / "work" / "models" / "target" / "config.json").exists()
-    assert snakemake(*args, "--unlock").returncode == 0
-    result = snakemake(*args, "--rerun-incomplete", timeout=600)
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "resuming train target from step" in result.stdout + result.stderr
-    metrics = json.loads((tmp_path / "work" / "metrics" / "target.json").read_text())
-    assert metrics["grown_from"]["training"]["resumed_from_step"] > 0  # the killed stage: the base, before growth
-

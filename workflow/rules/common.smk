@@ -10,10 +10,21 @@ from harness import workflow_jobs as jobs
 from harness import workflow_plan as plan
 from harness.catalog import method_names as catalog_methods
 from harness.trees.beam_shape import beam_methods
+from snakemake.exceptions import WorkflowError
 
 config.update(plan.with_implied_drafters(config))  # a trained-drafter method without a `drafters` entry: defaults
 WORK = Path(config["work_dir"])
 RESULTS = Path(config["results_dir"])
+
+
+def all_cores():
+    """Every core the run was given: the threads of a rule that must run alone on the machine (a timing). 1 when no
+    --cores was given, where nothing runs (`snakemake --unlock`, `--list`): Snakemake's own `workflow.cores` is then
+    an error that stopped those commands."""
+    try:
+        return workflow.cores
+    except WorkflowError:
+        return 1
 
 
 def external_models():

@@ -56,7 +56,7 @@ rule measure_batch_latency:
         device=config["bench"].get("device", "cpu"),
         dtype=config["bench"].get("dtype", "float32"),
         torch_threads=config["bench"].get("threads", config["threads"]),
-    threads: workflow.cores
+    threads: all_cores()
     resources:
         mem_mb=4000,
         runtime=20,

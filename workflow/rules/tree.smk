@@ -32,7 +32,7 @@ rule measure_latency:
         device=config["bench"].get("device", "cpu"),
         dtype=config["bench"].get("dtype", "float32"),
         torch_threads=config["bench"].get("threads", config["threads"]),
-    threads: workflow.cores
+    threads: all_cores()
     resources:
         mem_mb=4000,
         runtime=20,
@@ -51,7 +51,7 @@ rule measure_draft_step:
         device=config["bench"].get("device", "cpu"),
         dtype=config["bench"].get("dtype", "float32"),
         torch_threads=config["bench"].get("threads", config["threads"]),
-    threads: workflow.cores
+    threads: all_cores()
     resources:
         mem_mb=4000,
         runtime=10,

@@ -1,8 +1,9 @@
 """The conformance suite: every method of the catalog, through the same lossless checks (this package's tests;
 here what they share: the zoo and the cases).
 
-A method is tested by being listed in ``methods/__init__.py``: it is built with its default options from what its
-catalog entry says it needs (nothing, a draft LM, or a drafter its own trainer writes for the test's target), then
+A method is tested by being in the catalog (listed in ``methods/__init__.py``, or registered by an installed
+plug-in package under the entry-point group ``draftcount.methods``): it is built with its default options from what
+its catalog entry says it needs (nothing, a draft LM, or a drafter its own trainer writes for the test's target), then
 
 - greedy: in float32 it emits exactly the tokens `ar` emits, on prompts of a briefly trained Markov language;
 - sampling: on a vocabulary of 6, the distribution of its first three tokens equals the target's (every 3-token
@@ -13,7 +14,14 @@ catalog entry says it needs (nothing, a draft LM, or a drafter its own trainer w
   (``DISPATCH_BUDGETS``, ``harness.measure.dispatch``; each about one kernel launch in eager CUDA);
 - batches: a method whose catalog entry says ``batched`` decodes a batch of prompts of different lengths whose every
   row emits `ar`'s tokens with the acceptance of a batch-1 generation at every step, and a row of a B = 4 batch
-  passes the sampling check; any other method is refused with one line.
+  passes the sampling check; any other method is refused with one line;
+- the drafter kit's rules: a method whose drafter runs forwards and whose drafts are accepted books the useful part
+  of that work (``DrafterWork``, ``harness.engine.counters``), never more than the drafter did; a trained drafter's
+  metrics hold its held-out agreement per draft step as ``harness.training.drafters`` states it, which the gate reads.
+
+``DRAFTCOUNT_CONFORMANCE_METHODS`` narrows the suite to some methods: comma-separated names, or ``plugins`` for every
+installed plug-in's (``DRAFTCOUNT_CONFORMANCE_METHODS=plugins pytest tests/methods/conformance -x -q``); the checks
+not about one method (``conftest.py``) are then left out.
 
 The greedy check also runs each drafter family whose logits go through a target-sized LM head with a draft
 vocabulary (``harness.training.draft_vocab``: the zoo's most frequent half of its tokens), as the case
@@ -39,6 +47,7 @@ drafters), in files of their own so that ``pytest -n N`` runs them side by side.
 
 from __future__ import annotations
 
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -46,7 +55,7 @@ import torch
 
 from harness import SamplingConfig, wrap_model
 from harness.backend.models import load_model
-from harness.catalog import entry, method_names
+from harness.catalog import catalog, entry
 from harness.data.token_streams import save_tokens
 from harness.engine.batched import generate_batch
 from harness.engine.method_spec import BuildInputs, build_adapter, method_spec
@@ -57,14 +66,34 @@ from tests.helpers import (
     chi_square_pvalue, exact_distribution, make_llama, markov_batches, markov_llama, sampled_distribution,
 )
 
-METHODS = method_names()
+SELECTION = "DRAFTCOUNT_CONFORMANCE_METHODS"  # names (comma-separated) or `plugins`: the methods the suite checks
+
+
+def selected_methods(selection: str) -> list[str]:
+    """The catalog's methods the suite checks: every one (``selection`` empty), the installed plug-ins' (``plugins``)
+    or the named ones; an unknown name or no plug-in is an error, not an empty suite."""
+    if not selection:
+        return list(catalog())
+    if selection == "plugins":
+        found = [name for name, item in catalog().items() if item.plugin]
+        if not found:
+            raise ValueError(f"{SELECTION}=plugins, but no installed package registers a method (entry points "
+                             f"draftcount.methods)")
+        return found
+    return [entry(name.strip()).name for name in selection.split(",") if name.strip()]
+
+
+METHODS = selected_methods(os.environ.get(SELECTION, ""))
 # case -> (its drafter family, training options beside draft_vocab, method options); see the package docstring
-VOCAB_CASES = {"eagle+vocab": ("eagle", {}, {}), "eagle3+vocab": ("eagle", {"fusion": "eagle3"}, {}),
-               "p_eagle+vocab": ("eagle", {"parallel": "3"}, {"parallel": 3}), "lyanna+vocab": ("lyanna", {}, {}),
-               "prism+vocab": ("prism", {}, {}), "owl+vocab": ("owl", {}, {}),
-               "medusa+vocab": ("medusa", {"own_lm_heads": "false"}, {}), "mtp+vocab": ("mtp", {}, {}),
-               "dream+vocab": ("dream", {}, {}), "dflash+vocab": ("dflash", {}, {}), "dspark+vocab": ("dspark", {}, {})}
-SAMPLED_VOCAB = ["eagle+vocab", "p_eagle+vocab", "dflash+vocab", "dspark+vocab"]
+ALL_VOCAB_CASES = {"eagle+vocab": ("eagle", {}, {}), "eagle3+vocab": ("eagle", {"fusion": "eagle3"}, {}),
+                   "p_eagle+vocab": ("eagle", {"parallel": "3"}, {"parallel": 3}), "lyanna+vocab": ("lyanna", {}, {}),
+                   "prism+vocab": ("prism", {}, {}), "owl+vocab": ("owl", {}, {}),
+                   "medusa+vocab": ("medusa", {"own_lm_heads": "false"}, {}), "mtp+vocab": ("mtp", {}, {}),
+                   "dream+vocab": ("dream", {}, {}), "dflash+vocab": ("dflash", {}, {}),
+                   "dspark+vocab": ("dspark", {}, {})}
+VOCAB_CASES = {case: spec for case, spec in ALL_VOCAB_CASES.items() if spec[0] in METHODS}  # the selected families'
+SAMPLED_VOCAB = [case for case in ("eagle+vocab", "p_eagle+vocab", "dflash+vocab", "dspark+vocab")
+                 if case in VOCAB_CASES]
 NO_DRAFT_VOCAB = {"pard": "a draft LM: its LM head is its own, over the target's vocabulary and a mask token",
                   "polybasic": "its mid model is a draft LM with its own LM head over the target's vocabulary"}
 PARTNER = "pld"  # the model-free expert beside each other one (so it is tested first and second as well)
@@ -77,7 +106,9 @@ CASES = [*METHODS, *PAIRS, *VOCAB_CASES]
 # An expert whose adapter keeps another expert's ``commit`` (a subclass of its adapter that does not override it,
 # checked in test_sampling_pairs) commits grafted text through that code: its pair adds no sampling check of its own.
 SHARED_COMMIT = {"prism": "eagle", "dream": "eagle"}
-SAMPLING_PAIRS = [f"hedgespec:{method},{PARTNER}" for method in EXPERTS if method not in SHARED_COMMIT]
+SHARED = sorted(method for method, other in SHARED_COMMIT.items() if method in EXPERTS and other in EXPERTS)
+SAMPLING_PAIRS = [f"hedgespec:{method},{PARTNER}" for method in EXPERTS if method not in SHARED]
+TRAINED = [method for method in METHODS if entry(method).needs_drafter]  # their drafters' metrics are checked
 BATCHED = [method for method in METHODS if entry(method).batched]  # decode batches of B > 1 (harness.engine.batched)
 ALPHA = 1e-3
 SAMPLES = 1500  # generations per method; at ALPHA a correct method fails by chance with probability 1e-3
@@ -97,8 +128,10 @@ class Zoo:
         self.draft = wrap_model(draft_model)
         batches = markov_batches(vocab, 32, 48, seed=5)
         save_tokens(root / "tokens.pt", torch.cat([next(batches).flatten() for _ in range(2)]))
+        save_tokens(root / "heldout.pt", next(batches).flatten())  # the same language, other sequences
         self.train_steps = train_steps
         self.drafters: dict[str, Path] = {}
+        self.metrics: dict[str, dict] = {}  # each trained drafter's metrics (its held-out agreement included)
 
     def drafter(self, case: str) -> Path:
         """The drafter of a method (trained ``train_steps``) or of a draft-vocabulary case (a third of them)."""
@@ -110,8 +143,8 @@ class Zoo:
             out = self.root / f"drafter-{case}"
             request = DrafterTrainRequest(method=method, target=str(self.root / "target"), data=self.root / "tokens.pt",
                                           out=out, steps=self.train_steps // (3 if case in VOCAB_CASES else 1),
-                                          progress=False, options=options)
-            method_spec(method).train(request)
+                                          progress=False, heldout=self.root / "heldout.pt", options=options)
+            self.metrics[case] = method_spec(method).train(request)
             self.drafters[case] = out
         return self.drafters[case]
 

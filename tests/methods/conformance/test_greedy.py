@@ -1,23 +1,36 @@
-"""The conformance suite's greedy check (every method and hedgespec pair emits `ar`'s tokens in float32) and its
-host-read audit and its budget of ops per step outside graphed forwards (see the package docstring)."""
+"""The conformance suite's greedy check (every method and hedgespec pair emits `ar`'s tokens in float32), its host-read
+audit, its budget of ops per step outside graphed forwards and the drafter kit's rules: useful drafter work booked, a
+trained drafter's agreement per draft step recorded (see the package docstring)."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
+import yaml
 
 from harness import SamplingConfig, generate
+from harness.analysis.metrics import USEFUL_DRAFTER_FLOPS
 from harness.catalog import entry
 from harness.engine.batched import generate_batch
 from harness.engine.method_spec import BuildInputs, build_adapter, method_spec
 from harness.errors import DraftcountError
 from harness.engine.runtime import EngineOptions, EngineRuntime
+from harness.engine.counters import GenerationCounters
+from harness.engine.loop import Generation
 from harness.measure.dispatch import dispatch_per_step
 from harness.measure.host_sync import audit_generation
+from harness.training.drafters import AGREEMENT, checked_agreement
+from harness.training.gates import gate_failures, heldout_agreement
 from tests.helpers import record_drafts
 from tests.methods.conformance import (CASES, DEFAULT_DISPATCH_BUDGET, DISPATCH_BUDGETS, GREEDY, HOST_READ_BUDGETS,
-                                        METHODS, NO_DRAFT_VOCAB, SAMPLED_VOCAB, VOCAB_CASES, Zoo, build_markov_zoo,
-                                        method_of, prompts)
+                                        METHODS, NO_DRAFT_VOCAB, SAMPLED_VOCAB, TRAINED, VOCAB_CASES, Zoo,
+                                        build_markov_zoo, method_of, prompts)
+
+
+DEFAULT_GATE = yaml.safe_load((Path(__file__).parents[3] / "workflow" / "config" / "default.yaml").read_text())[
+    "gates"]["drafters"]["min_heldout_agreement"]  # the default run's gate on every drafter (0.2)
 
 
 @pytest.fixture(scope="module")
@@ -32,14 +45,28 @@ def ar_outputs(markov_zoo: Zoo) -> list[list[int]]:
     return [generate(markov_zoo.target, ar, prompt, 32, GREEDY).output_ids for prompt in prompts()]
 
 
+@pytest.fixture(scope="module")
+def greedy_runs(markov_zoo: Zoo):
+    """A case's greedy generations on the prompts, run once for the checks that read them."""
+    runs: dict[str, tuple[list[Generation], list[int]]] = {}
+
+    def run(case: str) -> tuple[list[Generation], list[int]]:
+        """The case's generations and every token it drafted (a draft-vocabulary case: half the prompts)."""
+        if case not in runs:
+            adapter = markov_zoo.build(case)
+            tokens = record_drafts(adapter)
+            cases = prompts()[:6] if case in VOCAB_CASES else prompts()
+            runs[case] = ([generate(markov_zoo.target, adapter, prompt, 32, GREEDY) for prompt in cases], tokens)
+        return runs[case]
+
+    return run
+
+
 @pytest.mark.parametrize("method", CASES)
-def test_greedy_output_equals_ar(markov_zoo: Zoo, ar_outputs: list[list[int]], method: str):
-    adapter = markov_zoo.build(method)
+def test_greedy_output_equals_ar(markov_zoo: Zoo, greedy_runs, ar_outputs: list[list[int]], method: str):
     drafted, accepted, drafter_forwards, drafter_seconds = 0, 0, 0, 0.0
-    tokens = record_drafts(adapter)
-    cases = prompts()[:6] if method in VOCAB_CASES else prompts()  # a draft vocabulary: half the prompts
-    for prompt, expected in zip(cases, ar_outputs):
-        result = generate(markov_zoo.target, adapter, prompt, 32, GREEDY)
+    results, tokens = greedy_runs(method)
+    for prompt, expected, result in zip(prompts(), ar_outputs, results):
         assert result.output_ids == expected, f"{method} left ar's greedy output on prompt {prompt.tolist()}"
         drafted += result.counters.drafted_tokens
         accepted += result.counters.accepted_tokens
@@ -56,8 +83,49 @@ def test_greedy_output_equals_ar(markov_zoo: Zoo, ar_outputs: list[list[int]], m
 
 
 def test_every_drafter_family_is_checked_with_a_draft_vocabulary_or_says_why_not():
-    trained = {method for method in METHODS if method_spec(method).train is not None}
-    assert trained == {family for family, _, _ in VOCAB_CASES.values()} | set(NO_DRAFT_VOCAB)
+    trained = {method for method in METHODS if method_spec(method).train is not None and not entry(method).plugin}
+    assert trained == {family for family, _, _ in VOCAB_CASES.values()} | set(NO_DRAFT_VOCAB) & set(METHODS)
+
+
+def check_drafter_work(method: str, counters: list[GenerationCounters]) -> None:
+    """The kit's rule on drafter work (docs/extending.md, *The adapter*): the work whose output reached an accepted
+    token is booked as useful (``DrafterWork``, ``count_useful_drafter_flops``), so a method whose drafter ran and
+    whose drafts were accepted books some, and none books more than its drafter did (drafter-FLOP waste in
+    [0, 1))."""
+    accepted = sum(one.accepted_tokens for one in counters)
+    flops = sum(one.drafter.flops for one in counters)
+    useful = sum(one.extra.get(USEFUL_DRAFTER_FLOPS, 0.0) for one in counters)
+    assert useful <= flops * (1 + 1e-9), (
+        f"{method} booked {useful:.4g} useful drafter FLOPs, more than its drafter's {flops:.4g}: DrafterWork.settle "
+        f"books a unit's FLOPs once, for the work charged this round")
+    if flops > 0 and accepted > 0:
+        assert useful > 0, (
+            f"{method} had {accepted} draft tokens accepted but booked no useful drafter work: its drafter-FLOP waste "
+            f"would read 100%; book the work whose output reached an accepted token with DrafterWork "
+            f"(harness/engine/counters.py: charge in propose, settle in commit)")
+
+
+@pytest.mark.parametrize("method", CASES)
+def test_useful_drafter_work_is_booked(greedy_runs, method: str):
+    check_drafter_work(method, [result.counters for result in greedy_runs(method)[0]])
+
+
+@pytest.mark.parametrize("method", TRAINED)
+def test_a_trained_drafter_records_its_agreement_per_draft_step(markov_zoo: Zoo, method: str):
+    """The kit's contract on the held-out agreement (``harness.training.drafters``), and the quality gate reading
+    its first step: a drafter below the default run's gate (0.2) stops there, one above it does not. (60 steps on the
+    Markov zoo's second-order language leave most drafters below 0.2: what the gate reads is checked, not how well
+    these drafters learnt.)"""
+    markov_zoo.drafter(method)
+    metrics = markov_zoo.metrics[method]
+    assert AGREEMENT in metrics, f"{method}'s trainer, given --heldout, records no {AGREEMENT}"
+    agreement = checked_agreement(method, metrics[AGREEMENT])  # one share in [0, 1] per draft step, at least one
+    assert metrics[AGREEMENT] == agreement and heldout_agreement(metrics) == agreement[0]  # what the gate reads
+    stops = gate_failures(method, metrics, {"min_heldout_agreement": DEFAULT_GATE})
+    assert bool(stops) == (agreement[0] < DEFAULT_GATE)
+    assert stops == [] or stops[0].startswith(f"{method}: held-out top-1 agreement (first step) {agreement[0]:.3g}")
+    for shift, stopped in ((1e-6, True), (-1e-6, False)):  # a gate just above step 1 stops it, just below does not
+        assert bool(gate_failures(method, metrics, {"min_heldout_agreement": agreement[0] + shift})) == stopped
 
 
 @pytest.mark.parametrize("method", METHODS)
@@ -73,6 +141,7 @@ def test_batches_keep_every_row_lossless_or_are_refused(markov_zoo: Zoo, method:
         assert "\n" not in str(refusal.value)
         return
     results = generate_batch(markov_zoo.target, adapter, batch, 32, GREEDY, [None] * len(batch))
+    check_drafter_work(method, [result.counters for result in results])
     ar = markov_zoo.build("ar")
     assert [result.output_ids for result in results] == [
         generate(markov_zoo.target, ar, prompt, 32, GREEDY).output_ids for prompt in batch]

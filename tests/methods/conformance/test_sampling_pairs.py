@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import pytest
 
-from tests.methods.conformance import PARTNER, SAMPLING_PAIRS, SHARED_COMMIT, Zoo, check_sampled_distribution
+from tests.methods.conformance import (PARTNER, SAMPLING_PAIRS, SHARED, SHARED_COMMIT, Zoo,
+                                        check_sampled_distribution)
 
 
 @pytest.mark.parametrize("method", SAMPLING_PAIRS)
@@ -13,7 +14,7 @@ def test_sampled_distribution_equals_the_target(small_vocab_zoo: Zoo, method: st
     check_sampled_distribution(small_vocab_zoo, method)
 
 
-@pytest.mark.parametrize("method", sorted(SHARED_COMMIT))
+@pytest.mark.parametrize("method", SHARED)
 def test_an_expert_left_out_commits_through_the_code_its_pair_checks(small_vocab_zoo: Zoo, method: str):
     """The experts without a sampling pair of their own (SHARED_COMMIT): their adapter is a subclass of the named
     expert's and keeps its ``commit``, which that expert's pair checks with grafted text."""
