@@ -111,9 +111,13 @@ def train_arguments(config: dict, drafter: str, target: str, data: str, heldout:
     gates.drafters with the entry's own `gates` over them."""
     settings = config["drafters"][drafter]
     gates = {**config.get("gates", {}).get("drafters", {}), **settings.get("gates", {})}
+    if "steps" in settings and "budget_tokens" in settings:
+        raise DraftcountError(f"drafter {drafter}: give steps or budget_tokens, not both")
+    length = (["--budget-tokens", str(settings["budget_tokens"])] if "budget_tokens" in settings
+              else ["--steps", str(settings.get("steps", 1000))])
     return [
         "--method", settings.get("method", drafter), "--target", target, "--data", data, "--heldout", heldout,
-        "--steps", str(settings.get("steps", 1000)),
+        *length,
         *(["--time-budget-s", str(settings["time_budget_s"])] if settings.get("time_budget_s") else []),
         *[argument for key, value in gates.items() for argument in ("--gate", f"{key}={value}")],
         *(["--allow-weak"] if config.get("allow_weak_models") else []),

@@ -7,6 +7,7 @@ import yaml
 
 from harness import workflow_jobs as jobs
 from harness import workflow_plan as plan
+from harness.errors import DraftcountError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -121,6 +122,15 @@ def test_a_trained_drafter_method_without_a_drafters_entry_trains_with_its_defau
     arguments = jobs.train_arguments(implied, "owl", "t", "d", "h", Path("w"))
     assert arguments[arguments.index("--steps") + 1] == "1000" and "--opt" not in arguments
     assert plan.with_implied_drafters(config) is config  # every method has its entry: nothing added
+
+
+def test_a_drafter_entry_with_a_token_budget_trains_to_it(config):
+    budgeted = {**config, "drafters": {**config["drafters"], "owl": {"method": "owl", "budget_tokens": 122880}}}
+    arguments = jobs.train_arguments(budgeted, "owl", "t", "d", "h", Path("w"))
+    assert arguments[arguments.index("--budget-tokens") + 1] == "122880" and "--steps" not in arguments
+    both = {**config, "drafters": {"owl": {"budget_tokens": 100, "steps": 3}}}
+    with pytest.raises(DraftcountError, match="drafter owl: give steps or budget_tokens, not both"):
+        jobs.train_arguments(both, "owl", "t", "d", "h", Path("w"))
 
 
 def test_sampled_runs_take_the_configured_top_k_and_top_p(config):

@@ -27,7 +27,10 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     train.add_argument("--data", required=True, type=Path,
                        help="feature dump directory (index.json) or token stream (.pt) for features on the fly")
     train.add_argument("--out", required=True, type=Path, help="drafter directory to write")
-    train.add_argument("--steps", type=int, default=1000, help="optimizer steps (0 = write a fresh drafter)")
+    train.add_argument("--steps", type=int, help="optimizer steps (default 1000; 0 = write a fresh drafter)")
+    train.add_argument("--budget-tokens", type=int,
+                       help="instead of --steps: train on this many supervised target positions (the steps follow "
+                            "from batch_size x grad_accum x processes x seq_len a step; docs/extending.md)")
     train.add_argument("--time-budget-s", type=float, default=0.0,
                        help="exploration only: also stop after this many seconds (0 = none; the drafter then depends "
                             "on the machine's speed)")
@@ -57,8 +60,13 @@ def run(args: argparse.Namespace) -> int:
         import torch
 
         torch.set_num_threads(args.threads)
+    if args.steps is not None and args.budget_tokens is not None:
+        raise DraftcountError("give --steps or --budget-tokens, not both")
+    if args.budget_tokens is not None and args.budget_tokens < 1:
+        raise DraftcountError(f"--budget-tokens must be >= 1, got {args.budget_tokens}")
     request = DrafterTrainRequest(
-        method=args.method, target=args.target, data=args.data, out=args.out, steps=args.steps,
+        method=args.method, target=args.target, data=args.data, out=args.out,
+        steps=1000 if args.steps is None else args.steps, budget_tokens=args.budget_tokens or 0,
         time_budget_s=args.time_budget_s, options=parse_key_values(args.opt), heldout=args.heldout,
         device=args.device, checkpoint=args.checkpoint, progress=not args.no_progress,
     )

@@ -24,7 +24,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -61,6 +61,7 @@ class DrafterTrainRequest:
     steps: int = 1000
     time_budget_s: float = 0.0
     options: dict[str, str] = field(default_factory=dict)
+    budget_tokens: int = 0  # > 0: the steps follow from this budget of supervised target positions (``budgeted``)
     heldout: Path | None = None  # a token stream to evaluate the drafter on
     device: str = "cpu"
     checkpoint: Path | None = None
@@ -88,6 +89,20 @@ class DrafterLoopOptions:
         if self.draft_vocab < 0:
             raise DraftcountError(f"draft_vocab must be >= 0 (0: the target's whole vocabulary), got "
                                   f"{self.draft_vocab}")
+
+
+def tokens_per_step(options) -> int:
+    """Supervised target positions one optimizer step trains on, over every process: batch_size x grad_accum x
+    processes rows of seq_len positions (a training-time-test unroll or a block of slots counts a position once)."""
+    return options.batch_size * getattr(options, "grad_accum", 1) * distributed.world().size * options.seq_len
+
+
+def budgeted(request: DrafterTrainRequest, options) -> DrafterTrainRequest:
+    """``request`` with its steps derived from ``request.budget_tokens`` (when > 0): the fewest steps whose positions
+    reach the budget, so drafters with different windows or batches train on the same number of positions."""
+    if request.budget_tokens <= 0:
+        return request
+    return replace(request, steps=-(-request.budget_tokens // tokens_per_step(options)))
 
 
 def frozen_target(request: DrafterTrainRequest) -> LoadedModel:

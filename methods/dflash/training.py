@@ -20,6 +20,7 @@ from harness.errors import DraftcountError
 from harness.options import parse_options
 from harness.training.draft_vocab import DraftVocab, choose_draft_vocab
 from harness.training.drafters import (
+    budgeted,
     DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, train_drafter,
 )
 from harness.training.features import FeatureSource, layer_key
@@ -192,6 +193,7 @@ def anchor_generator(batch: dict[str, torch.Tensor], seed: int) -> torch.Generat
 def train_dflash(request: DrafterTrainRequest) -> dict:
     """Train (or, with 0 steps, just initialise) a DFlash drafter and save it to ``request.out``."""
     options = parse_options(DFlashTrainOptions, request.options, "dflash training")
+    request = budgeted(request, options)
     target = frozen_target(request)
     source = training_source(request, options, target)
     drafter = fresh_drafter(options, target.model, False,

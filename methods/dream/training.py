@@ -27,6 +27,7 @@ from harness.errors import DraftcountError
 from harness.options import parse_options
 from harness.training.draft_vocab import choose_draft_vocab
 from harness.training.drafters import (
+    budgeted,
     DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, train_drafter,
 )
 from harness.training.unroll import shift_right, unrolled_forward
@@ -85,6 +86,7 @@ def dump_layers(data: Path) -> set[str] | None:
 def train_dream(request: DrafterTrainRequest) -> dict:
     """Train (or, with 0 steps, just initialise) a DREAM drafter and save it to ``request.out``."""
     options = parse_options(DreamTrainOptions, request.options, "dream training")
+    request = budgeted(request, options)
     target = frozen_target(request)
     depth = int(text_config(target.config).num_hidden_layers)
     candidates = attention_candidates(target.model, mid_candidates(depth, options.mid_fraction))

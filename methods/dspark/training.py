@@ -24,6 +24,7 @@ from harness.errors import DraftcountError
 from harness.options import parse_options
 from harness.training.draft_vocab import choose_draft_vocab
 from harness.training.drafters import (
+    budgeted,
     DrafterTrainRequest, Fitted, fit_drafter, frozen_target, heldout_batch, init_linear_layers, train_drafter,
 )
 from methods.dflash.training import (
@@ -134,6 +135,7 @@ def train_dspark(request: DrafterTrainRequest) -> dict:
     """Train (or, with 0 steps, just initialise) a DSpark drafter, fit its confidence temperatures on
     ``--heldout`` and save it to ``request.out``."""
     options = parse_options(DSparkTrainOptions, request.options, "dspark training")
+    request = budgeted(request, options)
     target = frozen_target(request)
     source = training_source(request, options, target)
     vocab = choose_draft_vocab(options.draft_vocab, source, target)

@@ -29,6 +29,7 @@ from transformers import DynamicCache
 
 from harness.training.draft_vocab import DraftVocab, check_init_vocab, choose_draft_vocab
 from harness.training.drafters import (
+    budgeted,
     DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, train_drafter,
 )
 from harness.training.unroll import shift_right, unrolled_forward, unrolled_step_mask
@@ -186,6 +187,7 @@ def train_eagle(request: DrafterTrainRequest) -> dict:
     """Train (or, with 0 steps, just initialise) an EAGLE head and save it to ``request.out``; with ``init``,
     fine-tune a trained one (``objective: gto``: by Group Tree Optimization against a frozen copy of it)."""
     options = parse_options(EagleTrainOptions, request.options, "eagle training")
+    request = budgeted(request, options)
     target = frozen_target(request)
     init = load_head(Path(options.init), target.model) if options.init else None
     spec = init.features if init is not None else choose_features(options.fusion, options.feature_layers,

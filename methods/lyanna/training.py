@@ -29,6 +29,7 @@ from transformers import DynamicCache
 
 from harness.training.draft_vocab import check_init_vocab, choose_draft_vocab
 from harness.training.drafters import (
+    budgeted,
     DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, train_drafter,
 )
 from harness.training.unroll import shift_right, unrolled_forward, unrolled_step_mask
@@ -185,6 +186,7 @@ def train_lyanna(request: DrafterTrainRequest) -> dict:
     """Train (or, with 0 steps, just initialise) a Lyanna drafter and save it to ``request.out``; with ``init``,
     fine-tune a trained one (``objective: gto``: by Group Tree Optimization against a frozen copy of it)."""
     options = parse_options(LyannaTrainOptions, request.options, "lyanna training")
+    request = budgeted(request, options)
     target = frozen_target(request)
     init = load_drafter(Path(options.init), target.model).to(target.device).train() if options.init else None
     if init is not None:

@@ -19,6 +19,7 @@ from harness.errors import DraftcountError
 from harness.options import parse_options
 from harness.training.draft_vocab import DraftVocab, choose_draft_vocab
 from harness.training.drafters import (
+    budgeted,
     DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, train_drafter,
 )
 from harness.training.objectives import token_loss
@@ -104,6 +105,7 @@ def check_own_heads_fit(arch: MedusaArch, vocab: DraftVocab, target_parameters: 
 def train_medusa(request: DrafterTrainRequest) -> dict:
     """Train (or, with 0 steps, just initialise) Medusa or Hydra heads and save them to ``request.out``."""
     options = parse_options(MedusaTrainOptions, request.options, "medusa training")
+    request = budgeted(request, options)
     target = frozen_target(request)
     source = feature_source(request, target, LAYERS, options.seq_len)
     lm_head, embed = target.model.get_output_embeddings(), target.model.get_input_embeddings()

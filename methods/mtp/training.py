@@ -19,6 +19,7 @@ from harness.errors import DraftcountError
 from harness.options import parse_options
 from harness.training.draft_vocab import choose_draft_vocab
 from harness.training.drafters import (
+    budgeted,
     DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, train_drafter,
 )
 from harness.training.objectives import uses_tree_loss
@@ -50,6 +51,7 @@ def mtp_loss(head: MtpHead, lm_head: torch.nn.Module, batch: dict[str, torch.Ten
 def train_mtp(request: DrafterTrainRequest) -> dict:
     """Train (or, with 0 steps, just initialise) MTP modules and save them to ``request.out``."""
     options = parse_options(MtpTrainOptions, request.options, "mtp training")
+    request = budgeted(request, options)
     target = frozen_target(request)
     source = feature_source(request, target, ["last"], options.seq_len)
     lm_head = target.model.get_output_embeddings()

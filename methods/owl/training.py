@@ -19,6 +19,7 @@ from harness.errors import DraftcountError
 from harness.options import parse_options
 from harness.training.draft_vocab import choose_draft_vocab
 from harness.training.drafters import (
+    budgeted,
     DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, train_drafter,
 )
 from harness.training.objectives import token_loss
@@ -79,6 +80,7 @@ def step_agreement(drafter: OwlLstm, lm_head: torch.nn.Module, batch: dict[str, 
 def train_owl(request: DrafterTrainRequest) -> dict:
     """Train (or, with 0 steps, just initialise) an OWL LSTM drafter and save it to ``request.out``."""
     options = parse_options(OwlTrainOptions, request.options, "owl training")
+    request = budgeted(request, options)
     target = frozen_target(request)
     source = feature_source(request, target, LAYERS, options.seq_len)
     drafter = new_lstm(arch_for(target.model, options.unroll_steps), options.seed,

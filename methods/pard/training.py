@@ -29,6 +29,7 @@ from harness.data.token_streams import even_windows, load_tokens, random_windows
 from harness.errors import DraftcountError
 from harness.options import parse_options
 from harness.training.drafters import (
+    budgeted,
     AGREEMENT, META_FILE, DrafterTrainRequest, checked_agreement, drafter_provenance, frozen_target, write_metrics,
 )
 from harness.training.loop import TrainConfig, batches_from_step, train
@@ -144,6 +145,7 @@ def block_agreement(model: LlamaForCausalLM, target: LoadedModel, windows: torch
 def train_pard(request: DrafterTrainRequest) -> dict:
     """Adapt (with 0 steps: just prepare) the drafter and save it to ``request.out``; its metrics."""
     options = parse_options(PardTrainOptions, request.options, "pard training")
+    request = budgeted(request, options)
     data = Path(request.data)
     if not data.is_file():
         raise DraftcountError(f"pard trains on a token stream (.pt, `data: tokens`), not {data}")

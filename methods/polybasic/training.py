@@ -23,6 +23,7 @@ from harness.data.token_streams import even_windows, load_tokens, random_windows
 from harness.errors import DraftcountError
 from harness.options import parse_options
 from harness.training.drafters import (
+    budgeted,
     AGREEMENT, META_FILE, DrafterTrainRequest, checked_agreement, drafter_provenance, frozen_target, write_metrics,
 )
 from harness.training.loop import TrainConfig, batches_from_step, train
@@ -102,6 +103,7 @@ def target_tokenizer(source: str):
 def train_mid(request: DrafterTrainRequest) -> dict:
     """Distil (with 0 steps: just initialise) the mid LM and save it to ``request.out``; its metrics."""
     options = parse_options(MidTrainOptions, request.options, "polybasic training")
+    request = budgeted(request, options)
     tokens = training_tokens(Path(request.data))
     if tokens.numel() < options.seq_len:
         raise DraftcountError(f"polybasic training: {tokens.numel()} tokens are fewer than seq_len {options.seq_len}")

@@ -23,6 +23,7 @@ from harness.options import parse_options
 from harness.training import distributed
 from harness.training.draft_vocab import choose_draft_vocab
 from harness.training.drafters import (
+    budgeted,
     DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, train_drafter,
 )
 from harness.training.unroll import shift_right, unrolled_forward, unrolled_step_mask
@@ -130,6 +131,7 @@ def remaining_budget(request: DrafterTrainRequest, first: TrainResult) -> float:
 def train_prism(request: DrafterTrainRequest) -> dict:
     """Train (or, with 0 steps, just initialise) a PRISM drafter in two phases and save it to ``request.out``."""
     options = parse_options(PrismTrainOptions, request.options, "prism training")
+    request = budgeted(request, options)
     if distributed.world().size > 1:
         raise DraftcountError("prism trains in a single process (its two phases are two training loops)")
     target = frozen_target(request)
