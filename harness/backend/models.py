@@ -216,14 +216,7 @@ def load_model(
 
 def eos_ids(target: LoadedModel) -> frozenset[int]:
     """The token ids that end a generation: the tokenizer's EOS and the generation config's (one or several)."""
-    ids: set[int] = set()
-    for source in (target.tokenizer, getattr(target.model, "generation_config", None)):
-        value = getattr(source, "eos_token_id", None) if source is not None else None
-        if isinstance(value, int):
-            ids.add(value)
-        elif isinstance(value, (list, tuple)):
-            ids.update(int(item) for item in value)
-    return frozenset(ids)
+    return eos_token_ids(target.tokenizer, getattr(target.model, "generation_config", None))
 
 
 def wrap_model(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase | None = None, source: str = "<memory>") -> LoadedModel:

@@ -36,23 +36,21 @@ from pathlib import Path
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from harness.backend.cuda_graphs import GRAPHED_REGION
-from harness.backend.models import LoadedModel, load_model, random_llama
+from harness.backend.models import LoadedModel, load_model
 from harness.backend.phases import PhaseClock
 from harness.catalog import entry, method_names
-from harness.data.token_streams import save_tokens
 from harness.engine.adapter import DraftAdapter
 from harness.engine.loop import Generation, generate, generation_steps
-from harness.engine.method_spec import BuildInputs, build_adapter, method_spec
+from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.engine.runtime import EngineOptions, EngineRuntime
 from harness.measure.host_sync import audit_generation
+from harness.measure.method_runs import save_random_models
 from harness.measure.op_profile import profile_ops
 from harness.measure.replay_loop import ReplayLoop
 from harness.options import parse_key_values, parse_options
 from harness.store.atomic import write_csv
-from harness.training.drafters import DrafterTrainRequest
 from harness.verify.sampling import SamplingConfig, make_generator
 
 STEP_PHASES = ("target", "drafter", "tree", "verify", "host")  # where an op outside a graph is booked
@@ -243,24 +241,8 @@ def cuda_calls_per_step(run: Callable[[], Generation], device: torch.device) -> 
 def random_zoo(root: Path, methods: list[str], dtype: str = "float32", device: str = "cpu",
                vocab: int = 512) -> tuple[LoadedModel, LoadedModel, dict[str, Path]]:
     """A random 4-layer target, a random 2-layer draft LM and every method's drafter, fresh from its trainer
-    (0 steps): ops per step depend on the shapes a method drafts, not on what its drafter learned."""
-    def llama(layers: int, hidden: int, seed: int) -> LlamaForCausalLM:
-        return random_llama(LlamaConfig(
-            vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-            num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=1024, tie_word_embeddings=False,
-            bos_token_id=None, eos_token_id=None, pad_token_id=None), seed)
-
-    llama(4, 128, 0).save_pretrained(root / "target")
-    llama(2, 64, 1).save_pretrained(root / "draft")
-    host = torch.Generator(device="cpu").manual_seed(0)  # host: a token stream on disk, the same on every machine
-    save_tokens(root / "tokens.pt", torch.randint(0, vocab, (4096,), generator=host))  # host: saved, not computed
-    drafters = {}
-    for method in methods:
-        if entry(method).needs_drafter:
-            method_spec(method).train(DrafterTrainRequest(method=method, target=str(root / "target"),
-                                                          data=root / "tokens.pt", out=root / method, steps=0,
-                                                          progress=False, options={"seq_len": "64"}))
-            drafters[method] = root / method
+    (0 steps; ``save_random_models``), loaded in ``dtype`` on ``device``."""
+    drafters = save_random_models(root, [method for method in methods if entry(method).needs_drafter], vocab)
     return (load_model(str(root / "target"), dtype, device, with_tokenizer=False),
             load_model(str(root / "draft"), dtype, device, with_tokenizer=False), drafters)
 

@@ -29,20 +29,16 @@ import tempfile
 from pathlib import Path
 
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 
 from harness.store.atomic import write_csv
 from harness.verify.sampling import SamplingConfig
-from harness.backend.models import load_model, random_llama
-from harness.training.drafters import DrafterTrainRequest
+from harness.backend.models import load_model
 from harness.measure.host_sync import PHASES, audit_generation
-from harness.data.token_streams import save_tokens
 from harness.engine.runtime import EngineOptions, EngineRuntime
 from harness.options import parse_key_values
-from harness.engine.method_spec import method_spec
 from harness.measure.method_runs import (
-    VariantSpec, add_variant_arguments, build_variant, parse_variants, table_variants,
+    VariantSpec, add_variant_arguments, build_variant, parse_variants, save_random_models, table_variants,
 )
 
 VARIANTS = {"ar": ("ar", {}), "sd": ("sd", {"gamma": 4}), "tree_sd": ("tree_sd", {}), "eagle": ("eagle", {}),
@@ -51,22 +47,8 @@ VARIANTS = {"ar": ("ar", {}), "sd": ("sd", {"gamma": 4}), "tree_sd": ("tree_sd",
 
 def random_models(root: Path, vocab: int = 512) -> tuple[str, str, str, str]:
     """A random 4-layer target, a random 2-layer draft LM and fresh (untrained) EAGLE and Lyanna drafters."""
-    def llama(layers: int, hidden: int, seed: int) -> LlamaForCausalLM:
-        return random_llama(LlamaConfig(
-            vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
-            num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=1024, tie_word_embeddings=False,
-            bos_token_id=None, eos_token_id=None, pad_token_id=None), seed)
-
-    llama(4, 128, 0).save_pretrained(root / "target")
-    llama(2, 64, 1).save_pretrained(root / "draft")
-    # host: a token stream
-    stream = torch.randint(0, vocab, (4096,), generator=torch.Generator(device="cpu").manual_seed(0))
-    save_tokens(root / "tokens.pt", stream)
-    for method in ("eagle", "lyanna"):
-        method_spec(method).train(DrafterTrainRequest(method=method, target=str(root / "target"),
-                                                     data=root / "tokens.pt", out=root / method, steps=0,
-                                                     progress=False, options={"seq_len": "64"}))
-    return str(root / "target"), str(root / "draft"), str(root / "eagle"), str(root / "lyanna")
+    drafters = save_random_models(root, ["eagle", "lyanna"], vocab)
+    return str(root / "target"), str(root / "draft"), str(drafters["eagle"]), str(drafters["lyanna"])
 
 
 def default_variants(with_draft: bool, drafters: dict[str, str | None]) -> list[VariantSpec]:

@@ -10,13 +10,17 @@ from pathlib import Path
 
 import torch
 
-from harness.backend.models import LoadedModel, load_model
+from transformers import LlamaConfig, LlamaForCausalLM
+
+from harness.backend.models import LoadedModel, load_model, random_llama
+from harness.data.token_streams import save_tokens
 from harness.data.prompts import Prompt, encode_turn, load_prompts
 from harness.engine.adapter import DraftAdapter
-from harness.engine.method_spec import BuildInputs, build_adapter
+from harness.engine.method_spec import BuildInputs, build_adapter, method_spec
 from harness.catalog import entry
 from harness.errors import DraftcountError
 from harness.options import parse_key_values
+from harness.training.drafters import DrafterTrainRequest
 from harness.engine.arguments import sampling_of
 from harness.verify.sampling import SamplingConfig
 
@@ -98,3 +102,24 @@ def build_variant(spec: VariantSpec, target: LoadedModel, draft: LoadedModel | N
     adapter, _ = build_adapter(spec.method, spec.options,
                                BuildInputs(target, draft, Path(spec.drafter) if spec.drafter else None))
     return adapter
+
+
+def save_random_models(root: Path, drafted_by: list[str], vocab: int = 512) -> dict[str, Path]:
+    """A random 4-layer target (``root/target``), a random 2-layer draft LM (``root/draft``), a token stream and the
+    drafters of ``drafted_by`` fresh from their trainers (0 steps): what a step does depends on the shapes a method
+    drafts, not on what its drafter learned. The drafters' directories, by method."""
+    def llama(layers: int, hidden: int, seed: int) -> LlamaForCausalLM:
+        return random_llama(LlamaConfig(
+            vocab_size=vocab, hidden_size=hidden, intermediate_size=2 * hidden, num_hidden_layers=layers,
+            num_attention_heads=4, num_key_value_heads=4, max_position_embeddings=1024, tie_word_embeddings=False,
+            bos_token_id=None, eos_token_id=None, pad_token_id=None), seed)
+
+    llama(4, 128, 0).save_pretrained(root / "target")
+    llama(2, 64, 1).save_pretrained(root / "draft")
+    host = torch.Generator(device="cpu").manual_seed(0)  # host: a token stream on disk, the same on every machine
+    save_tokens(root / "tokens.pt", torch.randint(0, vocab, (4096,), generator=host))  # host: saved, not computed
+    for method in drafted_by:
+        method_spec(method).train(DrafterTrainRequest(method=method, target=str(root / "target"),
+                                                      data=root / "tokens.pt", out=root / method, steps=0,
+                                                      progress=False, options={"seq_len": "64"}))
+    return {method: root / method for method in drafted_by}
