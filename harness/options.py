@@ -93,5 +93,7 @@ def parse_key_values(pairs: list[str] | None) -> dict[str, str]:
 
 
 def options_as_dict(options: Any) -> dict[str, Any]:
-    """A JSON-friendly dict of an options dataclass (for result records)."""
+    """A JSON-friendly dict of an options dataclass (for result records), as it ran: options with an ``as_run()``
+    (a beam drafter's, whose shape file decides its depth and budget) give the values the run used."""
+    options = options.as_run() if hasattr(options, "as_run") else options
     return {key: list(value) if isinstance(value, tuple) else value for key, value in dataclasses.asdict(options).items()}

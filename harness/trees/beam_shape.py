@@ -7,6 +7,8 @@ into the depth and budget a run uses: once, when the adapter is built; the optio
 
 from __future__ import annotations
 
+import dataclasses
+
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -72,6 +74,12 @@ class BeamOptions:
         if self.shape_file:
             return BeamShape(self.top_k, *shape_from_file(self.shape_file, self.top_k))
         return BeamShape(self.top_k, self.depth, self.budget)
+
+    def as_run(self) -> BeamOptions:
+        """These options with the depth and budget a run uses (a shape file's in place of the defaults), so that a
+        record and the summary's options column show what ran."""
+        shape = self.shape()
+        return dataclasses.replace(self, depth=shape.depth, budget=shape.budget)
 
 
 SHAPE_FIELDS = ("depth", "budget")  # what a shape file replaces (the workflow drops them for `budget: auto`)
