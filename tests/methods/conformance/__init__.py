@@ -112,7 +112,7 @@ TRAINED = [method for method in METHODS if entry(method).needs_drafter]  # their
 BATCHED = [method for method in METHODS if entry(method).batched]  # decode batches of B > 1 (harness.engine.batched)
 ALPHA = 1e-3
 SAMPLES = 1500  # generations per method; at ALPHA a correct method fails by chance with probability 1e-3
-PAIR_SAMPLES = 1000  # per hedgespec:A,B or <family>+vocab case: the fewest the suite's lossless checks draw (each
+PAIR_SAMPLES = 700  # per hedgespec:A,B or <family>+vocab case: the fewest the suite's lossless checks draw (each
 # method alone: SAMPLES)
 GREEDY = SamplingConfig()
 
