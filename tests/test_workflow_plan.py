@@ -153,3 +153,17 @@ def test_the_load_study_decodes_the_batched_main_variants_or_the_named_ones(conf
                               (["pld"], "pld's method 'pld' decodes one request at a time")):
         with pytest.raises(ValueError, match=message):
             plan.load_variants({**config, "bench": {**config["bench"], "load_variants": variants}})
+
+
+@pytest.mark.parametrize("name", ["default", "smollm2", "llama3-8b", "qwen3-8b", "smoke"])
+def test_every_configs_tree_shape_fits_its_latency_table(name):
+    """`budget: auto` calibrates shapes up to tree_shape.max_budget drafts and the root: the latency table
+    (tree_search.latency_sizes) must measure a tree that large (the SmolLM2 run once stopped on 32 against 33)."""
+    root = Path(__file__).resolve().parents[1] / "workflow" / "config"
+    config = yaml.safe_load((root / f"{name}.yaml").read_text())
+    if name == "smoke":  # merged over the default config
+        base = yaml.safe_load((root / "default.yaml").read_text())
+        config = {key: {**base.get(key, {}), **config.get(key, {})} for key in ("tree_search", "tree_shape")}
+    if "tree_shape" not in config:
+        pytest.skip(f"{name} calibrates no beam shape")
+    assert config["tree_shape"]["max_budget"] + 1 <= max(config["tree_search"]["latency_sizes"])
