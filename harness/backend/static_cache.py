@@ -24,6 +24,13 @@ from harness.errors import DraftcountError
 from harness.backend.models import text_config
 
 
+
+def refuse_replacing(buffer: torch.Tensor | None, value: torch.Tensor | None, name: str) -> None:
+    """A static cache's ``keys``/``values`` are views of its buffer: assigning the buffer's own storage (or None) is
+    accepted, any other tensor is an error."""
+    if value is not None and buffer is not None and value.data_ptr() != buffer.data_ptr():
+        raise DraftcountError(f"a static KV cache's {name} are its buffer's; write into them, do not replace them")
+
 class PreallocatedLayer(CacheLayerMixin):
     """One full-attention layer's preallocated keys and values."""
 
@@ -59,8 +66,7 @@ class PreallocatedLayer(CacheLayerMixin):
 
     @keys.setter
     def keys(self, value: torch.Tensor | None) -> None:
-        if value is not None and self.key_buffer is not None and value.data_ptr() != self.key_buffer.data_ptr():
-            raise DraftcountError("a static KV cache's keys are its buffer's; write into them, do not replace them")
+        refuse_replacing(self.key_buffer, value, "keys")
 
     @property
     def values(self) -> torch.Tensor | None:
@@ -68,8 +74,7 @@ class PreallocatedLayer(CacheLayerMixin):
 
     @values.setter
     def values(self, value: torch.Tensor | None) -> None:
-        if value is not None and self.value_buffer is not None and value.data_ptr() != self.value_buffer.data_ptr():
-            raise DraftcountError("a static KV cache's values are its buffer's; write into them, do not replace them")
+        refuse_replacing(self.value_buffer, value, "values")
 
     def update(self, key_states: torch.Tensor, value_states: torch.Tensor, *args, **kwargs
                ) -> tuple[torch.Tensor, torch.Tensor]:

@@ -64,9 +64,10 @@ def run(args: argparse.Namespace) -> int:
         raise DraftcountError("give --steps or --budget-tokens, not both")
     if args.budget_tokens is not None and args.budget_tokens < 1:
         raise DraftcountError(f"--budget-tokens must be >= 1, got {args.budget_tokens}")
+    steps = {} if args.steps is None else {"steps": args.steps}  # none given: the request's default
     request = DrafterTrainRequest(
-        method=args.method, target=args.target, data=args.data, out=args.out,
-        steps=1000 if args.steps is None else args.steps, budget_tokens=args.budget_tokens or 0,
+        method=args.method, target=args.target, data=args.data, out=args.out, **steps,
+        budget_tokens=args.budget_tokens or 0,
         time_budget_s=args.time_budget_s, options=parse_key_values(args.opt), heldout=args.heldout,
         device=args.device, checkpoint=args.checkpoint, progress=not args.no_progress,
     )
