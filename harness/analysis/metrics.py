@@ -33,6 +33,7 @@ class Metric:
 
 
 USEFUL_DRAFTER_FLOPS = "drafter_useful_flops"  # the counters' extra that drafter-FLOP waste is computed from
+SETTLED_DRAFTER_FLOPS = "drafter_settled_flops"  # the share of the useful FLOPs that DrafterWork.settle booked
 PREFILL_TOKENS = "drafter_prefill_tokens"  # the counters' extra: prompt positions a head reads after the prefill
 
 METRICS: tuple[Metric, ...] = (

@@ -6,7 +6,7 @@ from dataclasses import asdict, dataclass, field
 
 from harness.backend.forward import ForwardTally
 from harness.backend.phases import NO_CLOCK, PhaseClock
-from harness.analysis.metrics import USEFUL_DRAFTER_FLOPS
+from harness.analysis.metrics import SETTLED_DRAFTER_FLOPS, USEFUL_DRAFTER_FLOPS
 from harness.trees.tree import TokenTree
 from harness.verify.verdict import Verdict
 
@@ -114,7 +114,9 @@ class DrafterWork:
     ``settle`` adds the FLOPs of the units that turned out useful (their output
     reached an accepted token or is reused) to the counters' useful drafter
     FLOPs and forgets the round, but for units carried to the next round
-    undecided. Drafter-FLOP waste = 1 - useful / all drafter FLOPs.
+    undecided. Drafter-FLOP waste = 1 - useful / all drafter FLOPs. What ``settle`` books is also counted
+    apart (``drafter_settled_flops``): the conformance suite reads it to tell a drafter that books its drafts'
+    work from one that books only its context's (``count_useful_drafter_flops``).
     """
 
     def __init__(self) -> None:
@@ -127,7 +129,9 @@ class DrafterWork:
     def settle(self, counters: GenerationCounters, useful_units, carried_units=()) -> None:
         """Add the useful units' FLOPs; ``carried_units`` keep theirs for the next round's ``settle`` (work
         whose use that round decides), the rest are forgotten (wasted)."""
-        counters.add_extra(USEFUL_DRAFTER_FLOPS, sum(self.flops.get(unit, 0.0) for unit in set(useful_units)))
+        useful = sum(self.flops.get(unit, 0.0) for unit in set(useful_units))
+        counters.add_extra(USEFUL_DRAFTER_FLOPS, useful)
+        counters.add_extra(SETTLED_DRAFTER_FLOPS, useful)
         carried = set(carried_units)
         self.flops = {unit: flops for unit, flops in self.flops.items() if unit in carried}
 
