@@ -108,14 +108,16 @@ def training_section(metrics_paths: list[Path]) -> str:
             stage = base.get("training") or {}
             rows.append([f"{Path(path).stem} (stage 1: {base.get('num_layers')} layers)",
                          str(base.get("parameters", "-")), str(stage.get("steps", "-")), training_tokens(stage),
+                         training_flops(stage),
                          f"{stage.get('seconds', 0):.0f}", str(stage.get("stopped_by", "-")),
                          f"perplexity {base['heldout_perplexity']:.1f}" if "heldout_perplexity" in base else "-",
                          "-"])
         name = f"{Path(path).stem} (stage 2: grown)" if base else Path(path).stem
         rows.append([name, str(parameters or "-"), str(train.get("steps", "-")), training_tokens(train),
+                     training_flops(train),
                      f"{train.get('seconds', 0):.0f}", str(train.get("stopped_by", "-")), quality,
                      vocabulary_note(metrics.get("draft_vocab"), metrics.get("target_vocab")).lstrip(", ") or "-"])
-    return markdown_table(["model", "parameters", "steps", "training tokens", "seconds", "stopped by",
+    return markdown_table(["model", "parameters", "steps", "training tokens", "training FLOPs", "seconds", "stopped by",
                            "held-out quality", "logits over"], rows)
 
 
@@ -123,6 +125,12 @@ def training_tokens(train: dict) -> str:
     """The supervised target positions a model trained on (the kit's count: steps x batch x window, a
     training-time-test unroll counting a position once), or ``-`` where its metrics predate the count."""
     return f"{train['tokens']:,}" if isinstance(train.get("tokens"), int) else "-"
+
+
+def training_flops(train: dict) -> str:
+    """Its training FLOPs as counted (``harness.training.flops``: forwards, backwards, unrolls and the target's
+    feature forwards), or ``-`` where its metrics predate the count."""
+    return f"{train['flops']:.3g}" if train.get("flops") else "-"
 
 
 def write_report(tables_dir: Path, records_paths: list[Path], figures_dir: Path, out: Path,

@@ -52,6 +52,7 @@ def records_frame(paths: list[Path]) -> pd.DataFrame:
                 "drafter_data": (record.get("models") or {}).get("drafter_data") or "",
                 "options": json.dumps({**record.get("method_options", {}),
                                        "drafter": (record.get("models") or {}).get("drafter")}, sort_keys=True),
+                "details": json.dumps(record.get("method_details") or {}, sort_keys=True),
             })
     return pd.DataFrame(rows)
 

@@ -19,6 +19,8 @@ variant's (paired turns only).
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -47,14 +49,24 @@ def prompt_bootstrap_interval(values: np.ndarray, clusters: np.ndarray, confiden
                               resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
     """Percentile bootstrap interval of the geometric mean of ``values`` (positive ratios), resampling the
     ``clusters`` (prompt ids: a prompt's turns stay together) with replacement; fixed seed."""
-    logs = np.log(values)
+    low, high = cluster_bootstrap({"log": np.log(values), "turns": np.ones(len(values))}, clusters,
+                                  lambda sums: sums["log"] / sums["turns"], confidence, resamples, seed)
+    return float(np.exp(low)), float(np.exp(high))
+
+
+def cluster_bootstrap(columns: dict[str, np.ndarray], clusters: np.ndarray,
+                      statistic: Callable[[dict[str, np.ndarray]], np.ndarray], confidence: float = 0.95,
+                      resamples: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """Percentile bootstrap interval of ``statistic`` of the columns' sums, resampling ``clusters`` (a prompt's
+    turns stay together) with replacement; fixed seed. ``statistic`` maps {column: resampled sums} (one value per
+    resample) to the statistic per resample: a ratio of sums, a geometric mean (sums of logs over counts), ..."""
     keys, index = np.unique(clusters, return_inverse=True)
-    sums = np.bincount(index, weights=logs, minlength=len(keys))
-    counts = np.bincount(index, minlength=len(keys)).astype(float)
     draws = np.random.default_rng(seed).integers(0, len(keys), size=(resamples, len(keys)))
-    means = sums[draws].sum(axis=1) / counts[draws].sum(axis=1)
+    sums = {name: np.bincount(index, weights=np.asarray(values, dtype=float), minlength=len(keys))[draws].sum(axis=1)
+            for name, values in columns.items()}
+    values = statistic(sums)
     tail = (1 - confidence) / 2
-    return float(np.exp(np.quantile(means, tail))), float(np.exp(np.quantile(means, 1 - tail)))
+    return float(np.quantile(values, tail)), float(np.quantile(values, 1 - tail))
 
 
 def specbench_speedup(paired: pd.DataFrame) -> float:

@@ -12,9 +12,10 @@ smaller tree also changes the residual distributions). This is the data Sequoia'
 and rank), measured for the method's own drafter.
 
 Costs, measured on this machine: the target's forward over B + 1 tokens (``tree/latency.json``, rule
-measure_latency), the drafter's time per step (the calibration run's drafter phase, scaled by D / max depth)
+measure_latency; made monotone in B), the drafter's time per step (the calibration run's drafter phase, scaled by D / max depth)
 and the rest of a step (host and verification, from the same run). Estimated tokens/s for (D, B):
-(1 + accepted(D, B)) / (target(B + 1) + drafter x D / max_depth + rest). The chosen shape goes to a JSON file
+(1 + accepted(D, B)) / (target(B + 1) + drafter x D / max_depth + rest); the chosen shape is the smallest within 3%
+of the best estimate (a tie within the measurement's noise keeps the smaller tree). It goes to a JSON file
 that the method reads with ``shape_file=`` (its depth and budget replace the options'). The file keeps the
 acceptance table and the step costs, so the load study redoes the choice per batch size from the target's latency
 per tokens in the batch (``shape_for_batch``) without a second calibration.
@@ -80,9 +81,13 @@ def accepted_table(step_ranks: list[np.ndarray], max_depth: int, max_budget: int
 
 
 def latency_at(latency: dict[str, float], size: int) -> float:
-    """The target's forward seconds over ``size`` tokens, interpolated between the measured sizes."""
+    """The target's forward seconds over ``size`` tokens, interpolated between the measured sizes, each size at least
+    as slow as every smaller one (a forward over more tokens costs no less: a smaller figure is noise)."""
     sizes = np.array(sorted(int(key) for key in latency))
-    return float(np.interp(size, sizes, [latency[str(key)] for key in sizes]))
+    return float(np.interp(size, sizes, np.maximum.accumulate([latency[str(key)] for key in sizes])))
+
+
+TIE_TOLERANCE = 0.03  # estimates this close to the best are one tie (the A/A control's +-3%): the smallest wins
 
 
 @dataclass
@@ -108,7 +113,7 @@ def choose_shape(table: np.ndarray, latency: dict[str, float], calibration: Cali
         for budget in range(1, max_budget + 1):
             seconds = latency_at(latency, budget + 1) + rows * (drafter * level / max_depth + rest)
             estimates[level - 1, budget - 1] = rows * (1 + table[level - 1, budget - 1]) / seconds
-    level, budget = np.unravel_index(int(np.argmax(estimates)), estimates.shape)
+    level, budget = smallest_near_best(estimates)
     ar_rate = rows / (latency_at(latency, 1) + rows * rest)
     return {"depth": int(level + 1), "budget": int(budget + 1),
             "estimated_tokens_per_s": float(estimates[level, budget]),
@@ -117,6 +122,14 @@ def choose_shape(table: np.ndarray, latency: dict[str, float], calibration: Cali
             "drafter_seconds_per_step_at_max_depth": drafter, "rest_seconds_per_step": rest,
             "accepted_by_depth_and_budget": np.round(table, 4).tolist(),
             "tokens_per_s_by_depth_and_budget": np.round(estimates, 2).tolist()}
+
+
+def smallest_near_best(estimates: np.ndarray, tolerance: float = TIE_TOLERANCE) -> tuple[int, int]:
+    """The (depth, budget) index of the smallest shape, fewest nodes first then the shallowest, whose estimate is
+    within ``tolerance`` of the best: on a flat optimum, measurement noise (a busy machine) does not pick the shape."""
+    near = np.argwhere(estimates >= (1 - tolerance) * estimates.max())
+    level, budget = min(near.tolist(), key=lambda index: (index[1], index[0]))
+    return int(level), int(budget)
 
 
 def shape_for_batch(shape: dict, latency: dict[str, float], rows: int) -> dict:

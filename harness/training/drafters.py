@@ -46,7 +46,8 @@ from harness.store.files import load_weights, read_json
 from harness.store.hub import drafter_snapshot, is_hub_id
 from harness.store.records import environment
 from harness.training.objectives import DEFAULT_OBJECTIVE, check_objective
-from harness.training.loop import TrainConfig, TrainResult, batches_from_step, train
+from harness.training.flops import flop_counter
+from harness.training.loop import TrainConfig, TrainResult, batches_from_step, check_warmup_fraction, train
 from harness.training.zoo import save_directory
 
 
@@ -77,6 +78,7 @@ class DrafterLoopOptions:
     seq_len: int = 256
     lr: float = 1e-3
     warmup_steps: int = 20
+    warmup_fraction: float = 0.0  # > 0: warm up for this share of the steps (harness.training.loop.TrainConfig)
     precision: Literal["fp32", "bf16"] = "fp32"
     seed: int = 0
     objective: str = DEFAULT_OBJECTIVE  # a name in harness.training.objectives.OBJECTIVES
@@ -86,6 +88,7 @@ class DrafterLoopOptions:
         check_objective(self.objective)
         if self.batch_size < 1 or self.grad_accum < 1:
             raise DraftcountError(f"batch_size and grad_accum must be >= 1, got {self.batch_size} and {self.grad_accum}")
+        check_warmup_fraction(self.warmup_fraction)
         if self.draft_vocab < 0:
             raise DraftcountError(f"draft_vocab must be >= 0 (0: the target's whole vocabulary), got "
                                   f"{self.draft_vocab}")
@@ -150,17 +153,29 @@ def fit_drafter(module: torch.nn.Module, batch_loss: Callable[[dict[str, torch.T
         return batch_loss(batch), batch["input_ids"].numel()
 
     config = TrainConfig(steps=request.steps, time_budget_s=request.time_budget_s, lr=options.lr,
-                         warmup_steps=options.warmup_steps, precision=options.precision, seed=options.seed,
+                         warmup_steps=options.warmup_steps, warmup_fraction=options.warmup_fraction,
+                         precision=options.precision, seed=options.seed,
                          grad_accum=options.grad_accum)
     fingerprint = {"method": request.method, "target": request.target, "data": str(request.data),
                    **{key: value for key, value in asdict(options).items() if key != "grad_accum"}}
     result = train(module, loss_fn, config, request.checkpoint, fingerprint, f"train {request.method} drafter",
                    request.progress, sharded=True)
+    if source.dump_dir is not None:  # the features came from a dump: the target forwards that wrote them count too
+        result = replace(result, flops=result.flops + dump_feature_flops(source, target, options) * result.steps)
     if distributed.world().size > 1:
         distributed.shutdown()
         if not distributed.is_main():
             raise SystemExit(0)
     return result
+
+
+def dump_feature_flops(source: FeatureSource, target: LoadedModel, options: DrafterLoopOptions) -> float:
+    """The target's FLOPs for one step's features, had they been computed on the fly (a dump is written once and
+    read by several drafters; each drafter's count includes them, so dumped and on-the-fly training compare)."""
+    ids = shard_batch(source, options.batch_size, Shard(), torch.Generator(device="cpu").manual_seed(0))["input_ids"]
+    with torch.no_grad(), flop_counter() as counter:
+        target_features(target.model, ids.to(target.device), source.layers)
+    return float(counter.get_total_flops()) * options.grad_accum * distributed.world().size
 
 
 AGREEMENT = "heldout_top1_agreement_by_step"  # the metric of the module docstring's contract
@@ -185,6 +200,7 @@ def heldout_batch(heldout: torch.Tensor, target: LoadedModel, layers: list[int |
 
 def drafter_provenance(request: DrafterTrainRequest, result: TrainResult) -> dict:
     return {"target": request.target, "data": str(request.data), "train_steps": result.steps,
+            "train_tokens": result.tokens, "train_flops": result.flops,
             "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"), **environment()}
 
 

@@ -32,6 +32,7 @@ from harness.store.atomic import atomic_path
 from harness.errors import DraftcountError
 from harness.training import distributed
 from harness.training.distributed import Shard
+from harness.training.flops import flop_counter
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,7 @@ class TrainConfig:
     lr: float = 1e-3
     min_lr_ratio: float = 0.1
     warmup_steps: int = 50
+    warmup_fraction: float = 0.0  # > 0: warm up for this share of the steps instead (one schedule shape, any budget)
     weight_decay: float = 0.1
     grad_clip: float = 1.0
     precision: str = "fp32"  # fp32 | bf16 (autocast)
@@ -59,6 +61,17 @@ class TrainConfig:
             raise DraftcountError(f"max_nonfinite_steps must be >= 1, got {self.max_nonfinite_steps}")
         if self.grad_accum < 1:
             raise DraftcountError(f"grad_accum must be >= 1, got {self.grad_accum}")
+        check_warmup_fraction(self.warmup_fraction)
+
+    @property
+    def warmup(self) -> int:
+        """Warmup steps: ``warmup_fraction`` of the steps (at least one) when given, else ``warmup_steps``."""
+        return max(1, round(self.warmup_fraction * self.steps)) if self.warmup_fraction > 0 else self.warmup_steps
+
+
+def check_warmup_fraction(fraction: float) -> None:
+    if not 0 <= fraction < 1:
+        raise DraftcountError(f"warmup_fraction must be in [0, 1), got {fraction}")
 
 
 @dataclass
@@ -71,6 +84,7 @@ class TrainResult:
     stopped_by: str  # steps | time_budget
     skipped_steps: int = 0  # updates skipped because the loss or gradient norm was not finite
     losses: list[float] = field(default_factory=list)  # per step: the global batch's loss (NaN: not recorded)
+    flops: float = 0.0  # forward and backward FLOPs of every step, all processes (harness.training.flops)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -78,10 +92,11 @@ class TrainResult:
 
 def learning_rate(config: TrainConfig, step: int, elapsed_s: float) -> float:
     """Linear warmup, then cosine decay to lr * min_lr_ratio over max(step progress, time progress)."""
-    if step < config.warmup_steps:
-        return config.lr * (step + 1) / config.warmup_steps
-    decay_steps = config.steps - config.warmup_steps
-    progress = (step - config.warmup_steps) / decay_steps if decay_steps > 0 else 1.0
+    warmup = config.warmup
+    if step < warmup:
+        return config.lr * (step + 1) / warmup
+    decay_steps = config.steps - warmup
+    progress = (step - warmup) / decay_steps if decay_steps > 0 else 1.0
     if config.time_budget_s > 0:
         progress = max(progress, elapsed_s / config.time_budget_s)
     progress = min(progress, 1.0)
@@ -179,12 +194,14 @@ def train(
     start_step, elapsed_before, tokens, last_loss = 0, 0.0, 0, float("nan")
     skipped, nonfinite_run = 0, 0  # updates skipped for a non-finite loss/gradient; how many in a row now
     losses: list[float] = []
+    step_flops = 0.0  # one step's FLOPs over all processes, counted on this run's first step
     if state is not None:
         module.load_state_dict(state["module"])
         optimizer.load_state_dict(state["optimizer"])
         torch.set_rng_state(state["torch_rng"])
         start_step, elapsed_before, tokens, last_loss = state["step"], state["elapsed"], state["tokens"], state["loss"]
         skipped = state.get("skipped", 0)
+        step_flops = state.get("step_flops", 0.0)
         losses = list(state.get("losses", [float("nan")] * start_step))
         if place.is_main:
             print(f"resuming {description} from step {start_step} ({elapsed_before:.0f}s done)")
@@ -214,7 +231,12 @@ def train(
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(config, step, elapsed)
             optimizer.zero_grad(set_to_none=True)
-            loss, batch_tokens = _accumulate(loss_fn, step, shards, sharded, autocast)
+            if step == start_step:  # every step has the same shapes: the first one's count stands for all
+                with flop_counter() as counter:
+                    loss, batch_tokens = _accumulate(loss_fn, step, shards, sharded, autocast)
+                step_flops = float(counter.get_total_flops()) * place.size
+            else:
+                loss, batch_tokens = _accumulate(loss_fn, step, shards, sharded, autocast)
             distributed.sum_gradients(parameters)
             stats = torch.stack([loss, torch.tensor(float(batch_tokens), dtype=torch.float64, device=loss.device)])
             distributed.sum_over_processes([stats])
@@ -251,7 +273,7 @@ def train(
                 _save_checkpoint(checkpoint, {
                     "fingerprint": print_key, "module": module.state_dict(), "optimizer": optimizer.state_dict(),
                     "torch_rng": torch.get_rng_state(), "step": step, "tokens": tokens, "loss": last_loss,
-                    "skipped": skipped, "losses": losses,
+                    "skipped": skipped, "losses": losses, "step_flops": step_flops,
                     "elapsed": elapsed_before + time.perf_counter() - started,
                 })
                 last_checkpoint = time.perf_counter()
@@ -261,6 +283,7 @@ def train(
     return TrainResult(
         steps=step, seconds=elapsed_before + time.perf_counter() - started, tokens=tokens, final_loss=last_loss,
         resumed_from_step=start_step, stopped_by=stopped_by, skipped_steps=skipped, losses=losses,
+        flops=step_flops * step,
     )
 
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from harness.analysis.view import Inputs, Scope, View
+from methods.lyanna.claims import claims_section, claims_table, regime_caveat
 
 if TYPE_CHECKING:
     import matplotlib.pyplot as plt
@@ -54,7 +55,17 @@ def _ablation_rows(data: Inputs) -> bool:
     return not data.summary[(data.summary.method == METHOD) & ~data.summary.variant.isin(data.main)].empty
 
 
+def _runs_lyanna(scope: Scope) -> bool:
+    return scope.runs(METHOD, main=True)
+
+
 VIEWS = (
+    View("claims", applies=_runs_lyanna, table=claims_table, head=True, after="regime", title="The paper's claims",
+         section=lambda data: claims_section(data.table("claims"), lambda: regime_caveat(data.metrics, data.summary)),
+         intro="Each claim of the abstract of arXiv 2602.21224 (Lyanna), judged on this run's records: our figure, "
+               "its 95% interval (percentile bootstrap over prompts) and a verdict (reproduced / partly / not at this "
+               "scale / contradicted / not measured). How each is measured: `methods/lyanna/claims.py`. The last rows "
+               "are ours, not the paper's claim."),
     View("ablation", applies=_has_ablations, has_data=_ablation_rows, figure="methods.lyanna.view:plot_ablation",
          after="depth", caption="The lyanna ablation: tau, speedup and drafter-FLOP waste of each switch against the "
                                 "default (plain bars: T = 0, hatched: T = 1)."),

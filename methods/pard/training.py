@@ -57,6 +57,7 @@ class PardTrainOptions:
     seq_len: int = 256
     lr: float = 1e-3
     warmup_steps: int = 20
+    warmup_fraction: float = 0.0  # > 0: warm up for this share of the steps (harness.training.loop.TrainConfig)
     precision: Literal["fp32", "bf16"] = "fp32"
     seed: int = 0
 
@@ -171,7 +172,8 @@ def train_pard(request: DrafterTrainRequest) -> dict:
         return block_loss(model, windows, layout, mask_token, teacher), windows.numel()
 
     config = TrainConfig(steps=request.steps, time_budget_s=request.time_budget_s, lr=options.lr,
-                         warmup_steps=options.warmup_steps, precision=options.precision, seed=options.seed)
+                         warmup_steps=options.warmup_steps, warmup_fraction=options.warmup_fraction,
+                         precision=options.precision, seed=options.seed)
     fingerprint = {"method": "pard", "target": request.target, "data": str(request.data), **asdict(options)}
     result = train(model, loss_fn, config, request.checkpoint, fingerprint, "train pard drafter", request.progress)
     model.eval()

@@ -45,6 +45,7 @@ class MidTrainOptions:
     seq_len: int = 256
     lr: float = 1e-3
     warmup_steps: int = 20
+    warmup_fraction: float = 0.0  # > 0: warm up for this share of the steps (harness.training.loop.TrainConfig)
     distill_temperature: float = 1.0
     precision: Literal["fp32", "bf16"] = "fp32"
     seed: int = 0
@@ -118,7 +119,8 @@ def train_mid(request: DrafterTrainRequest) -> dict:
         return distillation_loss(mid, target.model, windows, options.distill_temperature), windows.numel()
 
     config = TrainConfig(steps=request.steps, time_budget_s=request.time_budget_s, lr=options.lr,
-                         warmup_steps=options.warmup_steps, precision=options.precision, seed=options.seed)
+                         warmup_steps=options.warmup_steps, warmup_fraction=options.warmup_fraction,
+                         precision=options.precision, seed=options.seed)
     fingerprint = {"method": "polybasic", "target": request.target, "data": str(request.data), **asdict(options),
                    "shape": asdict(shape)}
     result = train(mid, loss_fn, config, request.checkpoint, fingerprint, "train polybasic mid LM", request.progress)

@@ -22,8 +22,8 @@ def test_the_views_are_one_list_in_the_reports_order():
     assert figure_names() == ["speedup", "phases", "tau", "waste", "budget", "depth", "ablation", "efficiency",
                               "categories", "context_length", "forwards", "samples"]
     assert names.index("polybasic_cost_rule") == names.index("head_to_head") + 1
-    assert names[-1] == "hedgespec" and names[0] == "regime"
-    assert table_names() == ["depth_acceptance", "categories", "context_length", "polybasic_cost_rule", "samples",
+    assert names[-1] == "hedgespec" and names[:2] == ["regime", "claims"]  # the paper's claims under the regime
+    assert table_names() == ["claims", "depth_acceptance", "categories", "context_length", "polybasic_cost_rule", "samples",
                              "suffix", "hedgespec"]
     for view in all_views():
         assert not view.after or view.after in names, view.name

@@ -8,7 +8,7 @@ import pytest
 
 from harness.errors import DraftcountError
 from harness.measure.tree_shape import (
-    Calibration, accepted_table, choose_shape, latency_at, path_ranks, pool_depths, shape_for_batch,
+    Calibration, accepted_table, choose_shape, latency_at, path_ranks, pool_depths, shape_for_batch, smallest_near_best,
 )
 from harness.trees.beam_shape import BeamShape
 from methods.eagle import EagleOptions
@@ -80,3 +80,14 @@ def test_methods_read_the_measured_shape(tmp_path):
         EagleOptions(top_k=2, shape_file=str(shape)).shape()
     with pytest.raises(DraftcountError, match="no tree-shape file"):
         EagleOptions(shape_file=str(tmp_path / "missing.json")).shape()
+
+
+def test_a_tie_within_the_noise_keeps_the_smaller_shape_and_latency_is_made_monotone():
+    """A flat optimum (estimates within 3% of the best) chooses its smallest tree, fewest nodes then shallowest, so
+    a busy machine's noisier latencies do not move the choice; a larger size measured faster than a smaller one
+    counts as the smaller one's cost."""
+    estimates = np.array([[1.00, 1.50, 1.90], [1.00, 1.95, 1.98], [1.00, 1.60, 2.00]])
+    assert smallest_near_best(estimates) == (1, 1)  # 1.95 is within 3% of 2.00: depth 2, budget 2
+    assert smallest_near_best(estimates, tolerance=0.0) == (2, 2)
+    assert latency_at({"1": 0.05, "8": 0.12, "16": 0.11, "32": 0.14}, 16) == 0.12
+    assert latency_at({"1": 0.05, "8": 0.12, "16": 0.11, "32": 0.14}, 12) == 0.12

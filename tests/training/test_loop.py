@@ -124,3 +124,15 @@ def test_checkpoint_keys_ignore_how_a_global_batch_is_split():
     assert _run_key(TrainConfig(), 1, {"run": "a"}) == json.dumps({"train": old, "run": "a"}, sort_keys=True)
     assert _run_key(TrainConfig(grad_accum=2), 1, None) == _run_key(TrainConfig(), 2, None)
     assert _run_key(TrainConfig(grad_accum=2), 2, None) != _run_key(TrainConfig(grad_accum=2), 1, None)
+
+
+def test_a_warmup_fraction_gives_one_schedule_shape_at_any_budget():
+    """``warmup_fraction``: the same share of the steps warms up at every budget, so the learning rate at a given
+    share of a run is the same for a short run and a long one (``warmup_steps`` stays the default)."""
+    short, long = TrainConfig(steps=200, warmup_fraction=0.1), TrainConfig(steps=800, warmup_fraction=0.1)
+    assert (short.warmup, long.warmup, TrainConfig(steps=200).warmup) == (20, 80, 50)
+    for share in (0.1, 0.3, 0.7, 0.99):  # the decay after the warmup: the same at the same share of the run
+        assert learning_rate(short, round(share * 200), 0) == pytest.approx(learning_rate(long, round(share * 800), 0))
+    assert learning_rate(short, 19, 0) == learning_rate(long, 79, 0) == pytest.approx(short.lr)  # warm at 10%
+    with pytest.raises(DraftcountError, match=r"warmup_fraction must be in \[0, 1\), got 1.5"):
+        TrainConfig(warmup_fraction=1.5)

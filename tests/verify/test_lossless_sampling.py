@@ -44,7 +44,7 @@ def _adapter(kind, target, draft):
 def test_distribution_matches_target(small_vocab_pair, kind, sampling):
     target, draft = small_vocab_pair
     exact = exact_distribution(target, PROMPT, LENGTH, sampling)
-    counts = sampled_distribution(target, _adapter(kind, target, draft), PROMPT, LENGTH, sampling, 1500, seed=0)
+    counts = sampled_distribution(target, _adapter(kind, target, draft), PROMPT, LENGTH, sampling, 1000, seed=0)
     assert chi_square_pvalue(counts, exact) > ALPHA
 
 

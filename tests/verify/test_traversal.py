@@ -17,7 +17,7 @@ from tests.helpers import (
 )
 
 ALPHA = 1e-3
-SAMPLES = 1500  # a correct verifier still fails by chance with probability ALPHA; the wrong one is caught at 1000
+SAMPLES = 1000  # a correct verifier still fails by chance with probability ALPHA; the wrong one is caught at 1000
 PROMPT = [1, 2, 3]
 
 

@@ -111,7 +111,8 @@ SAMPLING_PAIRS = [f"hedgespec:{method},{PARTNER}" for method in EXPERTS if metho
 TRAINED = [method for method in METHODS if entry(method).needs_drafter]  # their drafters' metrics are checked
 BATCHED = [method for method in METHODS if entry(method).batched]  # decode batches of B > 1 (harness.engine.batched)
 ALPHA = 1e-3
-SAMPLES = 1500  # generations per method; at ALPHA a correct method fails by chance with probability 1e-3
+SAMPLES = 1000  # generations per method; at ALPHA a correct method fails by chance with probability 1e-3 (a wrong
+# verifier is caught at 1000: tests/verify/test_traversal.py)
 PAIR_SAMPLES = 700  # per hedgespec:A,B or <family>+vocab case: the fewest the suite's lossless checks draw (each
 # method alone: SAMPLES)
 GREEDY = SamplingConfig()
