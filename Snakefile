@@ -36,6 +36,7 @@ include: "workflow/rules/zoo.smk"
 include: "workflow/rules/real.smk"
 include: "workflow/rules/tree.smk"
 include: "workflow/rules/model_free.smk"
+include: "workflow/rules/drafter_studies.smk"  # before drafters.smk: it adds the studies' drafter entries
 include: "workflow/rules/drafters.smk"
 include: "workflow/rules/bench.smk"
 include: "workflow/rules/report.smk"

@@ -1,6 +1,6 @@
 """Command line: ``python -m harness run|train|methods|summarize|figures|report|export-specbench|specbench-speed|
 divergence|measure|metrics|build-datastore|fetch|fetch-wheel|import-gguf|chat-prompts|regenerate|evaluate-target|
-gpu-wheels|gpu-install|quick-readme ...``."""
+gpu-wheels|gpu-install|quick-readme|learning-curves ...``."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from pathlib import Path
 
 from harness.engine.arguments import add_method_run_arguments, sampling_of
 from harness.errors import DraftcountError
+from harness.analysis import learning_curves
 from harness.gpu import commands as gpu_commands
 from harness.store import commands as store_commands
 from harness.training import command as train_command
@@ -306,13 +307,14 @@ def main(argv: list[str] | None = None) -> int:
     vlm_command.add_parsers(subparsers)
     store_commands.add_parsers(subparsers)
     data_commands.add_parsers(subparsers)
+    learning_curves.add_parsers(subparsers)
     args = parser.parse_args(argv)
     handlers = {"fetch": _cmd_fetch, "run": _cmd_run, "train": train_command.run, "methods": _cmd_methods, "summarize": _cmd_summarize,
                 "figures": _cmd_figures, "report": _cmd_report, "export-specbench": _cmd_export_specbench,
                 "specbench-speed": _cmd_specbench_speed,
                 "divergence": _cmd_divergence, "measure": _cmd_measure, "metrics": _cmd_metrics,
                 "build-datastore": _cmd_build_datastore, **gpu_commands.HANDLERS, **vlm_command.HANDLERS,
-                **store_commands.HANDLERS, **data_commands.HANDLERS}
+                **store_commands.HANDLERS, **data_commands.HANDLERS, **learning_curves.HANDLERS}
     try:
         return handlers[args.command](args)
     except DraftcountError as error:

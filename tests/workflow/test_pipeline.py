@@ -83,6 +83,11 @@ def test_smoke_pipeline_end_to_end_killed_and_resumed(tmp_path):
                          *((results / "studies" / "figures", name) for name in ("budget", "ablation"))]:
         assert (folder / f"{name}.pdf").stat().st_size > 1000
         assert matplotlib.image.imread(folder / f"{name}.png").shape[0] > 200
+    # the drafter studies at smoke size: eagle at half its budget and at a second learning rate
+    curves = pd.read_csv(results / "studies" / "tables" / "learning_curves.csv")
+    assert list(curves.drafter) == ["eagle_lc05", "eagle"] and curves.tokens.iloc[0] * 2 == curves.tokens.iloc[1]
+    assert (results / "studies" / "figures" / "learning_curves.png").stat().st_size > 1000
+    assert int(pd.read_csv(results / "studies" / "tables" / "lr.csv").chosen.sum()) == 1
     studies = (results / "studies" / "report.md").read_text()
     assert "### Ablations and budget sweeps" in studies and "![budget]" in studies
     report = (results / "report.md").read_text()

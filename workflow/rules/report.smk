@@ -188,6 +188,8 @@ rule studies:
         bench_outputs(),
         results("studies/report.md"),
         results("load/load.csv") if config["bench"].get("batch_sizes") else [],
+        rules.learning_curves.output if LEARNING_CURVES else [],
+        rules.lr_study.output if LR_STUDY else [],
 
 
 # study_<name>: one study's runs

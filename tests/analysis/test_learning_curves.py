@@ -1,0 +1,89 @@
+"""The drafter studies (``harness/analysis/learning_curves.py``, workflow/rules/drafter_studies.smk): the learning
+curves' table from drafters' training metrics, Kendall's tau between adjacent rungs, the lr study's choice, the
+commands, and the drafters the workflow plans (each family's entry at a multiple of its budget or at another rate)."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from harness.analysis.learning_curves import curve_rows, kendall_tau, lr_rows, ranking_stability
+from harness.cli import main
+from tests.workflow.test_workflow import overrides, snakemake
+
+
+def metrics(tokens: int, agreement: list[float]) -> dict:
+    return {"train": {"tokens": tokens, "flops": 6.0 * tokens}, "heldout_top1_agreement_by_step": agreement}
+
+
+FAMILIES = {  # family -> step-1 agreement at rungs 0.5, 1, 2: a and b swap places between 1 and 2
+    "a": [0.30, 0.40, 0.45], "b": [0.20, 0.35, 0.50], "c": [0.10, 0.15, 0.20]}
+
+
+def study_metrics() -> tuple[dict, dict]:
+    found, rungs = {}, {}
+    for family, values in FAMILIES.items():
+        for rung, value in zip((0.5, 1.0, 2.0), values):
+            name = family if rung == 1 else f"{family}_lc{rung:g}".replace(".", "")
+            found[name] = metrics(int(1000 * rung), [value, value / 2, value / 4])
+            rungs[name] = (family, rung)
+    return found, rungs
+
+
+def test_kendall_tau_reads_order_agreement():
+    assert kendall_tau([1, 2, 3], [10, 20, 30]) == 1.0 and kendall_tau([1, 2, 3], [3, 2, 1]) == -1.0
+    assert kendall_tau([1, 2, 3], [1, 3, 2]) == pytest.approx(1 / 3)
+
+
+def test_the_table_and_the_rankings_stability():
+    found, rungs = study_metrics()
+    curves = curve_rows(found, rungs)
+    assert len(curves) == 9 and list(curves[curves.family == "a"].tokens) == [500, 1000, 2000]
+    assert curves.set_index("drafter").loc["b_lc2", "agreement_mean3"] == pytest.approx((0.5 + 0.25 + 0.125) / 3)
+    stability = ranking_stability(curves)
+    assert list(stability.kendall_tau) == pytest.approx([1.0, 1 / 3])  # a, b, c; then b overtakes a
+    with pytest.raises(Exception, match="no heldout_top1_agreement_by_step"):
+        curve_rows({"a": {"train": {}}}, {"a": ("a", 1.0)})
+
+
+def test_the_command_writes_the_tables_and_the_figure(tmp_path, capsys):
+    found, rungs = study_metrics()
+    paths = []
+    for name, values in found.items():
+        paths.append(tmp_path / f"drafter-{name}.json")
+        paths[-1].write_text(json.dumps(values))
+    out = tmp_path / "tables" / "learning_curves.csv"
+    spec = ",".join(f"{name}={family}:{rung:g}" for name, (family, rung) in rungs.items())
+    assert main(["learning-curves", "--metrics", *map(str, paths), "--rungs", spec, "--out", str(out), "--figure",
+                 str(tmp_path / "figures" / "learning_curves")]) == 0
+    assert len(pd.read_csv(out)) == 9 and len(pd.read_csv(tmp_path / "tables" / "learning_curves_stability.csv")) == 2
+    assert (tmp_path / "figures" / "learning_curves.png").stat().st_size > 1000
+    assert main(["learning-curves", "--metrics", str(paths[0]), "--rungs", "a=a", "--out", str(out)]) == 2
+    assert "DRAFTER=FAMILY:RUNG" in capsys.readouterr().err
+
+
+def test_the_workflow_plans_each_rung_at_its_share_of_the_budget_ungated(tmp_path):
+    plan = snakemake("-n", "-p", "study_learning_curves", "--profile", "workflow/profiles/smoke", *overrides(tmp_path))
+    assert plan.returncode == 0, plan.stderr
+    # the smoke config: eagle's budget 10,240 positions, one more rung at 1/2
+    assert "--budget-tokens 5120" in plan.stdout and "drafters/eagle_lc05" in plan.stdout
+    assert "--rungs eagle_lc05=eagle:0.5,eagle=eagle:1" in plan.stdout
+
+
+def test_the_lr_study_chooses_each_familys_rate_by_heldout_agreement():
+    found = {"a": metrics(1000, [0.4, 0.3, 0.2]), "a_lr0003": metrics(1000, [0.5, 0.4, 0.3]),
+             "b": metrics(1000, [0.3, 0.3, 0.3]), "b_lr0003": metrics(1000, [0.3, 0.3, 0.3])}
+    rates = {"a": ("a", 0.001), "a_lr0003": ("a", 0.003), "b": ("b", 0.001), "b_lr0003": ("b", 0.003)}
+    table = lr_rows(found, rates).set_index("drafter")
+    assert bool(table.loc["a_lr0003", "chosen"]) and not table.loc["a", "chosen"]
+    assert bool(table.loc["b", "chosen"]) and not table.loc["b_lr0003", "chosen"]  # a tie keeps the smaller rate
+
+
+def test_the_workflow_plans_the_lr_studys_drafters(tmp_path):
+    plan = snakemake("-n", "-p", "study_lr", "--profile", "workflow/profiles/smoke", *overrides(tmp_path))
+    assert plan.returncode == 0, plan.stderr
+    # the smoke config: eagle at 0.001 (its own rate: the main drafter) and 0.003
+    assert "--rates eagle=eagle:0.001,eagle_lr0003=eagle:0.003" in plan.stdout
+    assert "lr=0.003" in plan.stdout and "drafters/eagle_lr0003" in plan.stdout
