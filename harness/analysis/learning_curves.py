@@ -91,14 +91,17 @@ def plot_learning_curves(curves: pd.DataFrame, stability: pd.DataFrame):
         rows = rows.sort_values("tokens")
         for axis, column in zip(axes[:2], ("agreement_step1", "agreement_mean3")):
             axis.plot(rows.tokens, rows[column], marker="o", label=family)
+    from matplotlib.ticker import NullFormatter
+
     for axis, title in zip(axes[:2], ("held-out agreement, draft step 1", "held-out agreement, steps 1-3 (mean)")):
         axis.set_xscale("log")
+        axis.xaxis.set_minor_formatter(NullFormatter())
         axis.set_xlabel("supervised target positions")
         axis.set_title(title)
     axes[1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize="small")
-    labels = [f"{row.rung:g}->{row.next_rung:g}" for row in stability.itertuples()]
+    labels = [f"{row.rung:g}x -> {row.next_rung:g}x" for row in stability.itertuples()]
     axes[2].bar(range(len(labels)), stability.kendall_tau, color="0.5")
-    axes[2].set_xticks(range(len(labels)), labels)
+    axes[2].set_xticks(range(len(labels)), labels, rotation=30, ha="right")
     axes[2].set_ylim(-1, 1)
     axes[2].axhline(0, color="0.3", linewidth=0.5)
     axes[2].set_title("ranking stability (Kendall's tau)")
