@@ -99,7 +99,8 @@ class Calibration:
 
 
 def choose_shape(table: np.ndarray, latency: dict[str, float], calibration: Calibration, rows: int = 1) -> dict:
-    """The (depth, budget) of highest estimated tokens/s, with the estimate for every shape considered.
+    """The (depth, budget) of highest estimated tokens/s (the smallest within ``TIE_TOLERANCE`` of it:
+    ``smallest_near_best``), with the estimate for every shape considered.
 
     ``rows``: the batch size B, with ``latency`` the target's forward over B rows of each size (tokens per row;
     ``harness.measure.latency.batch_latencies``). A step then verifies B trees in one forward; drafting and the rest

@@ -157,7 +157,7 @@ def fit_drafter(module: torch.nn.Module, batch_loss: Callable[[dict[str, torch.T
                          precision=options.precision, seed=options.seed,
                          grad_accum=options.grad_accum)
     fingerprint = {"method": request.method, "target": request.target, "data": str(request.data),
-                   **{key: value for key, value in asdict(options).items() if key != "grad_accum"}}
+                   **fingerprint_options(options)}
     result = train(module, loss_fn, config, request.checkpoint, fingerprint, f"train {request.method} drafter",
                    request.progress, sharded=True)
     if source.dump_dir is not None:  # the features came from a dump: the target forwards that wrote them count too
@@ -167,6 +167,13 @@ def fit_drafter(module: torch.nn.Module, batch_loss: Callable[[dict[str, torch.T
         if not distributed.is_main():
             raise SystemExit(0)
     return result
+
+
+def fingerprint_options(options) -> dict:
+    """A trainer's options as its checkpoint's fingerprint holds them: not how the global batch is split
+    (grad_accum), and no warmup_fraction unless set (a checkpoint written before it existed resumes)."""
+    return {key: value for key, value in asdict(options).items()
+            if key != "grad_accum" and not (key == "warmup_fraction" and not value)}
 
 
 def dump_feature_flops(source: FeatureSource, target: LoadedModel, options: DrafterLoopOptions) -> float:

@@ -130,12 +130,14 @@ def _load_checkpoint(path: Path | None, fingerprint: str) -> dict | None:
 
 def _run_key(config: TrainConfig, world_size: int, fingerprint: dict | None) -> str:
     """What a checkpoint must have been made under to be resumed. Any split of the same global batch over
-    processes and accumulation is the same run; a run of one micro-batch per step has the key it had before
-    grad_accum existed."""
+    processes and accumulation is the same run; a run of one micro-batch per step (and no warmup_fraction) has the
+    key it had before grad_accum (and warmup_fraction) existed."""
     settings = asdict(config)
     micro_batches = settings.pop("grad_accum") * world_size
     if micro_batches > 1:
         settings["micro_batches"] = micro_batches
+    if not settings["warmup_fraction"]:  # the key it had before warmup_fraction existed
+        del settings["warmup_fraction"]
     return json.dumps({"train": settings, **(fingerprint or {})}, sort_keys=True, default=str)
 
 

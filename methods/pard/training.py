@@ -29,7 +29,7 @@ from harness.data.token_streams import even_windows, load_tokens, random_windows
 from harness.errors import DraftcountError
 from harness.options import parse_options
 from harness.training.drafters import (
-    budgeted,
+    budgeted, fingerprint_options,
     AGREEMENT, META_FILE, DrafterTrainRequest, checked_agreement, drafter_provenance, frozen_target, write_metrics,
 )
 from harness.training.loop import TrainConfig, batches_from_step, train
@@ -174,7 +174,7 @@ def train_pard(request: DrafterTrainRequest) -> dict:
     config = TrainConfig(steps=request.steps, time_budget_s=request.time_budget_s, lr=options.lr,
                          warmup_steps=options.warmup_steps, warmup_fraction=options.warmup_fraction,
                          precision=options.precision, seed=options.seed)
-    fingerprint = {"method": "pard", "target": request.target, "data": str(request.data), **asdict(options)}
+    fingerprint = {"method": "pard", "target": request.target, "data": str(request.data), **fingerprint_options(options)}
     result = train(model, loss_fn, config, request.checkpoint, fingerprint, "train pard drafter", request.progress)
     model.eval()
     metrics = {"method": "pard", "trainable_parameters": sum(p.numel() for p in model.parameters()),

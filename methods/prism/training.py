@@ -159,11 +159,12 @@ def train_prism(request: DrafterTrainRequest) -> dict:
 
 
 def combined_result(first: TrainResult, second: TrainResult) -> TrainResult:
-    """Both phases as one training run (steps, seconds, tokens and losses added up; the last phase's final loss)."""
+    """Both phases as one training run (steps, seconds, tokens, FLOPs and losses added up; the last phase's final
+    loss)."""
     stopped = second.stopped_by if second.steps or not first.steps else first.stopped_by
     return TrainResult(steps=first.steps + second.steps, seconds=first.seconds + second.seconds,
                          tokens=first.tokens + second.tokens,
                          final_loss=second.final_loss if second.steps else first.final_loss,
                          resumed_from_step=first.resumed_from_step, stopped_by=stopped,
                          skipped_steps=first.skipped_steps + second.skipped_steps,
-                         losses=[*first.losses, *second.losses])
+                         losses=[*first.losses, *second.losses], flops=first.flops + second.flops)

@@ -66,3 +66,16 @@ def test_a_drafters_flops_are_the_same_from_a_dump_or_on_the_fly(tmp_path, model
         counted[source] = json.loads(metrics.read_text())["train"]["flops"]
         assert json.loads((out / META_FILE).read_text())["train_flops"] == counted[source]
     assert counted["tokens"] > 0 and counted["dump"] == counted["tokens"]
+
+
+def test_a_two_phase_trainer_counts_both_phases(tmp_path, model_dirs):
+    """PRISM trains in two phases, reported as one run: its FLOPs are both phases' (the metrics keep each phase's)."""
+    tokens = tmp_path / "tokens.pt"
+    save_tokens(tokens, torch.randint(0, 200, (4000,), generator=torch.Generator(device="cpu").manual_seed(0)))
+    metrics = tmp_path / "prism.json"
+    assert main(["train", "--method", "prism", "--target", str(model_dirs["target"]), "--data", str(tokens),
+                 "--out", str(tmp_path / "prism"), "--steps", "4", "--no-progress", "--opt", "batch_size=2", "--opt",
+                 "seq_len=32", "--metrics", str(metrics)]) == 0
+    found = json.loads(metrics.read_text())
+    assert found["phase1"]["flops"] > 0 and found["phase2"]["flops"] > 0
+    assert found["train"]["flops"] == found["phase1"]["flops"] + found["phase2"]["flops"]

@@ -114,14 +114,16 @@ def test_gradient_accumulation_equals_one_big_batch():
 
 
 def test_checkpoint_keys_ignore_how_a_global_batch_is_split():
-    """Old checkpoints (before grad_accum) still resume; 2 processes x 1 micro-batch and 1 process x grad_accum 2
-    are the same run; another global batch is not."""
+    """Old checkpoints (before grad_accum and warmup_fraction) still resume: the key of the fields they had, written
+    out here; 2 processes x 1 micro-batch and 1 process x grad_accum 2 are the same run; another global batch, or a
+    warmup fraction, is not."""
     import json
-    from dataclasses import asdict
 
-    old = asdict(TrainConfig())
-    old.pop("grad_accum")
+    old = {"steps": 1000, "time_budget_s": 0.0, "lr": 1e-3, "min_lr_ratio": 0.1, "warmup_steps": 50,
+           "weight_decay": 0.1, "grad_clip": 1.0, "precision": "fp32", "seed": 0, "checkpoint_every_s": 60.0,
+           "log_every": 10, "max_nonfinite_steps": 20}
     assert _run_key(TrainConfig(), 1, {"run": "a"}) == json.dumps({"train": old, "run": "a"}, sort_keys=True)
+    assert _run_key(TrainConfig(warmup_fraction=0.1), 1, None) != _run_key(TrainConfig(), 1, None)
     assert _run_key(TrainConfig(grad_accum=2), 1, None) == _run_key(TrainConfig(), 2, None)
     assert _run_key(TrainConfig(grad_accum=2), 2, None) != _run_key(TrainConfig(grad_accum=2), 1, None)
 

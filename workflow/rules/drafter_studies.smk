@@ -15,6 +15,7 @@ import copy
 
 LEARNING_CURVES = config.get("learning_curves", {})
 LR_STUDY = config.get("lr_study", {})
+STUDY_DRAFTERS = set()  # the entries added here: trained by their studies, not by train_<method>
 
 
 def study_drafter(family, suffix, value):
@@ -36,15 +37,21 @@ def add_study_drafter(family, name, change):
         raise ValueError(f"a drafter study names family {family!r}, which is not a `drafters` entry")
     if name == family:
         return
+    if name in config["drafters"]:
+        raise ValueError(f"a drafter study's entry {name!r} is already a `drafters` entry (two rungs or rates that "
+                         f"round to one name?)")
     entry = copy.deepcopy(config["drafters"][family])
     entry["method"] = config["drafters"][family].get("method", family)
     change(entry)
     entry["gates"] = {"min_heldout_agreement": 0.0}
-    config["drafters"].setdefault(name, entry)
+    config["drafters"][name] = entry
+    STUDY_DRAFTERS.add(name)
 
 
 def scaled_budget(rung):
     def change(entry):
+        if "expected_minutes" in entry:  # its time limit (SLURM) grows with its budget
+            entry["expected_minutes"] = max(1, round(entry["expected_minutes"] * rung))
         if "budget_tokens" in entry:
             entry["budget_tokens"] = max(1, round(entry["budget_tokens"] * rung))
         else:

@@ -14,7 +14,8 @@ def drafter_method(name):
 
 
 def drafters_of(method):
-    return [name for name in trained_drafters() if drafter_method(name) == method]
+    """A method's configured drafters, not those the drafter studies add (drafter_studies.smk)."""
+    return [name for name in trained_drafters() if drafter_method(name) == method and name not in STUDY_DRAFTERS]
 
 
 def trained_drafters():
