@@ -179,7 +179,8 @@ def fingerprint_options(options) -> dict:
 def dump_feature_flops(source: FeatureSource, target: LoadedModel, options: DrafterLoopOptions) -> float:
     """The target's FLOPs for one step's features, had they been computed on the fly (a dump is written once and
     read by several drafters; each drafter's count includes them, so dumped and on-the-fly training compare)."""
-    ids = shard_batch(source, options.batch_size, Shard(), torch.Generator(device="cpu").manual_seed(0))["input_ids"]
+    draws = torch.Generator(device="cpu").manual_seed(0)  # host: draws a dump's row numbers, as training does
+    ids = shard_batch(source, options.batch_size, Shard(), draws)["input_ids"]
     with torch.no_grad(), flop_counter() as counter:
         target_features(target.model, ids.to(target.device), source.layers)
     return float(counter.get_total_flops()) * options.grad_accum * distributed.world().size

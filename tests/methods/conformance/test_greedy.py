@@ -90,15 +90,22 @@ def test_every_drafter_family_is_checked_with_a_draft_vocabulary_or_says_why_not
 def check_drafter_work(method: str, counters: list[GenerationCounters]) -> None:
     """The kit's rule on drafter work (docs/extending.md, *The adapter*): the work whose output reached an accepted
     token is booked as useful through ``DrafterWork.settle`` (context work any draft needs through
-    ``count_useful_drafter_flops``), so a method whose drafter ran and which had drafts accepted below the first
-    depth settles some (a first-depth draft may come from the context's own forward, as a head's does), and none
-    books more than its drafter did (drafter-FLOP waste in [0, 1)). A composite (``hedgespec:A,B``) checks the
-    second rule alone: its accepted drafts may all be a model-free expert's; each expert is checked on its own."""
+    ``count_useful_drafter_flops``), so a method whose drafter ran and whose drafts were accepted books some; one
+    that had drafts accepted below the first depth settles some (a first-depth draft may come from the context's
+    own forward, as a head's does); and none books more than its drafter did (drafter-FLOP waste in [0, 1)). A
+    composite (``hedgespec:A,B``) is not held to the settling rule: its accepted drafts may all be a model-free
+    expert's; each expert is checked on its own."""
     flops = sum(one.drafter.flops for one in counters)
     useful = sum(one.extra.get(USEFUL_DRAFTER_FLOPS, 0.0) for one in counters)
     assert useful <= flops * (1 + 1e-9), (
         f"{method} booked {useful:.4g} useful drafter FLOPs, more than its drafter's {flops:.4g}: DrafterWork.settle "
         f"books a unit's FLOPs once, for the work charged this round")
+    accepted = sum(one.accepted_tokens for one in counters)
+    if flops > 0 and accepted > 0:
+        assert useful > 0, (
+            f"{method} had {accepted} draft tokens accepted but booked no useful drafter work: its drafter-FLOP waste "
+            f"would read 100%; book the work whose output reached an accepted token with DrafterWork "
+            f"(harness/engine/counters.py: charge in propose, settle in commit)")
     settled = sum(one.extra.get(SETTLED_DRAFTER_FLOPS, 0.0) for one in counters)
     deeper = sum(sum(one.accepted_by_depth[1:]) for one in counters)  # accepted drafts below the first depth
     if flops > 0 and deeper > 0 and ":" not in method:
