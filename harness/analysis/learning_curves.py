@@ -9,8 +9,9 @@ stability from rung to rung is Kendall's tau between adjacent rungs' orders of t
 No benchmark run is needed: these are the drafters' held-out figures, not tau or speedup (the study trains; the
 bench runs the main rung). Torch-free.
 
-    python -m harness learning-curves --metrics work/metrics/drafter-*.json --rungs eagle=eagle:1,eagle_lc05=eagle:0.5,... \
-        --out results/studies/tables/learning_curves.csv --figure results/studies/figures/learning_curves
+    python -m harness learning-curves --metrics work/metrics/drafter-*.json \
+        --rungs eagle=eagle:1,eagle_lc05=eagle:0.5,... --out results/studies/tables/learning_curves.csv \
+        --figure results/studies/figures/learning_curves
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.analysis.summary import write_table
 from harness.errors import DraftcountError
 
 AGREEMENT = "heldout_top1_agreement_by_step"  # harness.training.drafters.AGREEMENT (torch-free here)
@@ -138,16 +140,14 @@ def read_metrics(paths: list[Path]) -> dict[str, dict]:
 def run(args: argparse.Namespace) -> int:
     curves = curve_rows(read_metrics(args.metrics), parse_rungs(args.rungs))
     stability = ranking_stability(curves)
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    curves.to_csv(args.out, index=False, float_format="%.6g")
-    stability.to_csv(args.out.with_name(f"{args.out.stem}_stability.csv"), index=False, float_format="%.6g")
+    write_table(curves, args.out)
+    write_table(stability, args.out.with_name(f"{args.out.stem}_stability.csv"))
     print(curves.drop(columns="agreement_by_step").to_string(index=False))
     print(stability.to_string(index=False))
     if args.figure:
-        figure = plot_learning_curves(curves, stability)
-        args.figure.parent.mkdir(parents=True, exist_ok=True)
-        for suffix in (".pdf", ".png"):
-            figure.savefig(args.figure.with_suffix(suffix), dpi=150)
+        from harness.analysis.plotting import save_figure
+
+        save_figure(plot_learning_curves(curves, stability), args.figure.parent, args.figure.name)
     return 0
 
 
@@ -167,8 +167,7 @@ def lr_rows(metrics: dict[str, dict], rates: dict[str, tuple[str, float]]) -> pd
 
 def run_lr(args: argparse.Namespace) -> int:
     table = lr_rows(read_metrics(args.metrics), parse_rungs(args.rates, "--rates", "LR"))
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    table.to_csv(args.out, index=False, float_format="%.6g")
+    write_table(table, args.out)
     print(table.to_string(index=False))
     return 0
 

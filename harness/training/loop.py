@@ -21,6 +21,7 @@ import json
 import math
 import random
 import time
+from contextlib import nullcontext
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -233,12 +234,11 @@ def train(
             for group in optimizer.param_groups:
                 group["lr"] = learning_rate(config, step, elapsed)
             optimizer.zero_grad(set_to_none=True)
-            if step == start_step:  # every step has the same shapes: the first one's count stands for all
-                with flop_counter() as counter:
-                    loss, batch_tokens = _accumulate(loss_fn, step, shards, sharded, autocast)
-                step_flops = float(counter.get_total_flops()) * place.size
-            else:
+            counting = step == start_step  # every step has the same shapes: the first one's count stands for all
+            with flop_counter() if counting else nullcontext() as counter:
                 loss, batch_tokens = _accumulate(loss_fn, step, shards, sharded, autocast)
+            if counting:
+                step_flops = float(counter.get_total_flops()) * place.size
             distributed.sum_gradients(parameters)
             stats = torch.stack([loss, torch.tensor(float(batch_tokens), dtype=torch.float64, device=loss.device)])
             distributed.sum_over_processes([stats])

@@ -39,8 +39,9 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
+from harness.analysis.regime import cost_ratios, target_metrics
 from harness.analysis.summary import paired_with_ar
-from harness.analysis.timing import cluster_bootstrap, geometric_mean, paired_ratios
+from harness.analysis.timing import cluster_bootstrap, geometric_mean, paired_ratios, prompt_bootstrap_interval
 
 METHOD = "lyanna"
 PAPER_SPEEDUP_OVER_SD = 3.3
@@ -119,25 +120,33 @@ def waste_rows(turns: pd.DataFrame) -> list[dict]:
     return rows
 
 
+def two_share_statistic(mine: pd.DataFrame, theirs: pd.DataFrame, numerator: str, denominator: str,
+                        combine: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> tuple[float, tuple[float, float]]:
+    """``combine(mine's share, theirs')`` of two variants' ratios of sums (sum of ``numerator`` over sum of
+    ``denominator``), and its interval: both variants' turns resampled together, prompt by prompt."""
+    both = pd.concat([mine, theirs])
+    side = np.r_[np.ones(len(mine)), np.zeros(len(theirs))]
+    top, bottom = both[numerator].to_numpy(float), both[denominator].to_numpy(float)
+    columns = {"top_m": top * side, "bottom_m": bottom * side,
+               "top_o": top * (1 - side), "bottom_o": bottom * (1 - side)}
+
+    def statistic(sums: dict[str, np.ndarray]) -> np.ndarray:
+        return combine(sums["top_m"] / sums["bottom_m"], sums["top_o"] / sums["bottom_o"])
+
+    value = float(statistic({name: np.array([values.sum()]) for name, values in columns.items()})[0])
+    return value, cluster_bootstrap(columns, clusters(both), statistic)
+
+
 def reuse_rows(turns: pd.DataFrame) -> list[dict]:
-    """Drafter-FLOP waste, eagle minus lyanna (both prompt sets' turns resampled together), and reuse on/off."""
-    rows = []
+    """Drafter-FLOP waste, eagle minus lyanna (both prompt sets' turns resampled together)."""
     mine, theirs = turns[turns.variant == METHOD], turns[turns.variant == "eagle"]
-    if not theirs.empty and mine.drafter_flops.sum() and theirs.drafter_flops.sum():
-        both = pd.concat([mine, theirs])
-        is_mine = (both.variant == METHOD).to_numpy(float)
-        wasted = (both.drafter_flops - both.drafter_useful_flops).to_numpy(float)
-        flops = both.drafter_flops.to_numpy(float)
-        columns = {"w_l": wasted * is_mine, "f_l": flops * is_mine, "w_e": wasted * (1 - is_mine),
-                   "f_e": flops * (1 - is_mine)}
-
-        def difference(sums: dict[str, np.ndarray]) -> np.ndarray:
-            return sums["w_e"] / sums["f_e"] - sums["w_l"] / sums["f_l"]
-
-        value = float(difference({name: np.array([values.sum()]) for name, values in columns.items()})[0])
-        rows.append(row("reuse", "drafter-FLOP waste, eagle minus lyanna", METHOD, "eagle", mine, value,
-                        cluster_bootstrap(columns, clusters(both), difference), 0.0))
-    return rows
+    if theirs.empty or not mine.drafter_flops.sum() or not theirs.drafter_flops.sum():
+        return []
+    mine, theirs = (rows.assign(drafter_wasted_flops=rows.drafter_flops - rows.drafter_useful_flops)
+                    for rows in (mine, theirs))
+    value, interval = two_share_statistic(mine, theirs, "drafter_wasted_flops", "drafter_flops",
+                                          lambda lyanna, eagle: eagle - lyanna)
+    return [row("reuse", "drafter-FLOP waste, eagle minus lyanna", METHOD, "eagle", mine, value, interval, 0.0)]
 
 
 def ablation_rows(turns: pd.DataFrame, baseline: pd.DataFrame) -> list[dict]:
@@ -197,34 +206,19 @@ def speedup_ratio_row(claim: str, measure: str, turns: pd.DataFrame, baseline: p
     if shared.empty:
         return row(claim, measure, variant, against, 0, np.nan, (np.nan, np.nan), threshold, reach,
                    note or "no shared turns", dataset)
-    logs = np.log(shared.speedup / shared.speedup_against).to_numpy(float)
-    low, high = cluster_bootstrap({"log": logs, "turns": np.ones(len(logs))}, clusters(shared),
-                                  lambda sums: sums["log"] / sums["turns"])
-    value = geometric_mean((shared.speedup / shared.speedup_against).to_numpy(float))
-    return row(claim, measure, variant, against, shared, value, (float(np.exp(low)), float(np.exp(high))), threshold,
-               reach, note, dataset)
+    ratios = (shared.speedup / shared.speedup_against).to_numpy(float)
+    return row(claim, measure, variant, against, shared, geometric_mean(ratios),
+               prompt_bootstrap_interval(ratios, clusters(shared)), threshold, reach, note, dataset)
 
 
 def tau_ratio_row(claim: str, measure: str, turns: pd.DataFrame, variant: str, against: str, note: str) -> dict:
     """Tau of ``variant`` over tau of ``against`` on the turns both ran (the same prompts of the same sets)."""
     mine, theirs = turns[turns.variant == variant], turns[turns.variant == against]
-    shared = set(map(tuple, mine[TURN_KEY].to_numpy().tolist())) & set(map(tuple, theirs[TURN_KEY].to_numpy().tolist()))
-    mine, theirs = (rows[[key in shared for key in map(tuple, rows[TURN_KEY].to_numpy().tolist())]]
-                    for rows in (mine, theirs))
+    mine, theirs = mine.merge(theirs[TURN_KEY], on=TURN_KEY), theirs.merge(mine[TURN_KEY], on=TURN_KEY)
     if mine.empty:
         return row(claim, measure, variant, against, 0, np.nan, (np.nan, np.nan), 1.0, note=note or "no shared turns")
-    both = pd.concat([mine, theirs])
-    is_mine = (both.variant == variant).to_numpy(float)
-    accepted, steps = both.accept_length_sum.to_numpy(float), both.verify_steps.to_numpy(float)
-    columns = {"a_m": accepted * is_mine, "s_m": steps * is_mine, "a_o": accepted * (1 - is_mine),
-               "s_o": steps * (1 - is_mine)}
-
-    def ratio(sums: dict[str, np.ndarray]) -> np.ndarray:
-        return (sums["a_m"] / sums["s_m"]) / (sums["a_o"] / sums["s_o"])
-
-    value = float(ratio({name: np.array([values.sum()]) for name, values in columns.items()})[0])
-    return row(claim, measure, variant, against, mine, value, cluster_bootstrap(columns, clusters(both), ratio), 1.0,
-               note=note)
+    value, interval = two_share_statistic(mine, theirs, "accept_length_sum", "verify_steps", np.divide)
+    return row(claim, measure, variant, against, mine, value, interval, 1.0, note=note)
 
 
 def sd_rows(turns: pd.DataFrame, baseline: pd.DataFrame) -> list[dict]:
@@ -270,16 +264,15 @@ def claims_section(table: pd.DataFrame, caveat: Callable[[], str] = lambda: "") 
             against = f" ({item.variant} vs {item.against})" if isinstance(item.against, str) and item.against \
                 else f" ({item.variant})"
             temperature = "-" if not np.isfinite(item.temperature) else f"{item.temperature:g}"
+            note = item.note if isinstance(item.note, str) else ""
             lines.append(f"| {text} | {item.measure}{against} | {temperature} | {item.dataset} | {item.turns} | "
-                         f"{value} | {interval} | **{item.verdict}** | {item.note if isinstance(item.note, str) else ''} |")
+                         f"{value} | {interval} | **{item.verdict}** | {note} |")
     text = caveat()
     return "\n".join(lines) + (f"\n\n{text}" if text else "")
 
 
 def regime_caveat(metrics_paths: list, summary: pd.DataFrame) -> str:
     """One sentence from the regime card: what this target is, beside the paper's 7B-and-up targets on GPUs."""
-    from harness.analysis.regime import cost_ratios, target_metrics
-
     target = target_metrics(metrics_paths)
     forward_over_step, verify_over_one, span, _ = cost_ratios(summary)
     parts = []
