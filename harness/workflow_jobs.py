@@ -11,8 +11,10 @@ from typing import Any
 from harness.catalog import entry
 from harness.errors import DraftcountError
 from harness.trees.beam_shape import SHAPE_FIELDS
-from harness.workflow_plan import (WORKFLOW_ONLY_KEYS, dataset_limit, dataset_prompts, drafter_path, local_source,
-                                   shape_variant, variant_datasets, variant_drafter, variant_method, variant_names,
+from harness.workflow_datasets import dataset_limit, dataset_prompts
+from harness.trees.chain_shape import chain_field
+from harness.workflow_plan import (WORKFLOW_ONLY_KEYS, drafter_path, length_variant, local_source, shape_variant,
+                                   variant_datasets, variant_drafter, variant_method, variant_names,
                                    variant_options, variant_settings, variant_temperatures)
 
 DRAFT_LM = "draft"  # `init_from: draft`: a drafter that starts from the draft LM (PARD adapts it)
@@ -73,18 +75,38 @@ def tree_shape_arguments(config: dict, method: str, drafter: str, temperature: s
                          drafter_dir: str, prompts: str, latency: str) -> list[str]:
     """Arguments of `python -m harness measure tree-shape` for rule tree_shape (threads, --out left out)."""
     settings = config.get("tree_shape", {})
-    variant = shape_variant(config, method, drafter)
-    options = {key: value for key, value in variant_settings(config, variant).items()
-               if key not in WORKFLOW_ONLY_KEYS and key not in SHAPE_FIELDS}
+    options = variant_settings(config, shape_variant(config, method, drafter))
+    heads = config["drafters"].get(drafter, {}).get("options", {}).get("heads")  # medusa's: no deeper than its heads
+    max_depth = min(int(settings.get("max_depth", 8)), int(heads or 1 << 30))
+    return (["--method", method, "--target", target, "--drafter", drafter_dir,
+             "--max-depth", str(max_depth), "--max-budget", str(settings.get("max_budget", 48))]
+            + calibration_arguments(config, settings, temperature, prompts, latency, options, SHAPE_FIELDS))
+
+
+def chain_length_arguments(config: dict, method: str, drafter: str, temperature: str, work_dir: Path, target: str,
+                           model: str, prompts: str, latency: str) -> list[str]:
+    """Arguments of `python -m harness measure chain-length` for rule chain_length (threads, --out left out):
+    ``model`` is the draft LM (``drafter`` `draft`) or the trained drafter's directory."""
+    settings = config.get("chain_length", {})
+    variant = length_variant(config, method, drafter)
+    return (["--method", method, "--target", target, "--draft" if drafter == DRAFT_LM else "--drafter", model,
+             "--max-length", str(settings.get("max_length", 8))]
+            + calibration_arguments(config, settings, temperature, prompts, latency, variant_settings(config, variant),
+                                    (chain_field(method),)))
+
+
+def calibration_arguments(config: dict, settings: dict, temperature: str, prompts: str, latency: str,
+                          options: dict, measured: tuple[str, ...]) -> list[str]:
+    """What a shape calibration (tree-shape, chain-length) shares: its prompts, the latency file, the sampling and
+    the variant's options but those it measures (``measured``)."""
     bench = config["bench"]
-    arguments = ["--method", method, "--target", target, "--drafter", drafter_dir, "--prompts", prompts,
-                 "--latency", latency, "--temperature", str(temperature),
-                 "--max-depth", str(settings.get("max_depth", 8)), "--max-budget", str(settings.get("max_budget", 48)),
-                 "--limit", str(settings.get("prompts", 8)),
+    arguments = ["--prompts", prompts, "--latency", latency, "--temperature", str(temperature),
+                 "--limit", str(settings.get("prompts", 8)), "--repeats", str(settings.get("repeats", 3)),
                  "--max-new-tokens", str(settings.get("max_new_tokens", bench.get("max_new_tokens", 64))),
                  "--device", str(bench.get("device", "cpu")), "--dtype", bench.get("dtype", "float32")]
     for key, value in options.items():
-        arguments += ["--opt", f"{key}={value}"]
+        if key not in WORKFLOW_ONLY_KEYS and key not in measured:
+            arguments += ["--opt", f"{key}={value}"]
     return arguments
 
 

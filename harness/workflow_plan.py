@@ -10,13 +10,9 @@ from harness.catalog import catalog, entry, method_names, options_type
 from harness.errors import DraftcountError
 from harness.options import parse_options
 from harness.trees.beam_shape import SHAPE_FIELDS, beam_methods
-from harness.analysis.context_length import CATEGORY_PREFIX as LONG_CONTEXT_PREFIX
-from harness.data.edit_prompts import CATEGORY as EDITS_CATEGORY
-from harness.data.prompts import load_prompts
+from harness.trees.chain_shape import chain_field, chain_methods
 from harness.store.hub import is_hub_id
 
-BUILT_PROMPT_SETS = ("stdlib_code", "stdlib_domains", "stdlib_long", "stdlib_edits")  # the workflow builds (zoo.smk)
-BUILTIN_DATASETS = ("humaneval", *BUILT_PROMPT_SETS)
 WORKFLOW_ONLY_KEYS = ("method", "drafter", "ablation", "study", "verifier", "samples", "temperatures", "datasets",
                       "load")
 DATASTORE_FILE = "datastore/train.pt"  # `datastore: auto`: the retrieval datastore over the zoo's training split
@@ -224,6 +220,10 @@ def variant_options(config: dict, variant: str, temperature: str, work_dir: Path
         for name in SHAPE_FIELDS:
             options.pop(name, None)
         options["shape_file"] = str(shape_file(config, variant, temperature, work_dir))
+    length = chain_length_field(config, variant)
+    if length and options.get(length) == "auto":  # a chain drafter: the length measured best on this machine
+        del options[length]
+        options["length_file"] = str(length_file(config, variant, temperature, work_dir))
     if options.get("datastore") == "auto":
         options["datastore"] = str(Path(work_dir) / DATASTORE_FILE)
     if options.get("latency_file") == "auto":
@@ -261,6 +261,34 @@ def shape_file(config: dict, variant: str, temperature: str, work_dir: Path) -> 
     temperature (a traversal variant shares its token-level twin's trees)."""
     method, drafter = variant_method(config, variant), variant_drafter(config, variant)
     return Path(work_dir) / "tree" / f"shape-{method}-{drafter}-t{temperature}.json"
+
+
+def chain_length_field(config: dict, variant: str) -> str | None:
+    """The option that is a variant's chain length when its method has one (sd: gamma, pard: k), else None."""
+    method = variant_method(config, variant)
+    return chain_field(method) if method in chain_methods() else None
+
+
+def length_file(config: dict, variant: str, temperature: str, work_dir: Path) -> Path:
+    """Where rule chain_length writes a `gamma: auto` / `k: auto` variant's measured chain length: one per method,
+    drafter (sd's: its draft LM, `draft`) and temperature."""
+    return Path(work_dir) / "tree" / f"length-{variant_method(config, variant)}-{chain_drafter(config, variant)}" \
+        f"-t{temperature}.json"
+
+
+def chain_drafter(config: dict, variant: str) -> str:
+    """A chain variant's drafter as rule chain_length names it: its trained drafter, or `draft` (sd's draft LM)."""
+    return variant_drafter(config, variant) if needs_drafter(variant_method(config, variant)) else "draft"
+
+
+def length_variant(config: dict, method: str, drafter: str) -> str:
+    """The first variant of ``method`` with ``drafter`` whose chain length is `auto`: the options it is measured
+    with."""
+    for variant in variant_names(config):
+        if (variant_method(config, variant) == method and chain_drafter(config, variant) == drafter
+                and variant_settings(config, variant).get(chain_field(method)) == "auto"):
+            return variant
+    raise ValueError(f"no variant of {method} with drafter {drafter} has {chain_field(method)}: auto")
 
 
 def shape_variant(config: dict, method: str, drafter: str) -> str:
@@ -301,6 +329,8 @@ def built_inputs(config: dict, variant: str, temperature: str, work_dir: Path) -
         built["expert_drafters"] = drafters
     if "shape_file" in options and "budget" in auto:
         built["shape_file"] = str(options["shape_file"])
+    if "length_file" in options and auto & {chain_length_field(config, variant)}:
+        built["length_file"] = str(options["length_file"])
     if options.get("tree_file"):  # a user's tree file is an input too: a missing one fails at plan time
         built["tree_file"] = str(options["tree_file"])
     return built
@@ -315,70 +345,6 @@ def with_engine_pass(config: dict, engine_pass: str | None) -> dict:
         raise ValueError(f"engine pass {engine_pass!r} is not under bench.passes ({', '.join(passes) or 'none'})")
     bench = {**config["bench"], "engine": {**config["bench"].get("engine", {}), **passes[engine_pass]}}
     return {**config, "bench": bench}
-
-
-def dataset_prompts(config: dict, dataset: str, work_dir: Path) -> str:
-    """The prompt set a dataset name stands for: built by the workflow, or a user path."""
-    if dataset in BUILT_PROMPT_SETS:
-        return str(Path(work_dir) / "prompts" / f"{dataset}.jsonl")
-    if dataset == "humaneval":
-        return "humaneval"
-    paths = config["bench"].get("dataset_paths", {})
-    if dataset not in paths:
-        raise ValueError(f"dataset {dataset!r} is neither built in ({list(BUILTIN_DATASETS)}) nor in "
-                         "bench.dataset_paths")
-    return paths[dataset]
-
-
-def dataset_limit(config: dict, dataset: str) -> int:
-    """Prompts a bench job runs of ``dataset``: its bench.limits entry, else prompts.humaneval_limit or bench.limit."""
-    if dataset in config["bench"].get("limits", {}):
-        return config["bench"]["limits"][dataset]
-    return config["prompts"]["humaneval_limit"] if dataset == "humaneval" else config["bench"].get("limit", 0)
-
-
-def dataset_selection(config: dict, dataset: str, work_dir: Path) -> tuple[int, dict[str, int]] | None:
-    """(turns, prompts per category) a bench job over ``dataset`` will run: its prompt file loaded at plan time with
-    the job's limit (stratified or not); None for a set the workflow builds or a file that is not there yet."""
-    source = dataset_prompts(config, dataset, work_dir)
-    if dataset in BUILTIN_DATASETS or not Path(source).expanduser().exists():
-        return None
-    prompts = load_prompts(source, limit=dataset_limit(config, dataset) or None,
-                           stratify=bool(config["bench"].get("stratify")))
-    counts: dict[str, int] = {}
-    for prompt in prompts:
-        counts[prompt.category] = counts.get(prompt.category, 0) + 1
-    return sum(len(prompt.turns) for prompt in prompts), counts
-
-
-def planned_categories(config: dict, dataset: str,
-                       selection: tuple[int, dict[str, int]] | None) -> tuple[str, ...] | None:
-    """The categories of a prompt set's prompts as far as the plan knows them (``selection``: its
-    ``dataset_selection``); None when it cannot know them (a view that depends on them then applies)."""
-    if dataset in ("humaneval", "stdlib_code"):
-        return (dataset,)
-    if dataset == "stdlib_domains":  # zoo.smk's domain_prompts: the domains are the categories
-        return tuple(config.get("domains", {}))
-    if dataset == "stdlib_edits":  # zoo.smk's edit_prompts: one category
-        return (EDITS_CATEGORY,)
-    if dataset == "stdlib_long":  # zoo.smk's long_prompts: one category ctx<L> per bucket (harness.data.long_context)
-        buckets = config["prompts"].get("long_buckets")
-        return tuple(f"{LONG_CONTEXT_PREFIX}{bucket}" for bucket in buckets) if buckets else None
-    return tuple(selection[1]) if selection else None
-
-
-def bench_runtime_minutes(config: dict, dataset: str, selection: tuple[int, dict[str, int]] | None) -> int:
-    """A bench job's time limit (SLURM -t) over ``dataset`` with its ``dataset_selection``: with
-    ``bench.seconds_per_token`` (the target's measured seconds per `ar` token on the device), 10 minutes of loading
-    plus turns x max_new_tokens x that x 3 (the `ar` baseline, and the method at up to twice ar's time) x repeats;
-    60 minutes without it or for a set built by the workflow."""
-    bench = config["bench"]
-    per_token = bench.get("seconds_per_token")
-    turns = dataset_limit(config, dataset) if dataset == "humaneval" else selection[0] if selection else 0
-    if not per_token or not turns:
-        return 60
-    seconds = turns * bench.get("max_new_tokens", 128) * float(per_token) * 3 * bench.get("repeats", 1)
-    return 10 + int(seconds / 60 + 0.999)
 
 
 DUMP_BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}

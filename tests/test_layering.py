@@ -7,7 +7,7 @@ Layers, lowest first (a package may import its own modules and any lower layer):
   0  options, catalog (the method registry), store (atomic files, records)
  0.5 hybrid (a hybrid target's tree forward and rollback cache: what backend runs for one)
   1  backend (models, forward, caches, graphs, device), data (prompts, corpus, token streams), analysis
-  2  trees, retrieval (model-free drafting structures)
+  2  trees, retrieval (model-free drafting structures), workflow_datasets (the prompt sets a plan runs)
   3  verify, workflow_plan (reads prompt files, parses options)    4  engine, workflow_jobs (command lines)
   5  runner, training               6  measure (benchmarks over runs and trained drafters), gpu (a lent GPU box)
   7  cli
@@ -23,11 +23,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 LAYERS = {
     "errors": -1, "options": 0, "catalog": 0, "store": 0, "hybrid": 0.5,
-    "backend": 1, "data": 1, "analysis": 1, "workflow_plan": 3, "workflow_jobs": 4,
+    "backend": 1, "data": 1, "analysis": 1, "workflow_datasets": 2, "workflow_plan": 3, "workflow_jobs": 4,
     "trees": 2, "retrieval": 2, "verify": 3, "engine": 4, "runner": 5, "training": 5, "measure": 6, "gpu": 6, "cli": 7,
 }
 EXEMPT = {"__init__", "__main__"}  # the package's lazy re-exports and `python -m harness`
-TORCH_FREE = ["harness.catalog", "harness.workflow_plan", "harness.workflow_jobs", "harness.errors", "harness.options", "harness.store.records",
+TORCH_FREE = ["harness.catalog", "harness.workflow_datasets", "harness.workflow_plan", "harness.workflow_jobs", "harness.errors", "harness.options", "harness.store.records",
               "harness.analysis.metrics", "harness.analysis.summary", "harness.analysis.figures", "harness.analysis.plotting",
               "harness.analysis.report", "harness.analysis.view", "harness.analysis.views", "harness.analysis.divergence", "harness.analysis.specbench", "harness.gpu.wheels",
               "harness.gpu.quick_readme", "harness.gpu.commands", "harness.trees.beam_shape", "harness.engine.arguments", "methods"]

@@ -6,8 +6,10 @@ import pytest
 import yaml
 
 from harness import workflow_jobs as jobs
+from harness import workflow_datasets as datasets
 from harness import workflow_plan as plan
 from harness.errors import DraftcountError
+from harness.trees.beam_shape import beam_methods
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,11 +52,37 @@ def test_auto_files_become_the_workflow_outputs_and_inputs(config):
         "w/drafters/eagle_net", "w/drafters/eagle_gui"]
 
 
+def test_every_main_tree_and_chain_variant_runs_a_calibrated_shape(config):
+    """Issue 66: every beam drafter of the main comparison takes budget: auto, sd's gamma and pard's k the length
+    rule chain_length measures (one file per method, drafter and temperature), and the calibration runs each at its
+    largest shape: medusa no deeper than its heads."""
+    work = Path("w")
+    main = plan.main_variants(config)
+    for variant in main:
+        method = plan.variant_method(config, variant)
+        if method in beam_methods():
+            assert "shape_file" in plan.variant_options(config, variant, "0", work), variant
+    assert plan.variant_options(config, "sd", "1", work) == {"length_file": "w/tree/length-sd-draft-t1.json"}
+    assert plan.variant_options(config, "pard", "0", work) == {"length_file": "w/tree/length-pard-pard-t0.json"}
+    assert plan.built_inputs(config, "pard", "0", work) == {"length_file": "w/tree/length-pard-pard-t0.json"}
+    sd = jobs.chain_length_arguments(config, "sd", "draft", "0", work, "t", "w/models/draft", "p.jsonl", "lat.json")
+    assert sd[sd.index("--draft") + 1] == "w/models/draft" and "--opt" not in sd  # gamma: auto is not passed on
+    assert sd[sd.index("--max-length") + 1] == "8" and sd[sd.index("--repeats") + 1] == "3"
+    pard = jobs.chain_length_arguments(config, "pard", "pard", "1", work, "t", "w/drafters/pard", "p.jsonl", "l.json")
+    assert pard[pard.index("--drafter") + 1] == "w/drafters/pard" and pard[pard.index("--temperature") + 1] == "1"
+    medusa = jobs.tree_shape_arguments(config, "medusa", "medusa", "0", work, "t", "d", "p.jsonl", "lat.json")
+    assert medusa[medusa.index("--max-depth") + 1] == "5"  # its 5 heads
+    mtp = jobs.tree_shape_arguments(config, "mtp", "mtp", "0", work, "t", "d", "p.jsonl", "lat.json")
+    assert mtp[mtp.index("--max-depth") + 1] == "8" and "top_k=1" in mtp  # a chain, its length calibrated
+    with pytest.raises(ValueError, match="no variant of sd with drafter other has gamma: auto"):
+        jobs.chain_length_arguments(config, "sd", "other", "0", work, "t", "m", "p.jsonl", "lat.json")
+
+
 def test_samples_and_own_datasets(config):
     arguments = jobs.run_arguments(config, "stand_samples", "stdlib_code", "1", Path("w"), "t")
     assert arguments[arguments.index("--samples") + 1] == "4"
     assert plan.variant_datasets(config, "hedgespec_domains") == ["stdlib_domains"]
-    assert plan.dataset_prompts(config, "stdlib_domains", Path("w")) == "w/prompts/stdlib_domains.jsonl"
+    assert datasets.dataset_prompts(config, "stdlib_domains", Path("w")) == "w/prompts/stdlib_domains.jsonl"
     assert plan.variant_datasets(config, "stand_samples") == ["stdlib_code"]
 
 
@@ -78,17 +106,17 @@ def test_bench_time_limits_and_the_feature_dump_size(tmp_path):
                                                              ("b", '["x"]'), ("c", '["x"]')])))
     config = {"bench": {"dataset_paths": {"q": str(questions)}, "limit": 3, "max_new_tokens": 100},
               "prompts": {"humaneval_limit": 7}}
-    assert plan.dataset_selection(config, "q", tmp_path) == (5, {"a": 2, "b": 1})  # the first 3
+    assert datasets.dataset_selection(config, "q", tmp_path) == (5, {"a": 2, "b": 1})  # the first 3
     config["bench"]["stratify"] = True
-    assert plan.dataset_selection(config, "q", tmp_path) == (4, {"a": 1, "b": 1, "c": 1})  # one of each
-    selection = plan.dataset_selection(config, "q", tmp_path)
-    assert plan.bench_runtime_minutes(config, "q", selection) == 60  # no seconds_per_token: the default
+    assert datasets.dataset_selection(config, "q", tmp_path) == (4, {"a": 1, "b": 1, "c": 1})  # one of each
+    selection = datasets.dataset_selection(config, "q", tmp_path)
+    assert datasets.bench_runtime_minutes(config, "q", selection) == 60  # no seconds_per_token: the default
     config["bench"].update(seconds_per_token=0.5, repeats=2)
     # 10 min + 4 turns x 100 tokens x 0.5 s x 3 x 2 repeats = 10 + 20 minutes
-    assert plan.bench_runtime_minutes(config, "q", selection) == 30
-    assert plan.bench_runtime_minutes(config, "humaneval", None) == 10 + 35  # 7 prompts x 100 x 0.5 x 3 x 2
+    assert datasets.bench_runtime_minutes(config, "q", selection) == 30
+    assert datasets.bench_runtime_minutes(config, "humaneval", None) == 10 + 35  # 7 prompts x 100 x 0.5 x 3 x 2
     config["bench"]["limits"] = {"q": 1, "humaneval": 2}  # a set's own limit over bench.limit (and humaneval's)
-    assert plan.dataset_selection(config, "q", tmp_path) == (2, {"a": 1}) and plan.dataset_limit(config, "humaneval") == 2
+    assert datasets.dataset_selection(config, "q", tmp_path) == (2, {"a": 1}) and datasets.dataset_limit(config, "humaneval") == 2
     arguments = jobs.run_arguments({**config, "bench": {**config["bench"], "methods": {"ar": {}}}}, "ar", "q", "0",
                                    tmp_path, "t")
     assert arguments[arguments.index("--limit") + 1] == "1"

@@ -23,6 +23,7 @@ import statistics
 import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 import torch
 
@@ -147,3 +148,20 @@ def median_seconds(run: Callable[[], object], device: torch.device, repeats: int
         run()
         samples.append(watch.elapsed())
     return statistics.median(samples)
+
+
+def interleaved_median_seconds(runs: dict[Any, Callable[[], object]], device: torch.device, repeats: int,
+                               warmup: int = 3) -> dict[Any, float]:
+    """Median wall time of every run in ``runs``, timed in turns: round r times each run once, so that a slow
+    spell of a busy machine falls on every run alike instead of on the ones measured during it (a latency curve
+    keeps its shape beside a CPU-bound process)."""
+    for run in runs.values():
+        for _ in range(warmup):
+            run()
+    samples: dict[Any, list[float]] = {key: [] for key in runs}
+    for _ in range(repeats):
+        for key, run in runs.items():
+            watch = Stopwatch(device)
+            run()
+            samples[key].append(watch.elapsed())
+    return {key: statistics.median(times) for key, times in samples.items()}

@@ -6,12 +6,13 @@ cache) or ``cuda_graphs`` (replayed from a CUDA graph on that static cache); eve
 from __future__ import annotations
 
 from collections.abc import Callable
+from typing import Any
 
 import torch
 from transformers import PretrainedConfig
 from transformers.cache_utils import Cache
 
-from harness.backend.device import median_seconds
+from harness.backend.device import interleaved_median_seconds, median_seconds
 from harness.backend.kv_cache import new_cache
 from harness.backend.static_cache import new_static_cache
 
@@ -37,3 +38,13 @@ def timed_seconds(run: Callable[[], object], device: torch.device, repeats: int,
     """Median seconds of ``run`` under ``timing`` (its cache is ``timing_cache``'s business)."""
     check_timing(timing)
     return median_seconds(run, device, repeats, graphed=timing == "cuda_graphs")
+
+
+def timed_seconds_in_turns(runs: dict[Any, Callable[[], object]], device: torch.device, repeats: int,
+                           timing: str = "eager") -> dict[Any, float]:
+    """Median seconds of each of ``runs`` under ``timing``, timed in turns (``interleaved_median_seconds``);
+    under ``cuda_graphs`` one run after another (each its own graph; a GPU is not shared with other work)."""
+    check_timing(timing)
+    if timing == "cuda_graphs":
+        return {key: median_seconds(run, device, repeats, graphed=True) for key, run in runs.items()}
+    return interleaved_median_seconds(runs, device, repeats)

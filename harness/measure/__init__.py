@@ -19,8 +19,10 @@ MEASUREMENTS: dict[str, tuple[str, str]] = {
                                                    "prompts (stand)"),
     "verifiers": ("harness.measure.verifier_acceptance", "every verifier on the same trees: expected accepted "
                                                           "drafts per step"),
-    "tree-shape": ("harness.measure.tree_shape", "the depth and budget of highest estimated tokens/s for eagle or "
-                                                 "lyanna on this machine (budget: auto)"),
+    "tree-shape": ("harness.measure.tree_shape", "the depth and budget of highest estimated tokens/s for a beam "
+                                                 "drafter on this machine (budget: auto)"),
+    "chain-length": ("harness.measure.chain_length", "the chain length of highest estimated tokens/s for sd or pard "
+                                                     "on this machine (gamma: auto, k: auto)"),
     "load": ("harness.measure.load", "batch sizes against throughput and latency, ar and the batched methods on the "
                                      "same batches"),
     "project-8b": ("harness.measure.project_8b", "latencies at Llama-3.1-8B shapes and projected speedups"),

@@ -4,7 +4,8 @@ latency per tokens in the batch behind the load study's tree size per B (rule me
 
 A timed forward runs as ``timing`` says: ``eager`` (forwards launched from Python on transformers' DynamicCache),
 ``static`` (the same on a preallocated KV cache) or ``cuda_graphs`` (replayed from a CUDA graph on that static
-cache): ``harness.backend.timed``. Every time is a median of ``harness.backend.device.median_seconds``.
+cache): ``harness.backend.timed``. Every time is a median over repeats, the sizes timed in turns
+(``harness.backend.timed.timed_seconds_in_turns``).
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ from transformers import PreTrainedModel
 
 from harness.backend.forward import hybrid_forward, prefix_visible
 from harness.backend.kv_cache import cache_argument, crop_cache
-from harness.backend.timed import timed_seconds, timing_cache
+from harness.backend.timed import timed_seconds_in_turns, timing_cache
 from harness.hybrid.cache import TreeStateCache
 from harness.trees.tree import depths_of, tree_attention_bias
 
@@ -29,7 +30,7 @@ def target_latencies(model: PreTrainedModel, prefix: int, sizes: list[int], repe
                      timing: str = "eager", rows: int = 1) -> dict[int, float]:
     """Seconds of one forward of ``rows`` rows of ``size`` tree tokens each (a wide tree, tree mask) after a
     ``prefix``-token cache per row (run as ``timing`` says: see ``timing_cache``; several rows only eagerly, as the
-    batched engine verifies)."""
+    batched engine verifies), the sizes timed in turns (``timed_seconds_in_turns``)."""
     if rows > 1 and timing != "eager":
         raise ValueError(f"a forward of {rows} rows is timed eagerly only, not {timing!r}")
     device = next(model.parameters()).device
@@ -48,7 +49,7 @@ def target_latencies(model: PreTrainedModel, prefix: int, sizes: list[int], repe
     run(torch.randint(vocab, (rows, prefix), device=device), None, None)
     if isinstance(cache, TreeStateCache):
         cache.keep(prefix, [])  # the prefix committed: each timed tree is then cropped back to it
-    latencies = {}
+    forwards = {}
     for size in sizes:
         parents = wide_tree(size)
         bias = prefix_visible(tree_attention_bias(parents, [], list(range(size)), model.dtype, device), prefix + size)
@@ -56,12 +57,12 @@ def target_latencies(model: PreTrainedModel, prefix: int, sizes: list[int], repe
         position_ids = (prefix + torch.tensor(depths_of(parents), device=device))[None].expand(rows, -1)
         input_ids = torch.randint(vocab, (rows, size), device=device)
 
-        def forward() -> None:
+        def forward(input_ids=input_ids, bias=bias, position_ids=position_ids) -> None:
             run(input_ids, bias, position_ids)
             crop_cache(cache, prefix)
 
-        latencies[size] = timed_seconds(forward, device, repeats, timing)
-    return latencies
+        forwards[size] = forward
+    return timed_seconds_in_turns(forwards, device, repeats, timing)
 
 
 def batch_latencies(model: PreTrainedModel, prefix: int, sizes: list[int], batch_sizes: list[int],

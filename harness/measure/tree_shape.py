@@ -13,7 +13,9 @@ and rank), measured for the method's own drafter.
 
 Costs, measured on this machine: the target's forward over B + 1 tokens (``tree/latency.json``, rule
 measure_latency; made monotone in B), the drafter's time per step (the calibration run's drafter phase, scaled by D / max depth)
-and the rest of a step (host and verification, from the same run). Estimated tokens/s for (D, B):
+and the rest of a step (host and verification, from the same run; per step, the median over prompts). The
+latency curve is anchored to the calibration run's own target seconds per step (``anchored_latency``): all costs
+then come from one run's conditions, so a machine busier during one measurement than the other moves no choice. Estimated tokens/s for (D, B):
 (1 + accepted(D, B)) / (target(B + 1) + drafter x D / max_depth + rest); the chosen shape is the smallest within 3%
 of the best estimate (a tie within the measurement's noise keeps the smaller tree). It goes to a JSON file
 that the method reads with ``shape_file=`` (its depth and budget replace the options'). The file keeps the
@@ -27,23 +29,18 @@ per tokens in the batch (``shape_for_batch``) without a second calibration.
 from __future__ import annotations
 
 import argparse
-import json
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
-import torch
-from tqdm import tqdm
 
 from harness.backend.models import load_model
-from harness.data.prompts import encode_turn, load_prompts
-from harness.engine.loop import generate
+from harness.data.prompts import load_prompts
+from harness.measure.calibration import (Calibration, add_calibration_arguments, anchored_latency, calibration_runs,
+                                         latency_at, read_calibration_latency, write_choice)
 from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.errors import DraftcountError
 from harness.trees.beam_shape import beam_methods
 from harness.options import parse_key_values
-from harness.store.atomic import atomic_path
-from harness.verify.sampling import SamplingConfig, make_generator
 
 
 
@@ -80,22 +77,7 @@ def accepted_table(step_ranks: list[np.ndarray], max_depth: int, max_budget: int
     return table / max(len(step_ranks), 1)
 
 
-def latency_at(latency: dict[str, float], size: int) -> float:
-    """The target's forward seconds over ``size`` tokens, interpolated between the measured sizes, each size at least
-    as slow as every smaller one (a forward over more tokens costs no less: a smaller figure is noise)."""
-    sizes = np.array(sorted(int(key) for key in latency))
-    return float(np.interp(size, sizes, np.maximum.accumulate([latency[str(key)] for key in sizes])))
-
-
 TIE_TOLERANCE = 0.03  # estimates this close to the best are one tie (the A/A control's +-3%): the smallest wins
-
-
-@dataclass
-class Calibration:
-    step_ranks: list[np.ndarray] = field(default_factory=list)
-    steps: int = 0
-    drafter_seconds: float = 0.0
-    rest_seconds: float = 0.0  # host + verification
 
 
 def choose_shape(table: np.ndarray, latency: dict[str, float], calibration: Calibration, rows: int = 1) -> dict:
@@ -107,8 +89,10 @@ def choose_shape(table: np.ndarray, latency: dict[str, float], calibration: Cali
     of the step grow B-fold (the batched engine drafts and accepts row by row), and it emits B times the tokens:
     B (1 + accepted) / (target_B(budget + 1) + B (drafter x depth / max depth + rest))."""
     max_depth, max_budget = table.shape
-    drafter = calibration.drafter_seconds / max(calibration.steps, 1)
-    rest = calibration.rest_seconds / max(calibration.steps, 1)
+    costs = calibration.per_step()
+    drafter, rest = costs.drafter, costs.rest
+    if rows == 1:  # the latency curve at the calibration run's level (a batch's latency has no such anchor)
+        latency = anchored_latency(latency, costs)
     estimates = np.zeros_like(table)
     for level in range(1, max_depth + 1):
         for budget in range(1, max_budget + 1):
@@ -121,6 +105,7 @@ def choose_shape(table: np.ndarray, latency: dict[str, float], calibration: Cali
             "estimated_speedup": float(estimates[level, budget] / ar_rate),
             "accepted_per_step": float(table[level, budget]),
             "drafter_seconds_per_step_at_max_depth": drafter, "rest_seconds_per_step": rest,
+            "target_seconds_per_step": costs.target, "verified_tokens_per_step": costs.verified_tokens,
             "accepted_by_depth_and_budget": np.round(table, 4).tolist(),
             "tokens_per_s_by_depth_and_budget": np.round(estimates, 2).tolist()}
 
@@ -156,7 +141,7 @@ def check_latency_sizes(latency: dict[str, float], max_budget: int, source: str,
 
 def calibrate(method: str, options: dict, target_dir: str, drafter_dir: str | None, prompts_path: str,
               temperature: float, max_new_tokens: int, limit: int | None, device: str, dtype: str,
-              progress: bool = True) -> tuple[Calibration, int]:
+              progress: bool = True, repeats: int = 1) -> tuple[Calibration, int]:
     """Generate the calibration prompts with the method at its largest shape; the accepted nodes' ranks per
     step and the phase times. Returns them and the beam's top_k."""
     target = load_model(target_dir, dtype, device)
@@ -169,24 +154,17 @@ def calibrate(method: str, options: dict, target_dir: str, drafter_dir: str | No
 
     def commit(ctx, tree, verdict, target_out):
         beam = adapter.beam
-        if beam is None:  # a step drafted otherwise (owl's HOWL: a retrieved chain) tells nothing of the tree
-            return original_commit(ctx, tree, verdict, target_out)
+        if beam is None or not calibration.recording:  # a step drafted otherwise (owl's HOWL: a retrieved
+            return original_commit(ctx, tree, verdict, target_out)  # chain) tells nothing; a repeat, nothing new
         path = [beam.pool_of_node[node] for node in verdict.path[1:]]
         calibration.step_ranks.append(path_ranks(beam.pool_scores.float().cpu().numpy(), depths, path,
                                                  shape.depth))
         original_commit(ctx, tree, verdict, target_out)
 
     adapter.commit = commit
-    prompts = load_prompts(prompts_path, None, limit)
-    sampling = SamplingConfig(temperature)
-    for index, prompt in enumerate(tqdm(prompts, desc=f"calibrate {method}", disable=not progress)):
-        ids = torch.tensor([encode_turn(target.tokenizer, [], prompt.turns[0])])  # host: prompt ids, moved by generate
-        counters = generate(target, adapter, ids, max_new_tokens, sampling,
-                            generator=make_generator(index, target.device)).counters
-        phases = counters.phase_seconds
-        calibration.steps += len(counters.step_accepted)
-        calibration.drafter_seconds += phases["drafter"]
-        calibration.rest_seconds += phases["host"] + phases["verify"]
+    for _ in calibration_runs(target, adapter, load_prompts(prompts_path, None, limit), temperature, max_new_tokens,
+                              calibration, progress, f"calibrate {method}", repeats):
+        pass
     return calibration, shape.top_k
 
 
@@ -196,41 +174,23 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
     parser.add_argument("--method", required=True, choices=beam_methods())
     parser.add_argument("--target", required=True)
     parser.add_argument("--drafter", required=True, help="the method's trained drafter")
-    parser.add_argument("--prompts", required=True, help="calibration prompts (JSONL; not the benchmark's)")
-    parser.add_argument("--latency", required=True, type=Path, help="target latency per size (rule measure_latency)")
-    parser.add_argument("--out", required=True, type=Path)
-    parser.add_argument("--opt", action="append", metavar="KEY=VALUE", help="the method's other options")
+    add_calibration_arguments(parser)
     parser.add_argument("--max-depth", type=int, default=8)
     parser.add_argument("--max-budget", type=int, default=64)
-    parser.add_argument("--temperature", type=float, default=0.0)
-    parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--limit", type=int, help="calibration prompts used (default: all)")
-    parser.add_argument("--device", default="cpu")
-    parser.add_argument("--dtype", default="float32")
-    parser.add_argument("--threads", type=int, help="torch threads (the bench jobs': bench.threads)")
-    parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    if not args.latency.is_file():
-        raise DraftcountError(f"no latency file {args.latency} (rule measure_latency writes it)")
-    latency = json.loads(args.latency.read_text())["target"]
+    latency = read_calibration_latency(args)
     check_latency_sizes(latency, args.max_budget, str(args.latency), f"--max-budget {args.max_budget} needs")
     options = {**parse_key_values(args.opt), "depth": args.max_depth, "budget": args.max_budget}
     calibration, top_k = calibrate(args.method, options, args.target, args.drafter, args.prompts, args.temperature,
-                                   args.max_new_tokens, args.limit, args.device, args.dtype, not args.no_progress)
+                                   args.max_new_tokens, args.limit, args.device, args.dtype, not args.no_progress,
+        args.repeats)
     if not calibration.step_ranks:
         raise DraftcountError("the calibration run made no verification step (prompts too short?)")
     table = accepted_table(calibration.step_ranks, args.max_depth, args.max_budget)
     chosen = choose_shape(table, latency, calibration)
-    result = {"method": args.method, "top_k": top_k, "temperature": args.temperature, **chosen,
-              "calibration": {"prompts": args.prompts, "steps": calibration.steps, "max_depth": args.max_depth,
-                              "max_budget": args.max_budget, "latency": str(args.latency)}}
-    with atomic_path(args.out) as partial:
-        partial.write_text(json.dumps(result, indent=1) + "\n")
-    print(f"{args.method} at T={args.temperature:g}: depth {chosen['depth']}, budget {chosen['budget']} "
-          f"({chosen['accepted_per_step']:.2f} accepted/step, estimated {chosen['estimated_tokens_per_s']:.1f} "
-          f"tokens/s, {chosen['estimated_speedup']:.2f}x ar) from {calibration.steps} calibration steps")
+    write_choice(args, {"top_k": top_k}, chosen, calibration,
+                 {"max_depth": args.max_depth, "max_budget": args.max_budget},
+                 f"depth {chosen['depth']}, budget {chosen['budget']}")
     return 0
 
 

@@ -19,10 +19,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.errors import DraftcountError
+from harness.trees.chain_shape import ChainOptions
 
 
 @dataclass(frozen=True)
-class PardOptions:
+class PardOptions(ChainOptions):
+    CHAIN_LENGTH = "k"  # `k: auto`: the length measured best on the machine (rule chain_length)
     k: int = 4  # drafts per step, all from one drafter forward (sd's gamma, at one forward instead of gamma)
 
     def __post_init__(self) -> None:

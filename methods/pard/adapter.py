@@ -73,4 +73,4 @@ class PardAdapter(AdapterBase):
 def build(options: PardOptions, inputs: BuildInputs) -> PardAdapter:
     assert inputs.drafter_dir is not None  # build_adapter checked the catalog's needs
     drafter = load_like_target(str(inputs.drafter_dir), inputs.target, "pard's drafter")
-    return PardAdapter(drafter, options.k, mask_token_of(drafter, inputs.target.vocab_size))
+    return PardAdapter(drafter, options.as_run().k, mask_token_of(drafter, inputs.target.vocab_size))

@@ -14,10 +14,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from harness.errors import DraftcountError
+from harness.trees.chain_shape import ChainOptions
 
 
 @dataclass(frozen=True)
-class SpeculativeDecodingOptions:
+class SpeculativeDecodingOptions(ChainOptions):
+    CHAIN_LENGTH = "gamma"  # `gamma: auto`: the length measured best on the machine (rule chain_length)
     gamma: int = 4
 
     def __post_init__(self) -> None:

@@ -13,7 +13,8 @@ from harness.engine.draft_lm import DraftLMAdapter
 def _build(options: SpeculativeDecodingOptions, inputs: BuildInputs) -> DraftLMAdapter:
     assert inputs.draft is not None
     check_same_tokenizer(inputs.target, inputs.draft)
-    return DraftLMAdapter(inputs.draft, branching_shape([1] * options.gamma), replacement=True)
+    gamma = options.as_run().gamma  # a length file's (`gamma: auto`) or the option's
+    return DraftLMAdapter(inputs.draft, branching_shape([1] * gamma), replacement=True)
 
 
 def drafting_seconds(options: dict, latencies: Latencies) -> float:

@@ -11,7 +11,7 @@ import pytest
 import yaml
 
 from harness import workflow_jobs as jobs
-from harness import workflow_plan as plan
+from harness import workflow_datasets as datasets
 from harness.cli import main
 from harness.data.chat_prompts import normalised, training_prompts, turn_texts
 from harness.data.prompts import Prompt, load_prompts
@@ -56,8 +56,8 @@ def test_the_real_model_configs_training_questions_share_no_turn_with_its_benchm
         split: config["chat_prompts"][split] for split in jobs.CHAT_SPLITS}
     benchmark = []
     for dataset in jobs.benchmark_sets(config):
-        limit = plan.dataset_limit(config, dataset)
-        benchmark += load_prompts(plan.dataset_prompts(config, dataset, Path("work")), limit=limit or None,
+        limit = datasets.dataset_limit(config, dataset)
+        benchmark += load_prompts(datasets.dataset_prompts(config, dataset, Path("work")), limit=limit or None,
                                   stratify=bool(config["bench"].get("stratify")))
     assert len(benchmark) > 10 and {prompt.category for prompt in benchmark} >= {"writing", "gsm8k", "humaneval"}
     benchmark_turns = turn_texts(benchmark)

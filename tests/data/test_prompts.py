@@ -127,7 +127,7 @@ def test_stratified_limit_spreads_over_every_category(shared_data):
     from collections import Counter
     from pathlib import Path
 
-    from harness import workflow_plan as plan
+    from harness import workflow_datasets as datasets
 
     path = str(shared_data / "spec_bench" / "question.jsonl")
     assert {prompt.category for prompt in load_prompts(path, limit=80)} <= set(MT_BENCH_CATEGORIES)
@@ -137,7 +137,7 @@ def test_stratified_limit_spreads_over_every_category(shared_data):
     everything = load_prompts(path)
     assert [everything.index(prompt) for prompt in chosen] == sorted(everything.index(prompt) for prompt in chosen)
     config = {"bench": {"dataset_paths": {"spec_bench": path}, "limit": 80, "stratify": True}, "prompts": {}}
-    turns, planned = plan.dataset_selection(config, "spec_bench", Path("work"))
+    turns, planned = datasets.dataset_selection(config, "spec_bench", Path("work"))
     assert planned == dict(counts) and turns == sum(len(prompt.turns) for prompt in chosen)
     assert len(load_prompts(path, limit=5, stratify=True)) == 5  # fewer than the categories: the first 5 of them
 

@@ -39,7 +39,7 @@ def bench_inputs(wildcards):
         inputs["draft"] = draft_model()
     if plan.needs_drafter(method):
         inputs["drafter"] = drafter_dir(variant_drafter(wildcards.variant))
-    if wildcards.dataset in plan.BUILT_PROMPT_SETS:
+    if wildcards.dataset in prompt_sets.BUILT_PROMPT_SETS:
         inputs["prompts"] = work(f"prompts/{wildcards.dataset}.jsonl")
     inputs.update(plan.built_inputs(config, wildcards.variant, wildcards.temperature, WORK))
     return inputs
@@ -53,7 +53,7 @@ def bench_arguments(wildcards, input):
     return shlex.join(arguments)
 
 
-# What each prompt set a bench job runs holds: read from its prompt file once (plan.dataset_selection), shown now
+# What each prompt set a bench job runs holds: read from its prompt file once (prompt_sets.dataset_selection), shown now
 # (with the results dir it runs for: target `real` plans its own) so a dry run says it, and used to size each job's
 # time limit.
 SELECTIONS = {}
@@ -61,7 +61,7 @@ SELECTIONS = {}
 
 def dataset_selection(dataset):
     if dataset not in SELECTIONS:
-        SELECTIONS[dataset] = plan.dataset_selection(config, dataset, WORK)
+        SELECTIONS[dataset] = prompt_sets.dataset_selection(config, dataset, WORK)
     return SELECTIONS[dataset]
 
 
@@ -77,7 +77,7 @@ for _dataset in dict.fromkeys(config["bench"]["datasets"] + config["bench"].get(
 def bench_runtime(wildcards):
     """Minutes for one bench job (SLURM -t), sized from bench.seconds_per_token; over bench.max_runtime_minutes
     (a cluster's cap, default 24 h) the plan stops and says what to lower."""
-    minutes = plan.bench_runtime_minutes(config, wildcards.dataset, dataset_selection(wildcards.dataset))
+    minutes = prompt_sets.bench_runtime_minutes(config, wildcards.dataset, dataset_selection(wildcards.dataset))
     cap = config["bench"].get("max_runtime_minutes", 1440)
     if minutes > cap:
         raise ValueError(f"bench job {wildcards.variant}/{wildcards.dataset} needs about {minutes} min, over "

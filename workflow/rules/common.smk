@@ -7,9 +7,11 @@ import sys
 from pathlib import Path
 
 from harness import workflow_jobs as jobs
+from harness import workflow_datasets as prompt_sets
 from harness import workflow_plan as plan
 from harness.catalog import method_names as catalog_methods
 from harness.trees.beam_shape import beam_methods
+from harness.trees.chain_shape import chain_methods
 from snakemake.exceptions import WorkflowError
 
 config.update(plan.with_implied_drafters(config))  # a trained-drafter method without a `drafters` entry: defaults
@@ -129,7 +131,7 @@ def engine_passes():
 
 
 def dataset_prompts(dataset):
-    return plan.dataset_prompts(config, dataset, WORK)
+    return prompt_sets.dataset_prompts(config, dataset, WORK)
 
 
 # Every variant's options parse as its method's (names and values, torch-free): a bad one stops the plan.

@@ -25,7 +25,7 @@ def load_inputs():
     inputs = {"target": target_model(), "batch_latency": work("tree/latency-batch.json")}
     for job in load_jobs():
         inputs.update({f"{job.variant}_{name}": value for name, value in bench_inputs(job).items()})
-    if load_dataset() in plan.BUILT_PROMPT_SETS:
+    if load_dataset() in prompt_sets.BUILT_PROMPT_SETS:
         inputs["prompts"] = work(f"prompts/{load_dataset()}.jsonl")
     return inputs
 
@@ -37,7 +37,7 @@ def load_arguments():
         arguments += ["--draft", draft_model()]
     return shlex.join([
         *arguments, *jobs.check_variant_arguments(config, plan.load_variants(config), "0", WORK),
-        "--prompts", plan.dataset_prompts(config, load_dataset(), WORK),
+        "--prompts", prompt_sets.dataset_prompts(config, load_dataset(), WORK),
         "--batch-sizes", ",".join(str(size) for size in LOAD_SIZES), "--requests", str(bench.get("load_requests", 16)),
         "--batch-latency", work("tree/latency-batch.json"),
         "--new-tokens", str(bench.get("max_new_tokens", 128)), *model_arguments()])

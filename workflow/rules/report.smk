@@ -52,7 +52,7 @@ def report_scope(scope):
                                          plan.variant_settings(config, variant))
                      for variant in scope_variants(scope))
     datasets = dict.fromkeys(dataset for variant in variants for dataset in variant.datasets)
-    return report_view.Scope(variants, {dataset: plan.planned_categories(config, dataset, dataset_selection(dataset))
+    return report_view.Scope(variants, {dataset: prompt_sets.planned_categories(config, dataset, dataset_selection(dataset))
                                         for dataset in datasets})
 
 

@@ -103,3 +103,30 @@ rule tree_shape:
         gpu=gpus_per_job(),
     shell:
         "python -m harness measure tree-shape {params.arguments} --threads {threads} --no-progress --out {output}"
+
+
+# gamma: auto (sd) and k: auto (pard), every chain drafter with a tunable length (options extending ChainOptions):
+# the length of highest estimated tokens/s, from a calibration run at the longest chain (accepted drafts per step)
+# and the latencies above, by the tree shape's rule (the shortest within 3% of the best).
+rule chain_length:
+    input:
+        target=target_model(),
+        model=lambda wildcards: draft_model() if wildcards.drafter == jobs.DRAFT_LM else drafter_dir(wildcards.drafter),
+        prompts=calibration_prompts(),
+        latency=work("tree/latency.json"),
+    output:
+        work("tree/length-{method}-{drafter}-t{temperature}.json"),
+    wildcard_constraints:
+        method="|".join(chain_methods()),
+        temperature=r"[0-9.]+",
+    params:
+        arguments=lambda wildcards, input: shlex.join(jobs.chain_length_arguments(
+            config, wildcards.method, wildcards.drafter, wildcards.temperature, WORK, input.target, input.model,
+            input.prompts, input.latency)),
+    threads: config["bench"].get("threads", config["threads"])
+    resources:
+        mem_mb=4000,
+        runtime=20,
+        gpu=gpus_per_job(),
+    shell:
+        "python -m harness measure chain-length {params.arguments} --threads {threads} --no-progress --out {output}"
