@@ -76,13 +76,14 @@ def test_dry_run_lists_every_rule(tmp_path):
     assert counts["sequoia_tree"] == 2 and counts["stand_tree"] == 2
     assert not {"long_prompts", "tokenize_domain", "domain_prompts"} & set(counts)
     studies = job_counts(snakemake("-n", "studies", *overrides(tmp_path)).stdout)
-    # the main 80 + families {eagle_b24, howl, hydra, medusa_static, mtp_tree, p_eagle} x 4 and {prism_m1,
+    # the main 80 + families {eagle_b24, prism_b24, owl_b24, medusa_b24, dream_b24, howl, hydra, medusa_static,
+    # mtp_tree, p_eagle} x 4 and {prism_m1,
     # dflash_l1, dflash_tree} x 2, data source {eagle, lyanna, dflash}_regen x 4, long context {eagle, owl,
     # howl}_long x stdlib_long x 2, traversal {tree_sd, eagle, lyanna, stand}_tv x 2 datasets at T = 1, 7 ablations
     # x 2, stand_samples x 2, domains {eagle_net, eagle_gui, hedgespec_domains} x 2, GTO {eagle_gto, eagle_more,
     # lyanna_gto, lyanna_b24} x 2, budgets {lyanna, eagle} x {12, 48} and 3 tree_sd trees x 2, edits {suffix,
     # suffix_local, suffix_path, pld, eagle, lyanna, dflash, pard}_edits x stdlib_edits x 2
-    assert studies["bench"] == 80 + 24 + 6 + 12 + 6 + 8 + 14 + 2 + 6 + 8 + 14 + 16
+    assert studies["bench"] == 80 + 40 + 6 + 12 + 6 + 8 + 14 + 2 + 6 + 8 + 14 + 16
     assert studies["edit_prompts"] == 1 and studies["long_prompts"] == 1 and studies["tokenize_domain"] == 2 and studies["domain_prompts"] == 1
     assert studies["sequoia_tree"] == 6  # per T: the chosen budget, 16 and 32
     # 25 for the studies' variants; the learning curves: 11 families at 4 more rungs (1/8, 1/4, 1/2, 2x); the lr
