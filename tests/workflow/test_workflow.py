@@ -124,8 +124,9 @@ def test_one_target_runs_only_what_it_needs(tmp_path):
     assert figure["figure"] == 1 and figure["bench"] == 20 * 4 and "report" not in figure
     families = {name: job_counts(snakemake("-n", f"bench_{name}", *overrides(tmp_path)).stdout)
                 for name in ("prism", "owl", "polybasic")}
-    assert families["prism"]["bench"] == 4 and families["prism"]["train_drafter"] == 1  # prism_m1: ablate_prism
-    assert families["owl"]["bench"] == 12 and families["owl"]["long_prompts"] == 1  # owl and howl, one drafter
+    # prism and prism_b24 (prism_m1: ablate_prism); owl, owl_b24 and howl (also on stdlib_long), one drafter
+    assert families["prism"]["bench"] == 4 + 4 and families["prism"]["train_drafter"] == 1
+    assert families["owl"]["bench"] == 16 and families["owl"]["long_prompts"] == 1
     assert families["owl"]["train_drafter"] == 1
     # polybasic: the draft LM sd uses and its own mid LM (train_drafter), no feature dump (data: tokens)
     assert families["polybasic"]["train_draft"] == 1 and families["polybasic"]["train_drafter"] == 1
