@@ -84,6 +84,6 @@ def test_the_lr_study_chooses_each_familys_rate_by_heldout_agreement():
 def test_the_workflow_plans_the_lr_studys_drafters(tmp_path):
     plan = snakemake("-n", "-p", "study_lr", "--profile", "workflow/profiles/smoke", *overrides(tmp_path))
     assert plan.returncode == 0, plan.stderr
-    # the smoke config: eagle at 0.001 (its own rate: the main drafter) and 0.003
-    assert "--rates eagle=eagle:0.001,eagle_lr0003=eagle:0.003" in plan.stdout
-    assert "lr=0.003" in plan.stdout and "drafters/eagle_lr0003" in plan.stdout
+    # the smoke config: eagle at 0.001 and 0.003 (its own rate since the lr study chose it: the main drafter)
+    assert "--rates eagle_lr0001=eagle:0.001,eagle=eagle:0.003" in plan.stdout
+    assert "lr=0.001" in plan.stdout and "drafters/eagle_lr0001" in plan.stdout
