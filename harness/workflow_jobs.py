@@ -11,13 +11,12 @@ from typing import Any
 from harness.catalog import entry
 from harness.errors import DraftcountError
 from harness.trees.beam_shape import SHAPE_FIELDS
-from harness.workflow_datasets import dataset_limit, dataset_prompts
 from harness.trees.chain_shape import chain_field
-from harness.workflow_plan import (WORKFLOW_ONLY_KEYS, drafter_path, length_variant, local_source, shape_variant,
-                                   variant_datasets, variant_drafter, variant_method, variant_names,
+from harness.workflow_datasets import dataset_limit, dataset_prompts
+from harness.workflow_plan import (DRAFT_LM, WORKFLOW_ONLY_KEYS, drafter_path, length_variant, local_source,
+                                   shape_variant, variant_datasets, variant_drafter, variant_method, variant_names,
                                    variant_options, variant_settings, variant_temperatures)
 
-DRAFT_LM = "draft"  # `init_from: draft`: a drafter that starts from the draft LM (PARD adapts it)
 
 
 def _option_arguments(options: dict[str, Any]) -> list[str]:

@@ -3,6 +3,7 @@ passes, and the command lines of bench and drafter-training jobs (used by the Sn
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +20,7 @@ DATASTORE_FILE = "datastore/train.pt"  # `datastore: auto`: the retrieval datast
 LATENCY_FILE = "tree/latency.json"  # `latency_file: auto`: the target's latency per verified tokens (dspark's planner)
 
 
+DRAFT_LM = "draft"  # the draft LM as a drafter name: `init_from: draft` (PARD adapts it), sd's chain-length file
 HUB_DIR = "hub"  # hub ids' files, linked into work_dir/hub/<owner>--<name> by rule fetch_hub
 
 
@@ -278,26 +280,29 @@ def length_file(config: dict, variant: str, temperature: str, work_dir: Path) ->
 
 def chain_drafter(config: dict, variant: str) -> str:
     """A chain variant's drafter as rule chain_length names it: its trained drafter, or `draft` (sd's draft LM)."""
-    return variant_drafter(config, variant) if needs_drafter(variant_method(config, variant)) else "draft"
+    return variant_drafter(config, variant) if needs_drafter(variant_method(config, variant)) else DRAFT_LM
 
 
 def length_variant(config: dict, method: str, drafter: str) -> str:
     """The first variant of ``method`` with ``drafter`` whose chain length is `auto`: the options it is measured
     with."""
-    for variant in variant_names(config):
-        if (variant_method(config, variant) == method and chain_drafter(config, variant) == drafter
-                and variant_settings(config, variant).get(chain_field(method)) == "auto"):
-            return variant
-    raise ValueError(f"no variant of {method} with drafter {drafter} has {chain_field(method)}: auto")
+    return auto_variant(config, method, drafter, chain_field(method), chain_drafter)
 
 
 def shape_variant(config: dict, method: str, drafter: str) -> str:
     """The first `budget: auto` variant of ``method`` with ``drafter``: the options its shape is measured with."""
+    return auto_variant(config, method, drafter, "budget", variant_drafter)
+
+
+def auto_variant(config: dict, method: str, drafter: str, field: str,
+                 drafter_of: Callable[[dict, str], str]) -> str:
+    """The first variant of ``method`` whose drafter (as ``drafter_of`` names it) is ``drafter`` and whose option
+    ``field`` is `auto`: the variant a calibration rule measures with."""
     for variant in variant_names(config):
-        if (variant_method(config, variant) == method and variant_drafter(config, variant) == drafter
-                and variant_settings(config, variant).get("budget") == "auto"):
+        if (variant_method(config, variant) == method and drafter_of(config, variant) == drafter
+                and variant_settings(config, variant).get(field) == "auto"):
             return variant
-    raise ValueError(f"no variant of {method} with drafter {drafter} has budget: auto")
+    raise ValueError(f"no variant of {method} with drafter {drafter} has {field}: auto")
 
 
 def drafter_path(config: dict, drafter: str, work_dir: Path) -> str:

@@ -114,7 +114,6 @@ def calibration_runs(target: LoadedModel, adapter: DraftAdapter, prompts: list[P
     calibration.recording = True
 
 
-
 def add_calibration_arguments(parser: argparse.ArgumentParser) -> None:
     """What both calibrations (tree-shape, chain-length) take beside the method and its shape range."""
     parser.add_argument("--prompts", required=True, help="calibration prompts (JSONL; not the benchmark's)")

@@ -12,10 +12,11 @@ smaller tree also changes the residual distributions). This is the data Sequoia'
 and rank), measured for the method's own drafter.
 
 Costs, measured on this machine: the target's forward over B + 1 tokens (``tree/latency.json``, rule
-measure_latency; made monotone in B), the drafter's time per step (the calibration run's drafter phase, scaled by D / max depth)
-and the rest of a step (host and verification, from the same run; per step, the median over prompts). The
+measure_latency; made monotone in B), the drafter's time per step (the calibration run's drafter phase, scaled by
+D / max depth) and the rest of a step (host and verification, from the same run; per step, the median over prompts). The
 latency curve is anchored to the calibration run's own target seconds per step (``anchored_latency``): all costs
-then come from one run's conditions, so a machine busier during one measurement than the other moves no choice. Estimated tokens/s for (D, B):
+then come from one run's conditions, so a machine busier during one measurement than the other moves no choice.
+Estimated tokens/s for (D, B):
 (1 + accepted(D, B)) / (target(B + 1) + drafter x D / max_depth + rest); the chosen shape is the smallest within 3%
 of the best estimate (a tie within the measurement's noise keeps the smaller tree). It goes to a JSON file
 that the method reads with ``shape_file=`` (its depth and budget replace the options'). The file keeps the

@@ -68,12 +68,8 @@ def test_chain_options_read_the_measured_length(tmp_path):
 def test_latencies_are_timed_in_turns():
     calls = []
     runs = {size: (lambda size=size: calls.append(size)) for size in (1, 2, 3)}
-    times = interleaved_median_seconds(runs, torch_device(), repeats=2, warmup=1)
+    times = interleaved_median_seconds(runs, torch.device("cpu"), repeats=2, warmup=1)
     assert set(times) == {1, 2, 3} and calls == [1, 2, 3] + [1, 2, 3] * 2  # warmups, then one of each per round
-
-
-def torch_device() -> torch.device:
-    return torch.device("cpu")
 
 
 @pytest.fixture(scope="module")
