@@ -6,12 +6,14 @@ drafter: its family, the rung (its budget over the family's main budget), the po
 counted, and its held-out top-1 agreement per draft step (the kit's contract, docs/extending.md). The ranking's
 stability from rung to rung is Kendall's tau between adjacent rungs' orders of the families (by step-1 agreement).
 
-No benchmark run is needed: these are the drafters' held-out figures, not tau or speedup (the study trains; the
-bench runs the main rung). Torch-free.
+Given the rungs' chain runs (``--records``, ``--chains``: every rung's drafter benchmarked as a chain of one
+length, paired with `ar`), the table also holds each rung's tau and paired speedup per temperature (drafter quality
+without tree search), and the stability is also read by chain tau. Torch-free.
 
     python -m harness learning-curves --metrics work/metrics/drafter-*.json \
         --rungs eagle=eagle:1,eagle_lc05=eagle:0.5,... --out results/studies/tables/learning_curves.csv \
-        --figure results/studies/figures/learning_curves
+        --figure results/studies/figures/learning_curves \
+        --chains eagle=eagle_chain,eagle_lc05=eagle_lc05_chain,... --records results/raw/*_chain/*.jsonl
 """
 
 from __future__ import annotations
@@ -24,12 +26,13 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from harness.analysis.summary import write_table
+from harness.analysis.summary import records_frame, summarize, write_table
 from harness.errors import DraftcountError
 
 AGREEMENT = "heldout_top1_agreement_by_step"  # harness.training.drafters.AGREEMENT (torch-free here)
 COLUMNS = ["family", "drafter", "rung", "tokens", "flops", "agreement_step1", "agreement_mean3", "agreement_by_step"]
 STABILITY_COLUMNS = ["rung", "next_rung", "families", "kendall_tau"]
+CHAIN_FIGURES = {"chain_tau": "tau", "chain_speedup": "paired speedup over ar"}  # column stem -> the y label
 
 
 def curve_rows(metrics: dict[str, dict], rungs: dict[str, tuple[str, float]]) -> pd.DataFrame:
@@ -83,31 +86,81 @@ def ranking_stability(curves: pd.DataFrame, column: str = "agreement_step1") -> 
     return pd.DataFrame(rows, columns=STABILITY_COLUMNS)
 
 
-def plot_learning_curves(curves: pd.DataFrame, stability: pd.DataFrame):
-    """Held-out agreement (step 1, and the mean of steps 1-3) against training positions, log x, one line per
-    family; beside them Kendall's tau between adjacent rungs."""
-    from harness.analysis.plotting import plt
+def chain_columns(summary: pd.DataFrame, chains: dict[str, str]) -> pd.DataFrame:
+    """One row per drafter of ``chains`` ({drafter: its chain run's bench variant}): per temperature T its chain's
+    tau (``chain_tau_t<T>``) and paired speedup over `ar` with the 95% interval (``chain_speedup_t<T>``, ``_low``,
+    ``_high``), from the summary of the chain runs' records."""
+    drafters = {variant: drafter for drafter, variant in chains.items()}
+    missing = sorted(set(drafters) - set(summary.variant))
+    if missing:
+        raise DraftcountError(f"learning curves: no records of the chain run {missing[0]!r}")
+    rows: dict[str, dict] = {}
+    for row in summary[summary.variant.isin(drafters)].itertuples():
+        at = f"t{row.temperature:g}"
+        entry = rows.setdefault(drafters[row.variant], {"drafter": drafters[row.variant]})
+        entry.update({f"chain_tau_{at}": row.tau, f"chain_speedup_{at}": row.speedup_paired_mean,
+                      f"chain_speedup_{at}_low": row.speedup_ci_low, f"chain_speedup_{at}_high": row.speedup_ci_high})
+    return pd.DataFrame(list(rows.values()))
 
-    figure, axes = plt.subplots(1, 3, figsize=(13, 3.6))
-    for family, rows in curves.groupby("family"):
-        rows = rows.sort_values("tokens")
-        for axis, column in zip(axes[:2], ("agreement_step1", "agreement_mean3")):
-            axis.plot(rows.tokens, rows[column], marker="o", label=family)
+
+def chain_tau_columns(curves: pd.DataFrame) -> list[str]:
+    return sorted(column for column in curves.columns if column.startswith("chain_tau_t"))
+
+
+def stability_table(curves: pd.DataFrame) -> pd.DataFrame:
+    """Kendall's tau between adjacent rungs by step-1 agreement (``kendall_tau``) and, where the chains ran, by each
+    temperature's chain tau (``kendall_tau_chain_tau_t<T>``)."""
+    table = ranking_stability(curves)
+    for column in chain_tau_columns(curves):
+        table[f"kendall_tau_{column}"] = ranking_stability(curves, column).kendall_tau.to_numpy()
+    return table
+
+
+def plot_learning_curves(curves: pd.DataFrame, stability: pd.DataFrame):
+    """Against training positions (log x), one line per family: each temperature's chain tau and paired speedup
+    where the chains ran, held-out agreement (step 1, and the mean of steps 1-3); then Kendall's tau between
+    adjacent rungs (by agreement, and by each chain tau)."""
     from matplotlib.ticker import NullFormatter
 
-    for axis, title in zip(axes[:2], ("held-out agreement, draft step 1", "held-out agreement, steps 1-3 (mean)")):
+    from harness.analysis.plotting import plt
+
+    panels = [(column, f"chain {CHAIN_FIGURES[stem]}, T = {column.rsplit('_t', 1)[1]}")
+              for stem in CHAIN_FIGURES for column in sorted(curves.columns)
+              if column.startswith(f"{stem}_t") and column.count("_") == stem.count("_") + 1]
+    panels += [("agreement_step1", "held-out agreement, draft step 1"),
+               ("agreement_mean3", "held-out agreement, steps 1-3 (mean)")]
+    columns = 3
+    rows = -(-(len(panels) + 1) // columns)
+    figure, axes = plt.subplots(rows, columns, figsize=(13, 3.6 * rows), squeeze=False)
+    axes = list(axes.flat)
+    colours = plt.get_cmap("tab20").colors  # 11 families: more than the default cycle's 10 colours
+    for axis, (column, title) in zip(axes, panels):
+        for index, (family, found) in enumerate(curves.groupby("family")):
+            found = found.sort_values("tokens")
+            axis.plot(found.tokens, found[column], marker="os^D"[index % 4], color=colours[2 * index % 20 + index // 10],
+                      label=family)
         axis.set_xscale("log")
         axis.xaxis.set_minor_formatter(NullFormatter())
         axis.set_xlabel("supervised target positions")
         axis.set_title(title)
-    axes[1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize="small")
+    axes[0].legend(loc="best", frameon=False, fontsize="x-small", ncol=2)
+    bars = axes[len(panels)]
     labels = [f"{row.rung:g}x -> {row.next_rung:g}x" for row in stability.itertuples()]
-    axes[2].bar(range(len(labels)), stability.kendall_tau, color="0.5")
-    axes[2].set_xticks(range(len(labels)), labels, rotation=30, ha="right")
-    axes[2].set_ylim(-1, 1)
-    axes[2].axhline(0, color="0.3", linewidth=0.5)
-    axes[2].set_title("ranking stability (Kendall's tau)")
-    axes[2].set_xlabel("budget rungs (x the main budget)")
+    scored = ["kendall_tau", *(column for column in stability.columns if column.startswith("kendall_tau_"))]
+    width = 0.8 / len(scored)
+    for index, column in enumerate(scored):
+        name = ("agreement" if column == "kendall_tau"
+                else f"chain tau, T = {column.rsplit('_t', 1)[1]}")
+        bars.bar(np.arange(len(labels)) + (index - (len(scored) - 1) / 2) * width, stability[column], width,
+                 label=f"by {name}")
+    bars.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
+    bars.set_ylim(-1, 1)
+    bars.axhline(0, color="0.3", linewidth=0.5)
+    bars.legend(frameon=False, fontsize="x-small")
+    bars.set_title("ranking stability (Kendall's tau)")
+    bars.set_xlabel("budget rungs (x the main budget)")
+    for axis in axes[len(panels) + 1:]:
+        axis.set_visible(False)
     figure.tight_layout()
     return figure
 
@@ -137,9 +190,26 @@ def read_metrics(paths: list[Path]) -> dict[str, dict]:
     return metrics
 
 
+def parse_chains(text: str) -> dict[str, str]:
+    """``drafter=variant,...`` -> {drafter: its chain run's bench variant}; one line on a bad entry."""
+    chains = {}
+    for item in filter(None, text.split(",")):
+        drafter, _, variant = item.partition("=")
+        if not drafter.strip() or not variant.strip():
+            raise DraftcountError(f"--chains wants DRAFTER=VARIANT entries, got {item!r}")
+        chains[drafter.strip()] = variant.strip()
+    return chains
+
+
 def run(args: argparse.Namespace) -> int:
     curves = curve_rows(read_metrics(args.metrics), parse_rungs(args.rungs))
-    stability = ranking_stability(curves)
+    if bool(args.records) != bool(args.chains):
+        raise DraftcountError("learning-curves: --records and --chains go together (the chain runs and which "
+                              "drafter each is)")
+    if args.records:
+        chains = chain_columns(summarize(records_frame(args.records)), parse_chains(args.chains))
+        curves = curves.merge(chains, on="drafter", how="left")
+    stability = stability_table(curves)
     write_table(curves, args.out)
     write_table(stability, args.out.with_name(f"{args.out.stem}_stability.csv"))
     print(curves.drop(columns="agreement_by_step").to_string(index=False))
@@ -181,6 +251,9 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     curves.add_argument("--out", required=True, type=Path,
                         help="the table (CSV); the stability table is written beside it (<stem>_stability.csv)")
     curves.add_argument("--figure", type=Path, help="the figure's path without suffix (PDF and PNG)")
+    curves.add_argument("--chains", default="", help="DRAFTER=VARIANT,...: each rung's chain run (bench variant)")
+    curves.add_argument("--records", nargs="*", default=[], type=Path,
+                        help="the chain runs' raw records (results/raw/<variant>/<dataset>-t<T>.jsonl)")
 
 
     lr = subparsers.add_parser("lr-study", help="the learning-rate study's table from drafters' training metrics: "

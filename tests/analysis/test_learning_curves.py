@@ -9,7 +9,8 @@ import json
 import pandas as pd
 import pytest
 
-from harness.analysis.learning_curves import curve_rows, kendall_tau, lr_rows, ranking_stability
+from harness.analysis.learning_curves import (chain_columns, curve_rows, kendall_tau, lr_rows, plot_learning_curves,
+                                              ranking_stability, stability_table)
 from harness.cli import main
 from tests.workflow.test_workflow import overrides, snakemake
 
@@ -46,6 +47,31 @@ def test_the_table_and_the_rankings_stability():
     assert list(stability.kendall_tau) == pytest.approx([1.0, 1 / 3])  # a, b, c; then b overtakes a
     with pytest.raises(Exception, match="no heldout_top1_agreement_by_step"):
         curve_rows({"a": {"train": {}}}, {"a": ("a", 1.0)})
+
+
+def test_the_chain_runs_add_tau_and_speedup_per_rung_and_a_ranking_by_tau():
+    found, rungs = study_metrics()
+    curves = curve_rows(found, rungs)
+    rows = []  # each rung's chain: tau in one order of the families at T = 0 (c, b, a), by agreement at T = 1
+    for name, (family, rung) in rungs.items():
+        score = found[name]["heldout_top1_agreement_by_step"][0]
+        for temperature, tau in ((0.0, 3 - "abc".index(family) + rung / 100), (1.0, 1 + score)):
+            rows.append({"variant": f"{name}_chain", "temperature": temperature, "tau": tau,
+                         "speedup_paired_mean": tau / 2, "speedup_ci_low": tau / 2 - 0.1,
+                         "speedup_ci_high": tau / 2 + 0.1})
+    rows.append({"variant": "unrelated", "temperature": 0.0, "tau": 9.0, "speedup_paired_mean": 9.0,
+                 "speedup_ci_low": 9.0, "speedup_ci_high": 9.0})
+    chains = {name: f"{name}_chain" for name in rungs}
+    merged = curves.merge(chain_columns(pd.DataFrame(rows), chains), on="drafter", how="left")
+    row = merged.set_index("drafter").loc["b_lc2"]
+    assert row.chain_tau_t0 == pytest.approx(2.02) and row.chain_tau_t1 == pytest.approx(1.5)
+    assert (row.chain_speedup_t1_low, row.chain_speedup_t1_high) == pytest.approx((0.65, 0.85))
+    stability = stability_table(merged)
+    assert list(stability.kendall_tau_chain_tau_t0) == pytest.approx([1.0, 1.0])  # b never overtakes a there
+    assert list(stability.kendall_tau_chain_tau_t1) == pytest.approx(list(stability.kendall_tau))
+    assert plot_learning_curves(merged, stability).axes[0].get_title() == "chain tau, T = 0"
+    with pytest.raises(Exception, match="no records of the chain run 'a_chain'"):
+        chain_columns(pd.DataFrame([row for row in rows if row["variant"] != "a_chain"]), {"a": "a_chain"})
 
 
 def test_the_command_writes_the_tables_and_the_figure(tmp_path, capsys):

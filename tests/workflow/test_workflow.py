@@ -82,13 +82,16 @@ def test_dry_run_lists_every_rule(tmp_path):
     # howl}_long x stdlib_long x 2, traversal {tree_sd, eagle, lyanna, stand}_tv x 2 datasets at T = 1, 7 ablations
     # x 2, stand_samples x 2, domains {eagle_net, eagle_gui, hedgespec_domains} x 2, GTO {eagle_gto, eagle_more,
     # lyanna_gto, lyanna_b24} x 2, budgets {lyanna, eagle} x {12, 48} and 3 tree_sd trees x 2, edits {suffix,
-    # suffix_local, suffix_path, pld, eagle, lyanna, dflash, pard}_edits x stdlib_edits x 2
-    assert studies["bench"] == 80 + 40 + 6 + 12 + 6 + 8 + 14 + 2 + 6 + 8 + 14 + 16
+    # suffix_local, suffix_path, pld, eagle, lyanna, dflash, pard}_edits x stdlib_edits x 2; the learning curves'
+    # chains: 11 families x 5 rungs x stdlib_code x 2; the seeds study: {eagle, lyanna, owl, mtp, prism}_seed1 x 4
+    assert studies["bench"] == 80 + 40 + 6 + 12 + 6 + 8 + 14 + 2 + 6 + 8 + 14 + 16 + 110 + 20
     assert studies["edit_prompts"] == 1 and studies["long_prompts"] == 1 and studies["tokenize_domain"] == 2 and studies["domain_prompts"] == 1
     assert studies["sequoia_tree"] == 6  # per T: the chosen budget, 16 and 32
     # 25 for the studies' variants; the learning curves: 11 families at 4 more rungs (1/8, 1/4, 1/2, 2x); the lr
-    # study: 11 families at 3 rates, less the 10 whose own rate is one of them (all but medusa's 0.01)
-    assert studies["train_drafter"] == 25 + 11 * 4 + (33 - 10) and studies["learning_curves"] == studies["lr_study"] == 1
+    # study: 11 families at 3 rates, less the 10 whose own rate is one of them (all but medusa's 0.01); the seeds
+    # study: 5 families at seed 1
+    assert studies["train_drafter"] == 25 + 11 * 4 + (33 - 10) + 5
+    assert studies["learning_curves"] == studies["lr_study"] == 1
     assert studies["regenerate"] == 1  # the target's continuations, for the three _regen drafters
     assert studies["studies_summary"] == studies["studies_report"] == 1
     assert counts["figure"] == 7 and studies["studies_figure"] == 12  # each figure with data, one job each

@@ -5,17 +5,29 @@
 # family retrained at every rung, a multiple of its main budget (budget_tokens, or steps), as <family>_lc<rung>
 # (0.125 -> lc0125, 2 -> lc2), with the family's data, options and schedule shape. Rule learning_curves reads the
 # rungs' training metrics and the main drafter's (rung 1): held-out agreement per draft step against training
-# positions, and the ranking's stability between adjacent rungs (harness/analysis/learning_curves.py).
+# positions, and the ranking's stability between adjacent rungs (harness/analysis/learning_curves.py). With
+# `learning_curves.chain`, every rung's drafter also drafts a chain of equal length (its family's options there) on
+# one prompt set at every bench temperature, bench variant <drafter>_chain, paired with `ar` like every bench run:
+# the table gains each rung's tau and paired speedup (drafter quality without tree search). Those runs are read by
+# rule learning_curves only, not by the studies' summary and report (CURVE_VARIANTS).
 #
 # `lr` (config section `lr_study`; target study_lr, part of `studies`): each listed family at every learning rate at
 # its main budget, as <family>_lr<rate> (0.0003 -> lr00003); the rate equal to its own is the main drafter. Rule
 # lr_study picks each family's rate by held-out agreement (never by the benchmark prompts).
+#
+# `seeds` (config section `seeds_study`; target study_seeds, part of `studies`): each listed family's drafter
+# retrained with another seed (initialisation and data order) at its main budget and rate, as <family>_seed<seed>, and
+# benchmarked as bench variant <family>_seed<seed> with its main variant's options (a calibrated shape of its own):
+# whether two drafters of one recipe rank the same (report.compare pairs each with its main variant).
 
 import copy
 
 LEARNING_CURVES = config.get("learning_curves", {})
 LR_STUDY = config.get("lr_study", {})
+SEEDS_STUDY = config.get("seeds_study", {})
 STUDY_DRAFTERS = set()  # the entries added here: trained by their studies, not by train_<method>
+CURVE_VARIANTS = {}  # bench variant -> the rung's drafter: the learning curves' chain runs (rule learning_curves)
+OWN_STUDY_RULES = {"learning_curves"}  # studies whose study_<name> rule is here, not report.smk's generic one
 
 
 def study_drafter(family, suffix, value):
@@ -67,6 +79,30 @@ def learning_rate(rate):
     return change
 
 
+def add_study_variant(name, settings):
+    """Bench variant `name` of a drafter study; a config that runs `bench.only` runs it too (the study asks for it)."""
+    if name in config["bench"]["methods"]:
+        raise ValueError(f"a drafter study's bench variant {name!r} is already a bench.methods entry")
+    config["bench"]["methods"][name] = settings
+    if config["bench"].get("only"):
+        config["bench"]["only"] = [*config["bench"]["only"], name]
+
+
+def drafter_seed(seed):
+    def change(entry):
+        entry["options"] = {**entry.get("options", {}), "seed": seed}
+
+    return change
+
+
+def add_seed_variant(family, drafter):
+    """Bench variant `drafter` (a seed of `family`): the family's main variant with that drafter, in study seeds."""
+    main = config["bench"]["methods"].get(family)
+    if main is None or main.get("study") or main.get("ablation"):
+        raise ValueError(f"seeds_study names family {family!r}, which has no main bench variant of that name")
+    add_study_variant(drafter, {**main, "method": main.get("method", family), "drafter": drafter, "study": "seeds"})
+
+
 def rung_table():
     """{drafter: (family, rung)} of every rung, the main drafter as rung 1."""
     rungs = sorted({1.0, *map(float, LEARNING_CURVES.get("rungs", []))})
@@ -84,30 +120,60 @@ for _name, (_family, _rung) in rung_table().items():
     add_study_drafter(_family, _name, scaled_budget(_rung))
 for _name, (_family, _rate) in lr_table().items():
     add_study_drafter(_family, _name, learning_rate(_rate))
+for _family in SEEDS_STUDY.get("families", []):
+    for _seed in SEEDS_STUDY.get("seeds", []):
+        add_study_drafter(_family, f"{_family}_seed{_seed}", drafter_seed(_seed))
+        add_seed_variant(_family, f"{_family}_seed{_seed}")
+
+
+def add_chain_variant(drafter, family, chain):
+    """Bench variant <drafter>_chain: the rung's drafter drafting the chain its family's `chain.options` give."""
+    if family not in chain["options"]:
+        raise ValueError(f"learning_curves.chain.options has no entry for family {family!r} (the options that make "
+                         f"its method draft a chain of the study's length)")
+    variant = f"{drafter}_chain"
+    add_study_variant(variant, {**chain["options"][family], "method": config["drafters"][family].get("method", family),
+                                "drafter": drafter, "study": "learning_curves", "datasets": [chain["dataset"]]})
+    CURVE_VARIANTS[variant] = drafter
+
+
+if LEARNING_CURVES.get("chain"):
+    for _name, (_family, _rung) in rung_table().items():
+        add_chain_variant(_name, _family, LEARNING_CURVES["chain"])
 
 
 if LEARNING_CURVES:
 
+    def chain_records(wildcards):
+        return bench_outputs(list(CURVE_VARIANTS))  # bench.smk's, included after this file
+
     rule learning_curves:
         input:
-            [work(f"metrics/drafter-{name}.json") for name in rung_table()],
+            metrics=[work(f"metrics/drafter-{name}.json") for name in rung_table()],
+            records=chain_records,
         output:
             table=results("studies/tables/learning_curves.csv"),
             stability=results("studies/tables/learning_curves_stability.csv"),
             figure=multiext(results("studies/figures/learning_curves"), ".pdf", ".png"),
         params:
             rungs=",".join(f"{name}={family}:{rung:g}" for name, (family, rung) in rung_table().items()),
+            chains=" --chains " + ",".join(f"{drafter}={variant}" for variant, drafter in CURVE_VARIANTS.items())
+            if CURVE_VARIANTS else "",
             figure=results("studies/figures/learning_curves"),
         localrule: True
         resources:
             mem_mb=2000,
             runtime=10,
         shell:
-            "python -m harness learning-curves --metrics {input} --rungs {params.rungs} --out {output.table}"
-            " --figure {params.figure}"
+            "python -m harness learning-curves --metrics {input.metrics} --rungs {params.rungs} --out {output.table}"
+            " --figure {params.figure}{params.chains}"
+            + (" --records {input.records}" if CURVE_VARIANTS else "")
 
+    # the study's targets name the drafters and runs too: a clone's committed tables alone would read as done
     rule study_learning_curves:
         input:
+            rules.learning_curves.input.metrics,
+            chain_records,
             rules.learning_curves.output,
 
 
@@ -129,4 +195,5 @@ if LR_STUDY:
 
     rule study_lr:
         input:
+            rules.lr_study.input,
             rules.lr_study.output,

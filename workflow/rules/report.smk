@@ -6,13 +6,16 @@
 from harness.analysis import view as report_view, views as report_views
 
 # Two reports: the main comparison's (target `all`: results/tables, figures, report.md) over the variants in no
-# study, and the studies' (target `studies`: results/studies/...) over every variant, the main ones included.
+# study, and the studies' (target `studies`: results/studies/...) over every variant, the main ones included, but
+# the learning curves' chain runs (drafter_studies.smk's CURVE_VARIANTS: their table is the learning curves').
 MAIN_RECORDS = bench_outputs(plan.main_variants(config))  # the main comparison's raw records
 SCOPE_DIRS = {"main": "", "studies": "studies/"}  # each report's folder under results/
 
 
 def scope_variants(scope):
-    return plan.main_variants(config) if scope == "main" else variant_names()
+    if scope == "main":
+        return plan.main_variants(config)
+    return [variant for variant in variant_names() if variant not in CURVE_VARIANTS]
 
 
 def scope_main(scope):
@@ -144,7 +147,7 @@ rule export_specbench:
 # The studies' tables, figures and report: the same rules over every variant, under results/studies/.
 use rule summary as studies_summary with:
     input:
-        bench_outputs(),
+        bench_outputs(scope_variants("studies")),
     output:
         scope_tables("studies"),
     params:
@@ -167,7 +170,7 @@ use rule figure as studies_figure with:
 
 use rule report as studies_report with:
     input:
-        records=bench_outputs(),
+        records=bench_outputs(scope_variants("studies")),
         tables=scope_tables("studies"),
         figures=scope_figures("studies"),
         metrics=training_metrics("studies"),
@@ -192,8 +195,10 @@ rule studies:
         rules.lr_study.output if LR_STUDY else [],
 
 
-# study_<name>: one study's runs
+# study_<name>: one study's runs (a study whose rule a rules file defines keeps it: drafter_studies.smk's)
 for _study in plan.study_names(config):
+    if _study in OWN_STUDY_RULES:
+        continue
 
     rule:
         name:
