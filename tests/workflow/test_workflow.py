@@ -109,13 +109,14 @@ def test_one_target_runs_only_what_it_needs(tmp_path):
     assert tree["bench"] == 4 + 2 and TREE_RULES <= set(tree) and "dump_features" not in tree
     eagle = job_counts(snakemake("-n", "bench_eagle", *overrides(tmp_path)).stdout)
     # eagle, eagle_regen, eagle_tv, eagle_b24 (also on stdlib_long: rule long_prompts), eagle_edits, p_eagle (its
-    # drafter eagle_parallel fine-tunes eagle)
-    assert eagle["bench"] == 4 + 4 + 2 + 6 + 2 + 4 and eagle["train_drafter"] == 3 and "train_draft" not in eagle
+    # drafter eagle_parallel fine-tunes eagle), eagle_seed1; not the learning curves' chain runs (their study's)
+    assert eagle["bench"] == 4 + 4 + 2 + 6 + 2 + 4 + 4 and eagle["train_drafter"] == 4 and "train_draft" not in eagle
     assert eagle["long_prompts"] == 1
     assert {"measure_latency", "tree_shape"} <= set(eagle)  # budget: auto; no draft LM, no Sequoia search
     assert not ({"measure_acceptance", "measure_draft_step", "sequoia_tree"} | REPORT_RULES) & set(eagle)
     lyanna = job_counts(snakemake("-n", "bench_lyanna", *overrides(tmp_path)).stdout)
-    assert lyanna["bench"] == 4 + 4 + 2 + 2 and lyanna["train_drafter"] == 2 and "train_draft" not in lyanna
+    # lyanna, lyanna_regen, lyanna_tv, lyanna_edits, lyanna_seed1
+    assert lyanna["bench"] == 4 + 4 + 2 + 2 + 4 and lyanna["train_drafter"] == 3 and "train_draft" not in lyanna
     ablation = job_counts(snakemake("-n", "ablate_lyanna", *overrides(tmp_path)).stdout)
     # lyanna_gto is fine-tuned from lyanna: trained after it
     assert ablation["bench"] == 16 + 4 and ablation["train_drafter"] == 4 and "train_draft" not in ablation
@@ -127,10 +128,11 @@ def test_one_target_runs_only_what_it_needs(tmp_path):
     assert figure["figure"] == 1 and figure["bench"] == 20 * 4 and "report" not in figure
     families = {name: job_counts(snakemake("-n", f"bench_{name}", *overrides(tmp_path)).stdout)
                 for name in ("prism", "owl", "polybasic")}
-    # prism and prism_b24 (prism_m1: ablate_prism); owl, owl_b24 and howl (also on stdlib_long), one drafter
-    assert families["prism"]["bench"] == 4 + 4 and families["prism"]["train_drafter"] == 1
-    assert families["owl"]["bench"] == 16 and families["owl"]["long_prompts"] == 1
-    assert families["owl"]["train_drafter"] == 1
+    # prism, prism_b24 and prism_seed1 (prism_m1: ablate_prism); owl, owl_b24, howl (also on stdlib_long) and
+    # owl_seed1; the main drafter and seed 1's
+    assert families["prism"]["bench"] == 4 + 4 + 4 and families["prism"]["train_drafter"] == 2
+    assert families["owl"]["bench"] == 16 + 4 and families["owl"]["long_prompts"] == 1
+    assert families["owl"]["train_drafter"] == 2
     # polybasic: the draft LM sd uses and its own mid LM (train_drafter), no feature dump (data: tokens)
     assert families["polybasic"]["train_draft"] == 1 and families["polybasic"]["train_drafter"] == 1
     assert "dump_features" not in families["polybasic"]
@@ -308,6 +310,7 @@ def test_a_config_file_stands_alone_and_only_selects_variants(tmp_path):
     config = yaml.safe_load((ROOT / "workflow" / "config" / "default.yaml").read_text())
     config.update(work_dir=str(tmp_path / "work"), results_dir=str(tmp_path / "results"))
     config["bench"]["methods"] = {"ar": {}, "sd": {"gamma": 4}}
+    config["seeds_study"]["families"] = []  # its families' main variants are gone (one line says so otherwise)
     own = tmp_path / "own.yaml"
     own.write_text(yaml.safe_dump(config))
     counts = job_counts(snakemake("-n", "--configfile", str(own)).stdout)
@@ -319,6 +322,10 @@ def test_a_config_file_stands_alone_and_only_selects_variants(tmp_path):
     own.write_text(yaml.safe_dump(config))
     result = snakemake("-n", "--configfile", str(own))
     assert result.returncode != 0 and "medusa" in result.stdout + result.stderr
+    config["bench"]["only"], config["seeds_study"]["families"] = ["sd"], ["eagle"]
+    own.write_text(yaml.safe_dump(config))
+    result = snakemake("-n", "--configfile", str(own))
+    assert result.returncode != 0 and "seeds_study names family 'eagle'" in result.stdout + result.stderr
 
 
 @pytest.mark.parametrize("bad,key", [
@@ -340,7 +347,7 @@ def test_budget_auto_measures_a_tree_shape_for_every_beam_drafter(tmp_path):
     result = snakemake("bench_prism", "bench_owl", "-n", "-p", "--configfile", "workflow/config/default.yaml",
                        str(auto), *overrides(tmp_path))
     assert result.returncode == 0, result.stderr[-2000:]
-    assert job_counts(result.stdout)["tree_shape"] == 4  # T = 0 and 1
+    assert job_counts(result.stdout)["tree_shape"] == 8  # T = 0 and 1, and for the seeds study's prism and owl
     for method in ("prism", "owl"):
         for temperature in (0, 1):
             assert f"tree/shape-{method}-{method}-t{temperature}.json" in result.stdout

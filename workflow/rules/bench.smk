@@ -17,7 +17,8 @@ def variant_drafter(variant):
 
 
 def variants_of(method, ablation=False):
-    return plan.method_variants(config, method, ablation)
+    """bench_<method> / ablate_<method>: that method's variants, but the learning curves' chain runs (a study's)."""
+    return [variant for variant in plan.method_variants(config, method, ablation) if variant not in CURVE_VARIANTS]
 
 
 def bench_outputs(variants=None, engine_pass=None):
