@@ -103,15 +103,17 @@ def chain_columns(summary: pd.DataFrame, chains: dict[str, str]) -> pd.DataFrame
     return pd.DataFrame(list(rows.values()))
 
 
-def chain_tau_columns(curves: pd.DataFrame) -> list[str]:
-    return sorted(column for column in curves.columns if column.startswith("chain_tau_t"))
+def per_temperature(columns, stem: str) -> dict[str, str]:
+    """{T: column} of the columns named ``<stem>_t<T>`` (not their ``_low`` / ``_high``), by T."""
+    found = {column.removeprefix(f"{stem}_t"): column for column in columns if column.startswith(f"{stem}_t")}
+    return {at: found[at] for at in sorted(found) if "_" not in at}
 
 
 def stability_table(curves: pd.DataFrame) -> pd.DataFrame:
     """Kendall's tau between adjacent rungs by step-1 agreement (``kendall_tau``) and, where the chains ran, by each
     temperature's chain tau (``kendall_tau_chain_tau_t<T>``)."""
     table = ranking_stability(curves)
-    for column in chain_tau_columns(curves):
+    for column in per_temperature(curves.columns, "chain_tau").values():
         table[f"kendall_tau_{column}"] = ranking_stability(curves, column).kendall_tau.to_numpy()
     return table
 
@@ -124,9 +126,8 @@ def plot_learning_curves(curves: pd.DataFrame, stability: pd.DataFrame):
 
     from harness.analysis.plotting import plt
 
-    panels = [(column, f"chain {CHAIN_FIGURES[stem]}, T = {column.rsplit('_t', 1)[1]}")
-              for stem in CHAIN_FIGURES for column in sorted(curves.columns)
-              if column.startswith(f"{stem}_t") and column.count("_") == stem.count("_") + 1]
+    panels = [(column, f"chain {label}, T = {at}") for stem, label in CHAIN_FIGURES.items()
+              for at, column in per_temperature(curves.columns, stem).items()]
     panels += [("agreement_step1", "held-out agreement, draft step 1"),
                ("agreement_mean3", "held-out agreement, steps 1-3 (mean)")]
     columns = 3
@@ -146,11 +147,10 @@ def plot_learning_curves(curves: pd.DataFrame, stability: pd.DataFrame):
     axes[0].legend(loc="best", frameon=False, fontsize="x-small", ncol=2)
     bars = axes[len(panels)]
     labels = [f"{row.rung:g}x -> {row.next_rung:g}x" for row in stability.itertuples()]
-    scored = ["kendall_tau", *(column for column in stability.columns if column.startswith("kendall_tau_"))]
+    scored = {"kendall_tau": "agreement", **{column: f"chain tau, T = {at}" for at, column in
+                                             per_temperature(stability.columns, "kendall_tau_chain_tau").items()}}
     width = 0.8 / len(scored)
-    for index, column in enumerate(scored):
-        name = ("agreement" if column == "kendall_tau"
-                else f"chain tau, T = {column.rsplit('_t', 1)[1]}")
+    for index, (column, name) in enumerate(scored.items()):
         bars.bar(np.arange(len(labels)) + (index - (len(scored) - 1) / 2) * width, stability[column], width,
                  label=f"by {name}")
     bars.set_xticks(range(len(labels)), labels, rotation=30, ha="right")

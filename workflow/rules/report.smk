@@ -20,9 +20,9 @@ def scope_variants(scope):
 
 def scope_main(scope):
     """The variants the scope's report and figures treat as run on every dataset (the rest: ablations)."""
-    if scope == "main":
-        return ",".join(plan.main_variants(config))
-    return ",".join(variant for variant in plan.every_dataset_variants(config) if variant not in CURVE_VARIANTS)
+    chosen = set(scope_variants(scope))
+    main = plan.main_variants(config) if scope == "main" else plan.every_dataset_variants(config)
+    return ",".join(variant for variant in main if variant in chosen)
 
 
 def training_metrics(scope):
