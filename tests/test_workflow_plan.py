@@ -42,7 +42,7 @@ def test_auto_files_become_the_workflow_outputs_and_inputs(config):
     assert "shape_file" not in plan.variant_options(config, "eagle_b12", "0", work)
     shape = jobs.tree_shape_arguments(config, "lyanna", "lyanna", "0", work, "t", "d", "p.jsonl", "lat.json")
     assert shape[shape.index("--opt") + 1] == "top_k=4" and "reuse=logits" in shape and "budget=auto" not in shape
-    assert shape[shape.index("--max-budget") + 1] == "48" and shape[shape.index("--latency") + 1] == "lat.json"
+    assert shape[shape.index("--max-budget") + 1] == "24" and shape[shape.index("--latency") + 1] == "lat.json"
     reader = plan.built_inputs(config, "reader", "0", work)
     assert reader == {"head": "w/drafters/eagle", "datastore": f"w/{plan.DATASTORE_FILE}"}
     hedge = plan.variant_options(config, "hedgespec_domains", "0", work)
@@ -73,7 +73,7 @@ def test_every_main_tree_and_chain_variant_runs_a_calibrated_shape(config):
     medusa = jobs.tree_shape_arguments(config, "medusa", "medusa", "0", work, "t", "d", "p.jsonl", "lat.json")
     assert medusa[medusa.index("--max-depth") + 1] == "5"  # its 5 heads
     mtp = jobs.tree_shape_arguments(config, "mtp", "mtp", "0", work, "t", "d", "p.jsonl", "lat.json")
-    assert mtp[mtp.index("--max-depth") + 1] == "8" and "top_k=1" in mtp  # a chain, its length calibrated
+    assert mtp[mtp.index("--max-depth") + 1] == "6" and "top_k=1" in mtp  # a chain, its length calibrated
     with pytest.raises(ValueError, match="no variant of sd with drafter other has gamma: auto"):
         jobs.chain_length_arguments(config, "sd", "other", "0", work, "t", "m", "p.jsonl", "lat.json")
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -139,11 +140,22 @@ def read_calibration_latency(args: argparse.Namespace) -> dict[str, float]:
     return json.loads(args.latency.read_text())["target"]
 
 
+def largest_reached(chosen: dict, largest: dict[str, int]) -> list[str]:
+    """The dimensions (``largest``: chosen field -> the calibration's largest value) where the choice sits at the
+    largest value calibrated: there a larger shape, never measured, may have been faster."""
+    return [name for name, value in largest.items() if int(chosen[name]) >= value]
+
+
 def write_choice(args: argparse.Namespace, method_fields: dict, chosen: dict, calibration: Calibration,
-                 ranges: dict, says: str) -> None:
+                 ranges: dict, says: str, largest: dict[str, int] | None = None) -> None:
     """Write a calibration's choice to ``--out`` (what the method reads, with every estimate and where they came
-    from) and say it in one line (``says``: the shape chosen)."""
-    result = {"method": args.method, **method_fields, "temperature": args.temperature, **chosen,
+    from) and say it in one line (``says``: the shape chosen); a warning when it sits at the largest shape
+    calibrated (``largest_reached``), recorded as ``at_largest``."""
+    edges = largest_reached(chosen, largest or {})
+    if edges:
+        print(f"warning: {args.method} at T={args.temperature:g} chose the largest {' and '.join(edges)} calibrated "
+              f"({says}): a larger one may be faster; raise the calibration's maximum", file=sys.stderr)
+    result = {"method": args.method, **method_fields, "temperature": args.temperature, **chosen, "at_largest": edges,
               "calibration": {"prompts": args.prompts, "steps": calibration.steps, **ranges,
                               "repeats": args.repeats, "latency": str(args.latency)}}
     with atomic_path(args.out) as partial:

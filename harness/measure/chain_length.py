@@ -117,7 +117,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
         raise DraftcountError("the calibration run made no verification step (prompts too short?)")
     chosen = choose_length(accepted_by_length(accepted, args.max_length), latency, calibration, forwards)
     write_choice(args, {"field": field}, chosen, calibration, {"max_length": args.max_length},
-                 f"{field} {chosen['length']}")
+                 f"{field} {chosen['length']}", {"length": args.max_length})
     return 0
 
 

@@ -191,7 +191,8 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
     chosen = choose_shape(table, latency, calibration)
     write_choice(args, {"top_k": top_k}, chosen, calibration,
                  {"max_depth": args.max_depth, "max_budget": args.max_budget},
-                 f"depth {chosen['depth']}, budget {chosen['budget']}")
+                 f"depth {chosen['depth']}, budget {chosen['budget']}",
+                 {"depth": args.max_depth, "budget": args.max_budget})
     return 0
 
 

@@ -173,11 +173,12 @@ class FeatureSource:
             windows = random_windows(self.tokens, batch_size, self.seq_len, generator)[keep].to(self.target.device)
             return {"input_ids": windows, **target_features(self.target, windows, self.layers)}
         rows = torch.randint(0, self._rows, (batch_size,), generator=generator)[keep].tolist()  # host: row numbers
+        wanted = ["input_ids", *(layer_key(layer) for layer in self.layers)]  # a dump may hold more layers than asked
         batch: dict[str, list[torch.Tensor]] = {}
         for row in rows:
             shard_index, offset = self._locate(row)
-            for key, value in self._shards[shard_index].items():
-                batch.setdefault(key, []).append(value[offset, : self.seq_len])
+            for key in wanted:
+                batch.setdefault(key, []).append(self._shards[shard_index][key][offset, : self.seq_len])
         return {key: torch.stack(values).float() if key != "input_ids" else torch.stack(values).long()
                 for key, values in batch.items()}
 

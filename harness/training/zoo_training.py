@@ -17,10 +17,12 @@ from harness.data.prompts import Prompt, encode_turn
 from harness.store.provenance import imported_source
 from harness.store.records import environment
 from harness.verify.sampling import SamplingConfig, make_generator
+from harness.training.distill import distillation_step_loss
+from harness.training.features import FeatureSource
 from harness.training.gates import apply_gates
 from harness.training.loop import TrainConfig, batches_from_step, train
 from harness.training.zoo import (
-    ModelShape, distillation_loss, grow_depth, heldout_perplexity, new_model, next_token_loss, repetition_rate,
+    ModelShape, grow_depth, heldout_perplexity, new_model, next_token_loss, repetition_rate,
     save_model,
     top1_agreement,
 )
@@ -84,9 +86,12 @@ def model_shape(fields: dict) -> ModelShape:
 def train_zoo_lm(role: str, tokenizer_dir: Path, train_tokens: Path, heldout_tokens: Path, corpus_summary: Path,
                  model_config: dict, evaluation: dict, out_dir: Path, metrics_path: Path, checkpoint: Path,
                  teacher_dir: Path | None = None, progress: bool = True, device: str = "cpu",
-                 gates: dict[str, float] | None = None, allow_weak: bool = False) -> dict:
+                 gates: dict[str, float] | None = None, allow_weak: bool = False,
+                 teacher_features: Path | None = None) -> dict:
     """Train the target (next-token loss) or the draft (distillation from ``teacher_dir``) on ``device``,
-    save, evaluate, and hold the result against its quality ``gates`` (harness/training/gates.py)."""
+    save, evaluate, and hold the result against its quality ``gates`` (harness/training/gates.py). With
+    ``teacher_features`` (the target's feature dump, layer 'last') the draft distils on the dump's windows, the
+    target's logits read through its LM head (``harness.training.distill``) instead of a forward per batch."""
     tokenizer = AutoTokenizer.from_pretrained(tokenizer_dir)
     tokens = load_tokens(train_tokens)
     heldout = load_tokens(heldout_tokens)
@@ -101,18 +106,21 @@ def train_zoo_lm(role: str, tokenizer_dir: Path, train_tokens: Path, heldout_tok
         teacher = AutoModelForCausalLM.from_pretrained(teacher_dir).to(device).eval()
         teacher.requires_grad_(False)
     temperature = model_config.get("distill_temperature", 1.0)
+    data = tokens if teacher_features is None else FeatureSource(["last"], seq_len, dump_dir=Path(teacher_features))
 
     def loss_fn(step: int) -> tuple[torch.Tensor, int]:
+        if teacher is not None:
+            return distillation_step_loss(model, teacher, data, step, config.seed, batch_size, seq_len, temperature,
+                                          device)
         windows = batches_from_step(step, config.seed,
                                     lambda g: random_windows(tokens, batch_size, seq_len, g)).to(device)
-        if teacher is None:
-            return next_token_loss(model, windows), windows.numel()
-        return distillation_loss(model, teacher, windows, temperature), windows.numel()
+        return next_token_loss(model, windows), windows.numel()
 
     corpus = json.loads(Path(corpus_summary).read_text())
     fingerprint = {"role": role, "shape": model_config["shape"], "batch_size": batch_size, "seq_len": seq_len,
                    "corpus": corpus["splits"]["train"]["sha256"], "vocab": len(tokenizer),
-                   "distill_temperature": temperature if teacher is not None else None}
+                   "distill_temperature": temperature if teacher is not None else None,
+                   **({"distilled_from": "dump"} if teacher is not None and teacher_features is not None else {})}
     result = train(model, loss_fn, config, checkpoint=checkpoint, fingerprint=fingerprint,
                    description=f"train {role}", progress=progress)
     windows = even_windows(heldout, evaluation["heldout_windows"], evaluation["window_len"]).to(device)

@@ -19,15 +19,17 @@ import torch
 from transformers import AutoTokenizer, LlamaForCausalLM, PretrainedConfig
 
 from harness.backend.models import LoadedModel
-from harness.data.token_streams import even_windows, load_tokens, random_windows
+from harness.data.token_streams import even_windows, load_tokens
 from harness.errors import DraftcountError
 from harness.options import parse_options
 from harness.training.drafters import (
     budgeted, fingerprint_options,
     AGREEMENT, META_FILE, DrafterTrainRequest, checked_agreement, drafter_provenance, frozen_target, write_metrics,
 )
-from harness.training.loop import TrainConfig, batches_from_step, train
-from harness.training.zoo import ModelShape, distillation_loss, heldout_perplexity, save_directory, top1_agreement
+from harness.training.distill import distillation_step_loss
+from harness.training.features import FeatureSource
+from harness.training.loop import TrainConfig, train
+from harness.training.zoo import ModelShape, heldout_perplexity, save_directory, top1_agreement
 
 
 @dataclass(frozen=True)
@@ -83,14 +85,19 @@ def new_mid(shape: ModelShape, target: LoadedModel, seed: int) -> LlamaForCausal
     return LlamaForCausalLM(config).to(target.device)
 
 
-def training_tokens(data: Path) -> torch.Tensor:
-    """The token stream the mid LM is distilled on; a one-line error for anything else."""
+def training_data(data: Path, seq_len: int) -> torch.Tensor | FeatureSource:
+    """What the mid LM is distilled on: a token stream (.pt; the target runs on its windows) or the target's
+    feature dump (the target's logits from its 'last' states, ``harness.training.distill``); one line otherwise."""
     if data.is_dir():
-        raise DraftcountError(f"polybasic trains its mid LM on a token stream (.pt), not a feature dump directory: "
-                              f"{data} (use `data: tokens`)")
+        if not (data / "index.json").is_file():
+            raise DraftcountError(f"training data {data} is a directory without a feature dump (index.json)")
+        return FeatureSource(["last"], seq_len, dump_dir=data)
     if not data.is_file():
         raise DraftcountError(f"training data {data} does not exist")
-    return load_tokens(data)
+    tokens = load_tokens(data)
+    if tokens.numel() < seq_len:
+        raise DraftcountError(f"polybasic training: {tokens.numel()} tokens are fewer than seq_len {seq_len}")
+    return tokens
 
 
 def target_tokenizer(source: str):
@@ -105,18 +112,14 @@ def train_mid(request: DrafterTrainRequest) -> dict:
     """Distil (with 0 steps: just initialise) the mid LM and save it to ``request.out``; its metrics."""
     options = parse_options(MidTrainOptions, request.options, "polybasic training")
     request = budgeted(request, options)
-    tokens = training_tokens(Path(request.data))
-    if tokens.numel() < options.seq_len:
-        raise DraftcountError(f"polybasic training: {tokens.numel()} tokens are fewer than seq_len {options.seq_len}")
+    data = training_data(Path(request.data), options.seq_len)
     target = frozen_target(request)
     shape = mid_shape(options, target.config)
     mid = new_mid(shape, target, options.seed)
 
     def loss_fn(step: int) -> tuple[torch.Tensor, int]:
-        windows = batches_from_step(step, options.seed,
-                                    lambda g: random_windows(tokens, options.batch_size, options.seq_len, g))
-        windows = windows.to(target.device)
-        return distillation_loss(mid, target.model, windows, options.distill_temperature), windows.numel()
+        return distillation_step_loss(mid, target.model, data, step, options.seed, options.batch_size,
+                                      options.seq_len, options.distill_temperature, target.device)
 
     config = TrainConfig(steps=request.steps, time_budget_s=request.time_budget_s, lr=options.lr,
                          warmup_steps=options.warmup_steps, warmup_fraction=options.warmup_fraction,

@@ -91,3 +91,21 @@ def test_a_tie_within_the_noise_keeps_the_smaller_shape_and_latency_is_made_mono
     assert smallest_near_best(estimates, tolerance=0.0) == (2, 2)
     assert latency_at({"1": 0.05, "8": 0.12, "16": 0.11, "32": 0.14}, 16) == 0.12
     assert latency_at({"1": 0.05, "8": 0.12, "16": 0.11, "32": 0.14}, 12) == 0.12
+
+
+def test_a_choice_at_the_largest_shape_calibrated_is_a_warning_in_its_file(tmp_path, capsys):
+    """A shape at the calibration's largest depth or budget may be beaten by one never measured: the file says so."""
+    from argparse import Namespace
+
+    from harness.measure.calibration import largest_reached, write_choice
+
+    assert largest_reached({"depth": 3, "budget": 7}, {"depth": 6, "budget": 24}) == []
+    assert largest_reached({"depth": 6, "budget": 24}, {"depth": 6, "budget": 24}) == ["depth", "budget"]
+    args = Namespace(method="eagle", temperature=0.0, prompts="p.jsonl", repeats=3, latency="l.json",
+                     out=tmp_path / "shape.json")
+    chosen = {"depth": 6, "budget": 9, "accepted_per_step": 2.0, "estimated_tokens_per_s": 10.0,
+              "estimated_speedup": 1.5}
+    write_choice(args, {"top_k": 4}, chosen, Calibration(steps=5), {"max_depth": 6}, "depth 6, budget 9",
+                 {"depth": 6, "budget": 24})
+    assert json.loads((tmp_path / "shape.json").read_text())["at_largest"] == ["depth"]
+    assert "chose the largest depth calibrated" in capsys.readouterr().err

@@ -18,6 +18,7 @@ from harness.engine.counters import GenerationCounters
 from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.errors import DraftcountError
 from harness.training.drafters import DrafterTrainRequest
+from harness.training.features import dump_features
 from harness.verify.sampling import logits_to_probs, make_generator
 from methods.polybasic.adapter import PolybasicAdapter, PolybasicOptions
 from methods.polybasic.training import MidTrainOptions, mid_shape, train_mid
@@ -149,6 +150,20 @@ def test_train_mid_then_run(chain, tmp_path, steps):
     ids = torch.tensor([[1, 5, 9]])
     assert generate(target, adapter, ids, 12, SamplingConfig()).output_ids == \
         generate(target, ar, ids, 12, SamplingConfig()).output_ids
-    with pytest.raises(DraftcountError, match="token stream .* not a feature dump directory"):
+    with pytest.raises(DraftcountError, match="directory without a feature dump"):
         train_mid(DrafterTrainRequest(method="polybasic", target=str(tmp_path / "target"), data=tmp_path,
                                       out=tmp_path / "x", steps=0, progress=False))
+
+
+def test_train_mid_from_the_feature_dump(tmp_path):
+    """The mid LM distils from the target's dump (its LM head over the 'last' states) as from the token stream."""
+    target_model = make_llama(vocab=48, hidden=48, layers=3, heads=4, seed=2)
+    target_model.save_pretrained(tmp_path / "target")
+    tokens = next(markov_batches(48, 8, 64, seed=5)).flatten()
+    dump_features(target_model, tokens, tmp_path / "dump", sequences=8, seq_len=48, layers=["last"], shard_size=8,
+                  dtype="float16", seed=0)
+    metrics = train_mid(DrafterTrainRequest(method="polybasic", target=str(tmp_path / "target"),
+                                            data=tmp_path / "dump", out=tmp_path / "mid", steps=3, progress=False,
+                                            options={"seq_len": "48", "batch_size": "8", "lr": "3e-3"}))
+    assert metrics["train"]["steps"] == 3 and metrics["train"]["tokens"] == 3 * 8 * 48
+    assert all(loss == loss for loss in metrics["train"]["losses"])  # finite, not NaN

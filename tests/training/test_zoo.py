@@ -115,6 +115,9 @@ def test_features_dump_matches_on_the_fly(tmp_path):
     torch.testing.assert_close(recomputed["last"], model.model(dumped["input_ids"]).last_hidden_state)
     live = FeatureSource(["last"], 12, target=model, tokens=tokens).batch(2, torch.Generator().manual_seed(1))
     assert live["last"].shape == (2, 12, 16)
+    only_last = FeatureSource(["last"], 12, dump_dir=tmp_path / "f").batch(3, torch.Generator().manual_seed(1))
+    assert set(only_last) == {"input_ids", "last"}  # a dump holding more layers serves the asked ones alone
+    torch.testing.assert_close(only_last["last"], dumped["last"])
 
 
 @pytest.mark.parametrize("family", ["llama", "bamba"])

@@ -127,6 +127,7 @@ rule train_drafter:
         checkpoint=work("checkpoints/drafter-{drafter}.pt"),
     wildcard_constraints:
         drafter="|".join(trained_drafters()) or "^$",
+    priority: 20  # training before benchmarking: the drafters are the long jobs
     threads: config["threads"]
     resources:
         mem_mb=8000,

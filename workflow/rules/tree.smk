@@ -32,6 +32,7 @@ rule measure_latency:
         device=config["bench"].get("device", "cpu"),
         dtype=config["bench"].get("dtype", "float32"),
         torch_threads=config["bench"].get("threads", config["threads"]),
+    priority: 50  # all cores: first when the target frees them, not after every drafter (a 3-min tail)
     threads: all_cores()
     resources:
         mem_mb=4000,
@@ -51,6 +52,7 @@ rule measure_draft_step:
         device=config["bench"].get("device", "cpu"),
         dtype=config["bench"].get("dtype", "float32"),
         torch_threads=config["bench"].get("threads", config["threads"]),
+    priority: 50  # all cores, as measure_latency
     threads: all_cores()
     resources:
         mem_mb=4000,
@@ -96,6 +98,7 @@ rule tree_shape:
         arguments=lambda wildcards, input: shlex.join(jobs.tree_shape_arguments(
             config, wildcards.method, wildcards.drafter, wildcards.temperature, WORK, input.target, input.drafter,
             input.prompts, input.latency)),
+    priority: 10  # a finished drafter's calibration before the queued bench runs, so its own can fill
     threads: config["bench"].get("threads", config["threads"])
     resources:
         mem_mb=4000,
@@ -123,6 +126,7 @@ rule chain_length:
         arguments=lambda wildcards, input: shlex.join(jobs.chain_length_arguments(
             config, wildcards.method, wildcards.drafter, wildcards.temperature, WORK, input.target, input.model,
             input.prompts, input.latency)),
+    priority: 10  # as tree_shape
     threads: config["bench"].get("threads", config["threads"])
     resources:
         mem_mb=4000,

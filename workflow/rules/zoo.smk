@@ -35,6 +35,7 @@ rule dump_features:
         features=config["features"],
         device=compute_device(),
         dtype=config["bench"].get("dtype", "float32"),
+    priority: 40  # seven drafters, the draft LM and polybasic read it
     threads: config["threads"]
     resources:
         mem_mb=8000,
@@ -221,6 +222,7 @@ if not external_models():
             heldout=work("data/tokens/heldout.pt"),
             corpus=corpus_summary(),
             teacher=target_model(),
+            **({"features": work("features/target/index.json")} if config["draft"].get("data") == "features" else {}),
         output:
             model=directory(work("models/draft")),
             metrics=work("metrics/draft.json"),
@@ -232,6 +234,7 @@ if not external_models():
             device=compute_device(),
             gates=config.get("gates", {}).get("draft", {}),
             allow_weak=config.get("allow_weak_models", False),
+        priority: 30  # sd, pard and the chain calibrations wait on it
         threads: config["threads"]
         resources:
             mem_mb=8000,

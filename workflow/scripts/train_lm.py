@@ -24,6 +24,7 @@ try:
         metrics_path=Path(snakemake.output.metrics),  # noqa: F821
         checkpoint=Path(params.checkpoint),
         teacher_dir=Path(inputs.teacher) if "teacher" in inputs.keys() else None,
+        teacher_features=Path(inputs.features).parent if "features" in inputs.keys() else None,
         device=params.device,
         gates=params.gates,
         allow_weak=params.allow_weak,
