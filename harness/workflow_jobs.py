@@ -76,9 +76,10 @@ def tree_shape_arguments(config: dict, method: str, drafter: str, temperature: s
     settings = config.get("tree_shape", {})
     options = variant_settings(config, shape_variant(config, method, drafter))
     heads = config["drafters"].get(drafter, {}).get("options", {}).get("heads")  # medusa's: no deeper than its heads
-    max_depth = min(int(settings.get("max_depth", 8)), int(heads or 1 << 30))
+    largest = {**settings, **settings.get("sampled", {})} if float(temperature) > 0 else settings  # T > 0: its own
+    max_depth = min(int(largest.get("max_depth", 8)), int(heads or 1 << 30))
     return (["--method", method, "--target", target, "--drafter", drafter_dir,
-             "--max-depth", str(max_depth), "--max-budget", str(settings.get("max_budget", 48))]
+             "--max-depth", str(max_depth), "--max-budget", str(largest.get("max_budget", 48))]
             + calibration_arguments(config, settings, temperature, prompts, latency, options, SHAPE_FIELDS))
 
 

@@ -74,6 +74,8 @@ def test_every_main_tree_and_chain_variant_runs_a_calibrated_shape(config):
     assert medusa[medusa.index("--max-depth") + 1] == "5"  # its 5 heads
     mtp = jobs.tree_shape_arguments(config, "mtp", "mtp", "0", work, "t", "d", "p.jsonl", "lat.json")
     assert mtp[mtp.index("--max-depth") + 1] == "6" and "top_k=1" in mtp  # a chain, its length calibrated
+    sampled = jobs.tree_shape_arguments(config, "eagle", "eagle", "1", work, "t", "d", "p.jsonl", "lat.json")
+    assert sampled[sampled.index("--max-depth") + 1] == "3" and sampled[sampled.index("--max-budget") + 1] == "12"
     with pytest.raises(ValueError, match="no variant of sd with drafter other has gamma: auto"):
         jobs.chain_length_arguments(config, "sd", "other", "0", work, "t", "m", "p.jsonl", "lat.json")
 
