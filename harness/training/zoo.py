@@ -151,14 +151,6 @@ def next_token_loss(model: LlamaForCausalLM, windows: torch.Tensor) -> torch.Ten
     return model(input_ids=windows, labels=windows).loss
 
 
-def distillation_loss(draft: LlamaForCausalLM, target: LlamaForCausalLM, windows: torch.Tensor,
-                      temperature: float = 1.0) -> torch.Tensor:
-    """KL(target || draft) per position at ``temperature``, scaled by temperature**2."""
-    with torch.no_grad():
-        teacher = target(input_ids=windows).logits
-    return kl_to_teacher(teacher, draft(input_ids=windows).logits, temperature)
-
-
 def kl_to_teacher(teacher: torch.Tensor, student: torch.Tensor, temperature: float = 1.0) -> torch.Tensor:
     """Mean over positions of KL(teacher || student) between logits (..., V) at ``temperature``, scaled by
     temperature**2."""

@@ -106,12 +106,14 @@ def train_zoo_lm(role: str, tokenizer_dir: Path, train_tokens: Path, heldout_tok
         teacher = AutoModelForCausalLM.from_pretrained(teacher_dir).to(device).eval()
         teacher.requires_grad_(False)
     temperature = model_config.get("distill_temperature", 1.0)
-    data = tokens if teacher_features is None else FeatureSource(["last"], seq_len, dump_dir=Path(teacher_features))
+    source = None
+    if teacher is not None:  # the target's logits: its LM head over these 'last' states
+        source = (FeatureSource(["last"], seq_len, dump_dir=Path(teacher_features)) if teacher_features is not None
+                  else FeatureSource(["last"], seq_len, target=teacher, tokens=tokens))
 
     def loss_fn(step: int) -> tuple[torch.Tensor, int]:
-        if teacher is not None:
-            return distillation_step_loss(model, teacher, data, step, config.seed, batch_size, seq_len, temperature,
-                                          device)
+        if source is not None:
+            return distillation_step_loss(model, teacher, source, step, config.seed, batch_size, temperature, device)
         windows = batches_from_step(step, config.seed,
                                     lambda g: random_windows(tokens, batch_size, seq_len, g)).to(device)
         return next_token_loss(model, windows), windows.numel()

@@ -1,8 +1,8 @@
 """Training polybasic's mid LM: ``python -m harness train --method polybasic --target T --data TOKENS.pt --out DIR``.
 
 The mid model is a Llama LM with the target's vocabulary, sized between the draft LM and the target, distilled
-from the target on the token stream (KL(target || mid), the zoo's ``distillation_loss``) with the zoo's shapes
-(``ModelShape``) and the shared training loop. A size option left at 0 is derived from the target: 5/8 of its
+from the target on the token stream or its feature dump (KL(target || mid), ``harness.training.distill``) with the
+zoo's shapes (``ModelShape``) and the shared training loop. A size option left at 0 is derived from the target: 5/8 of its
 width (rounded up to an even width per head), a quarter of its layers (at least 2), its heads, and its MLP
 ratio. The directory is a plain causal-LM checkpoint (with the target's tokenizer when it has one), which the
 adapter loads as ``--drafter``.
@@ -24,10 +24,10 @@ from harness.errors import DraftcountError
 from harness.options import parse_options
 from harness.training.drafters import (
     budgeted, fingerprint_options,
-    AGREEMENT, META_FILE, DrafterTrainRequest, checked_agreement, drafter_provenance, frozen_target, write_metrics,
+    AGREEMENT, META_FILE, DrafterTrainRequest, checked_agreement, drafter_provenance, feature_source, frozen_target,
+    write_metrics,
 )
 from harness.training.distill import distillation_step_loss
-from harness.training.features import FeatureSource
 from harness.training.loop import TrainConfig, train
 from harness.training.zoo import ModelShape, heldout_perplexity, save_directory, top1_agreement
 
@@ -85,21 +85,6 @@ def new_mid(shape: ModelShape, target: LoadedModel, seed: int) -> LlamaForCausal
     return LlamaForCausalLM(config).to(target.device)
 
 
-def training_data(data: Path, seq_len: int) -> torch.Tensor | FeatureSource:
-    """What the mid LM is distilled on: a token stream (.pt; the target runs on its windows) or the target's
-    feature dump (the target's logits from its 'last' states, ``harness.training.distill``); one line otherwise."""
-    if data.is_dir():
-        if not (data / "index.json").is_file():
-            raise DraftcountError(f"training data {data} is a directory without a feature dump (index.json)")
-        return FeatureSource(["last"], seq_len, dump_dir=data)
-    if not data.is_file():
-        raise DraftcountError(f"training data {data} does not exist")
-    tokens = load_tokens(data)
-    if tokens.numel() < seq_len:
-        raise DraftcountError(f"polybasic training: {tokens.numel()} tokens are fewer than seq_len {seq_len}")
-    return tokens
-
-
 def target_tokenizer(source: str):
     """The target's tokenizer, saved beside the mid LM; None for a target saved without one."""
     try:
@@ -112,14 +97,17 @@ def train_mid(request: DrafterTrainRequest) -> dict:
     """Distil (with 0 steps: just initialise) the mid LM and save it to ``request.out``; its metrics."""
     options = parse_options(MidTrainOptions, request.options, "polybasic training")
     request = budgeted(request, options)
-    data = training_data(Path(request.data), options.seq_len)
     target = frozen_target(request)
+    source = feature_source(request, target, ["last"], options.seq_len)  # the target's logits: its head over these
+    if source.tokens is not None and source.tokens.numel() < options.seq_len:
+        raise DraftcountError(f"polybasic training: {source.tokens.numel()} tokens are fewer than seq_len "
+                              f"{options.seq_len}")
     shape = mid_shape(options, target.config)
     mid = new_mid(shape, target, options.seed)
 
     def loss_fn(step: int) -> tuple[torch.Tensor, int]:
-        return distillation_step_loss(mid, target.model, data, step, options.seed, options.batch_size,
-                                      options.seq_len, options.distill_temperature, target.device)
+        return distillation_step_loss(mid, target.model, source, step, options.seed, options.batch_size,
+                                      options.distill_temperature, target.device)
 
     config = TrainConfig(steps=request.steps, time_budget_s=request.time_budget_s, lr=options.lr,
                          warmup_steps=options.warmup_steps, warmup_fraction=options.warmup_fraction,
