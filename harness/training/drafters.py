@@ -125,7 +125,9 @@ def feature_source(request: DrafterTrainRequest, target: LoadedModel, layers: li
         return FeatureSource(layers=layers, seq_len=seq_len, dump_dir=data)
     if not data.is_file():
         raise DraftcountError(f"training data {data} does not exist")
-    return FeatureSource(layers=layers, seq_len=seq_len, target=target.model, tokens=load_tokens(data))
+    if (tokens := load_tokens(data)).numel() <= seq_len:
+        raise DraftcountError(f"training data {data}: {tokens.numel()} tokens do not fill one window of {seq_len}")
+    return FeatureSource(layers=layers, seq_len=seq_len, target=target.model, tokens=tokens)
 
 
 def shard_batch(source: FeatureSource, batch_size: int, shard: Shard,

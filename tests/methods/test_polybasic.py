@@ -153,6 +153,11 @@ def test_train_mid_then_run(chain, tmp_path, steps):
     with pytest.raises(DraftcountError, match="directory without a feature dump"):
         train_mid(DrafterTrainRequest(method="polybasic", target=str(tmp_path / "target"), data=tmp_path,
                                       out=tmp_path / "x", steps=0, progress=False))
+    torch.save(torch.arange(48), tmp_path / "short.pt")  # the kit's check: a stream shorter than one window
+    with pytest.raises(DraftcountError, match="48 tokens do not fill one window of 48"):
+        train_mid(DrafterTrainRequest(method="polybasic", target=str(tmp_path / "target"),
+                                      data=tmp_path / "short.pt", out=tmp_path / "y", steps=0, progress=False,
+                                      options={"seq_len": "48"}))
 
 
 def test_train_mid_from_the_feature_dump(tmp_path):
