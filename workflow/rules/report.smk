@@ -192,7 +192,7 @@ rule studies:
         zoo_outputs(),
         bench_outputs(),
         results("studies/report.md"),
-        results("load/load.csv") if config["bench"].get("batch_sizes") else [],
+        lambda wildcards: list(rules.load.input),  # the load sweep and its projection (load.smk, included after)
         rules.learning_curves.output if LEARNING_CURVES else [],
         rules.lr_study.output if LR_STUDY else [],
 
