@@ -110,6 +110,23 @@ def test_the_lr_study_chooses_each_familys_rate_by_heldout_agreement():
 def test_the_workflow_plans_the_lr_studys_drafters(tmp_path):
     plan = snakemake("-n", "-p", "study_lr", "--profile", "workflow/profiles/smoke", *overrides(tmp_path))
     assert plan.returncode == 0, plan.stderr
-    # the smoke config: eagle at 0.001 and 0.003 (its own rate since the lr study chose it: the main drafter)
-    assert "--rates eagle_lr0001=eagle:0.001,eagle=eagle:0.003" in plan.stdout
-    assert "lr=0.001" in plan.stdout and "drafters/eagle_lr0001" in plan.stdout
+    # the smoke config: eagle's own 0.01 and the rates beside it on the ladder 0.001 ... 0.03 (neighbours: 1)
+    assert "--rates eagle_lr0003=eagle:0.003,eagle=eagle:0.01,eagle_lr003=eagle:0.03" in plan.stdout
+    assert "lr=0.003" in plan.stdout and "drafters/eagle_lr0003" in plan.stdout
+    assert "drafters/eagle_lr0001" not in plan.stdout  # two steps below its own 0.01: not trained
+
+
+def test_the_lr_study_without_neighbours_trains_every_rate_and_stops_at_a_ladders_edge(tmp_path):
+    def plan(rates, neighbours):
+        overlay = tmp_path / "lr.yaml"
+        overlay.write_text(f"lr_study: {{rates: {rates}, neighbours: {neighbours}, families: [eagle]}}\n")
+        return snakemake("-n", "-p", "study_lr", "--configfile", "workflow/config/default.yaml",
+                         "workflow/config/smoke.yaml", str(overlay), *overrides(tmp_path))
+
+    every = plan([0.0003, 0.001], 0)  # eagle's own 0.01, off this grid, is one more row (the main drafter)
+    assert every.returncode == 0, every.stderr
+    assert "--rates eagle_lr00003=eagle:0.0003,eagle_lr0001=eagle:0.001,eagle=eagle:0.01" in every.stdout
+    edge = plan([0.003, 0.01], 1)
+    assert edge.returncode != 0
+    said = edge.stdout + edge.stderr
+    assert "family 'eagle''s own rate 0.01 has fewer than 1 rates of lr_study.rates on one side" in said

@@ -89,9 +89,9 @@ def test_dry_run_lists_every_rule(tmp_path):
     assert studies["edit_prompts"] == 1 and studies["long_prompts"] == 1 and studies["tokenize_domain"] == 2 and studies["domain_prompts"] == 1
     assert studies["sequoia_tree"] == 6  # per T: the chosen budget, 16 and 32
     # 25 for the studies' variants; the learning curves: 11 families at 4 more rungs (1/8, 1/4, 1/2, 2x); the lr
-    # study: 11 families at 3 rates, less the 10 whose own rate is one of them (all but medusa's 0.01); the seeds
-    # study: 5 families at seed 1
-    assert studies["train_drafter"] == 25 + 11 * 4 + (33 - 10) + 5
+    # study: 11 families at the two rates beside their own on the ladder (neighbours: 1); the seeds study: 5 families
+    # at seed 1
+    assert studies["train_drafter"] == 25 + 11 * 4 + 11 * 2 + 5
     assert studies["learning_curves"] == studies["lr_study"] == 1
     assert studies["regenerate"] == 1  # the target's continuations, for the three _regen drafters
     assert studies["studies_summary"] == studies["studies_report"] == 1

@@ -12,8 +12,11 @@
 # rule learning_curves only, not by the studies' summary and report (CURVE_VARIANTS).
 #
 # `lr` (config section `lr_study`; target study_lr, part of `studies`): each listed family at every learning rate at
-# its main budget, as <family>_lr<rate> (0.0003 -> lr00003); the rate equal to its own is the main drafter. Rule
-# lr_study picks each family's rate by held-out agreement (never by the benchmark prompts).
+# its main budget, as <family>_lr<rate> (0.0003 -> lr00003); the rate equal to its own is the main drafter, and a
+# family whose own rate is off the grid has it as one more row. With `neighbours: n` the rates are a ladder and each
+# family trains only the n on each side of its own: the table shows whether its own rate beats both sides (it is
+# chosen) or where to move it. Rule lr_study picks each family's rate by held-out agreement (never by the benchmark
+# prompts).
 #
 # `seeds` (config section `seeds_study`; target study_seeds, part of `studies`): each listed family's drafter
 # retrained with another seed (initialisation and data order) at its main budget and rate, as <family>_seed<seed>, and
@@ -110,10 +113,27 @@ def rung_table():
             for rung in rungs}
 
 
+def lr_rates(family):
+    """`family`'s rates in the lr study: every rate of `lr_study.rates` and its own (the main drafter, a row even off
+    that grid); with `neighbours: n`, the n rates on each side of its own on that ladder, which must hold them."""
+    own = config["drafters"].get(family, {}).get("options", {}).get("lr")
+    ladder = sorted(map(float, LR_STUDY.get("rates", [])))
+    n = LR_STUDY.get("neighbours", 0)
+    if not n:
+        return sorted({*ladder, *([float(own)] if own is not None else [])})
+    if own is None or float(own) not in ladder:
+        raise ValueError(f"lr_study.neighbours: family {family!r}'s own rate {own} is not one of lr_study.rates")
+    at = ladder.index(float(own))
+    if at < n or at + n >= len(ladder):
+        raise ValueError(f"lr_study.neighbours: family {family!r}'s own rate {own} has fewer than {n} rates of "
+                         f"lr_study.rates on one side (extend the ladder)")
+    return ladder[at - n:at + n + 1]
+
+
 def lr_table():
-    """{drafter: (family, rate)} of every rate of every family."""
-    return {lr_drafter(family, float(rate)): (family, float(rate)) for family in LR_STUDY.get("families", [])
-            for rate in LR_STUDY.get("rates", [])}
+    """{drafter: (family, rate)} of every rate of every family, its own rate included."""
+    return {lr_drafter(family, rate): (family, rate) for family in LR_STUDY.get("families", [])
+            for rate in lr_rates(family)}
 
 
 for _name, (_family, _rung) in rung_table().items():
