@@ -266,7 +266,8 @@ def shape_file(config: dict, variant: str, temperature: str, work_dir: Path) -> 
 
 
 def chain_length_field(config: dict, variant: str) -> str | None:
-    """The option that is a variant's chain length when its method has one (sd: gamma, pard: k), else None."""
+    """The option that is a variant's chain length when its method has one (sd: gamma, pard: k, dflash:
+    verify_length), else None."""
     method = variant_method(config, variant)
     return chain_field(method) if method in chain_methods() else None
 

@@ -21,8 +21,9 @@ MEASUREMENTS: dict[str, tuple[str, str]] = {
                                                           "drafts per step"),
     "tree-shape": ("harness.measure.tree_shape", "the depth and budget of highest estimated tokens/s for a beam "
                                                  "drafter on this machine (budget: auto)"),
-    "chain-length": ("harness.measure.chain_length", "the chain length of highest estimated tokens/s for sd or pard "
-                                                     "on this machine (gamma: auto, k: auto)"),
+    "chain-length": ("harness.measure.chain_length", "the chain length of highest estimated tokens/s for sd, pard "
+                                                     "or dflash on this machine (gamma: auto, k: auto, "
+                                                     "verify_length: auto)"),
     "load": ("harness.measure.load", "batch sizes against throughput and latency, ar and the batched methods on the "
                                      "same batches"),
     "project-8b": ("harness.measure.project_8b", "latencies at Llama-3.1-8B shapes and projected speedups"),

@@ -1,9 +1,9 @@
 """Latency-aware chain length for the chain drafters with a tunable length (options extending
-``harness.trees.chain_shape.ChainOptions``: sd's gamma, pard's k): the length that maximises estimated tokens per
+``harness.trees.chain_shape.ChainOptions``: sd's gamma, pard's k, dflash's verify_length): the length that maximises estimated tokens per
 second on this machine, by the rule the beam drafters' tree shape follows (``harness.measure.tree_shape``).
 
 A chain's drafts do not depend on its length (sd drafts autoregressively; pard's draft j sees the accepted text and
-j masks only), so one calibration run at the longest chain (``--max-length``) tells what every shorter one would
+j masks only; dflash drafts its whole block and verifies a prefix), so one calibration run at the longest chain (``--max-length``) tells what every shorter one would
 have accepted: a step that accepted a drafts at length L_max accepts min(a, L) at length L (exact for greedy
 verification; at T > 0 an estimate, as the tree shape's is). Costs, measured on this machine: the target's forward
 over L + 1 tokens (``tree/latency.json``, monotone in L), the drafter's seconds per step and the rest of a step
@@ -99,7 +99,7 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
     parser.add_argument("--method", required=True, choices=chain_methods())
     parser.add_argument("--target", required=True)
     parser.add_argument("--draft", help="the draft LM (a method that runs one: sd)")
-    parser.add_argument("--drafter", help="the method's trained drafter (pard)")
+    parser.add_argument("--drafter", help="the method's trained drafter (pard, dflash)")
     add_calibration_arguments(parser)
     parser.add_argument("--max-length", type=int, default=8)
     args = parser.parse_args(argv)

@@ -1,5 +1,5 @@
-"""A chain drafter's length chosen on the machine (``ChainOptions``): what `gamma: auto` (sd) and `k: auto` (pard)
-turn into.
+"""A chain drafter's length chosen on the machine (``ChainOptions``): what `gamma: auto` (sd), `k: auto` (pard) and
+`verify_length: auto` (dflash) turn into.
 
 Torch-free, as ``harness.trees.beam_shape`` is for the beam drafters: a method's options extend ``ChainOptions`` and
 name their length field in ``CHAIN_LENGTH``; the workflow replaces the field's `auto` with a ``length_file``
@@ -59,5 +59,5 @@ def chain_methods() -> list[str]:
 
 
 def chain_field(method: str) -> str:
-    """The option that is ``method``'s chain length (sd: gamma, pard: k)."""
+    """The option that is ``method``'s chain length (sd: gamma, pard: k, dflash: verify_length)."""
     return options_type(method).CHAIN_LENGTH

@@ -57,10 +57,12 @@ class DFlashAdapter(AdapterBase):
         self.block_size = options.block_size or drafter.block_size
         self.drafts = drafter.drafts_per_block(self.block_size)
         self.shape = tree_shape(options, self.drafts)
+        self.verified = min(options.as_run().verify_length or self.drafts, self.drafts)  # a chain's drafts verified
         self.target_hidden_layers = feature_indices(drafter.features)
-        self.max_draft_nodes = self.shape.max_nodes if self.shape else self.drafts
+        self.max_draft_nodes = self.shape.max_nodes if self.shape else self.verified
         self.cost = drafter.cost(self.lm_head.weight.numel())
-        self.details = {"block_size": self.block_size, "top_k": options.top_k, "tree_nodes": self.max_draft_nodes,
+        self.details = {"block_size": self.block_size, "verify_length": self.verified, "top_k": options.top_k,
+                        "tree_nodes": self.max_draft_nodes,
                         "feature_layers": list(drafter.features.layers), "drafter_layers": len(drafter.layers),
                         "drafter_parameters": drafter.trainable_parameters(), **drafter.draft_vocab.describe()}
         self._reset([])
@@ -128,7 +130,7 @@ class DFlashAdapter(AdapterBase):
         with ctx.counters.phase("drafter"):
             if self.shape is not None:
                 return self.beam_tree(root, logits)
-            return self.chain(ctx, root, logits)
+            return self.chain(ctx, root, logits[:self.verified])  # the unverified drafts: drafter work wasted
 
     def chain(self, ctx: StepContext, root: torch.Tensor, logits: torch.Tensor) -> TokenTree:
         """The block as a chain: argmax per position, or a draw from each position's warped distribution (which the

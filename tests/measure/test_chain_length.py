@@ -54,7 +54,8 @@ def test_the_per_step_costs_are_medians_over_prompts_and_anchor_the_latency_curv
 
 
 def test_chain_options_read_the_measured_length(tmp_path):
-    assert set(chain_methods()) == {"sd", "pard"} and chain_field("sd") == "gamma" and chain_field("pard") == "k"
+    assert set(chain_methods()) == {"sd", "pard", "dflash"} and chain_field("sd") == "gamma"
+    assert chain_field("pard") == "k" and chain_field("dflash") == "verify_length"
     length = tmp_path / "length.json"
     length.write_text(json.dumps({"field": "gamma", "length": 2}))
     options = SpeculativeDecodingOptions(length_file=str(length))

@@ -87,7 +87,7 @@ def test_cached_steps_equal_a_forward_over_the_whole_context(target, released):
 def test_a_released_drafter_decodes_losslessly(target, released):
     model = wrap_model(target)
     ar, _ = build_adapter("ar", {}, BuildInputs(model, None, None))
-    for options in ({}, {"top_k": "3", "budget": "6"}):
+    for options in ({}, {"top_k": "3", "budget": "6"}, {"verify_length": "2"}):
         adapter, _ = build_adapter("dflash", options, BuildInputs(model, None, released[0]))
         for seed in range(3):
             prompt = torch.randint(VOCAB, (1, 7), generator=torch.Generator().manual_seed(seed))
@@ -95,6 +95,9 @@ def test_a_released_drafter_decodes_losslessly(target, released):
             result = generate(model, adapter, prompt, 24, SamplingConfig())
             assert result.output_ids == expected, options
             assert result.counters.drafter.forwards == result.counters.target.forwards - 1  # one per block
+    assert adapter.drafts > 2 and adapter.max_draft_nodes == 2  # the block drafted whole, its first 2 verified
+    with pytest.raises(DraftcountError, match="option 'verify_length' of dflash cuts a chain"):
+        build_adapter("dflash", {"top_k": "3", "verify_length": "2"}, BuildInputs(model, None, released[0]))
 
 
 @pytest.mark.parametrize("change, message", [
