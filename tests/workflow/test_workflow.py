@@ -71,9 +71,9 @@ def test_dry_run_lists_every_rule(tmp_path):
     assert counts["bench"] == 18 * 4
     assert counts["train_drafter"] == 11  # eagle, lyanna, prism, owl, medusa, mtp, pard, polybasic's mid LM, dflash,
     # dspark, dream
-    # every beam drafter's shape {eagle, lyanna, prism, owl, medusa, mtp, dream} and every chain's length {sd, pard}
-    # calibrated at T = 0 and 1 (issue 66)
-    assert counts["tree_shape"] == 14 and counts["chain_length"] == 4
+    # every beam drafter's shape {eagle, lyanna, prism, owl, medusa, mtp, dream} and every chain's length {sd, pard,
+    # dflash} calibrated at T = 0 and 1 (issue 66)
+    assert counts["tree_shape"] == 14 and counts["chain_length"] == 6
     assert counts["sequoia_tree"] == 2 and counts["stand_tree"] == 2
     assert not {"long_prompts", "tokenize_domain", "domain_prompts"} & set(counts)
     studies = job_counts(snakemake("-n", "studies", *overrides(tmp_path)).stdout)
