@@ -130,3 +130,7 @@ def test_the_lr_study_without_neighbours_trains_every_rate_and_stops_at_a_ladder
     assert edge.returncode != 0
     said = edge.stdout + edge.stderr
     assert "family 'eagle''s own rate 0.01 has fewer than 1 rates of lr_study.rates on one side" in said
+    overlay = tmp_path / "lr.yaml"  # the same ladder: any other target plans (the study alone needs the ladder)
+    other = snakemake("-n", "bench_ar", "--configfile", "workflow/config/default.yaml", "workflow/config/smoke.yaml",
+                      str(overlay), *overrides(tmp_path))
+    assert other.returncode == 0, other.stdout[-2000:] + other.stderr[-2000:]

@@ -113,21 +113,34 @@ def rung_table():
             for rung in rungs}
 
 
+LR_LADDER_GAPS = {}  # family -> why the ladder cannot show its own rate between n neighbours (rule lr_study stops)
+
+
 def lr_rates(family):
     """`family`'s rates in the lr study: every rate of `lr_study.rates` and its own (the main drafter, a row even off
-    that grid); with `neighbours: n`, the n rates on each side of its own on that ladder, which must hold them."""
+    that grid); with `neighbours: n`, the n rates on each side of its own on that ladder. A rate off the ladder or
+    near its end is noted in LR_LADDER_GAPS (planning study_lr then stops; any other target plans as usual) and
+    trains the neighbours there are."""
     own = config["drafters"].get(family, {}).get("options", {}).get("lr")
     ladder = sorted(map(float, LR_STUDY.get("rates", [])))
     n = LR_STUDY.get("neighbours", 0)
-    if not n:
-        return sorted({*ladder, *([float(own)] if own is not None else [])})
-    if own is None or float(own) not in ladder:
-        raise ValueError(f"lr_study.neighbours: family {family!r}'s own rate {own} is not one of lr_study.rates")
-    at = ladder.index(float(own))
-    if at < n or at + n >= len(ladder):
-        raise ValueError(f"lr_study.neighbours: family {family!r}'s own rate {own} has fewer than {n} rates of "
-                         f"lr_study.rates on one side (extend the ladder)")
-    return ladder[at - n:at + n + 1]
+    mine = sorted({*ladder, *([float(own)] if own is not None else [])})
+    if not n or own is None:
+        return mine
+    if float(own) not in ladder:
+        LR_LADDER_GAPS[family] = f"family {family!r}'s own rate {own} is not one of lr_study.rates"
+    at = mine.index(float(own))
+    if at < n or at + n >= len(mine):
+        LR_LADDER_GAPS.setdefault(family, f"family {family!r}'s own rate {own} has fewer than {n} rates of "
+                                          f"lr_study.rates on one side (extend the ladder)")
+    return mine[max(at - n, 0):at + n + 1]
+
+
+def lr_study_metrics(wildcards):
+    """Rule lr_study's inputs; a family the ladder cannot frame stops the plan with one line."""
+    if LR_LADDER_GAPS:
+        raise ValueError("lr_study.neighbours: " + "; ".join(LR_LADDER_GAPS.values()))
+    return [work(f"metrics/drafter-{name}.json") for name in lr_table()]
 
 
 def lr_table():
@@ -201,7 +214,7 @@ if LR_STUDY:
 
     rule lr_study:
         input:
-            [work(f"metrics/drafter-{name}.json") for name in lr_table()],
+            lr_study_metrics,
         output:
             results("studies/tables/lr.csv"),
         params:
