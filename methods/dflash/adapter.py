@@ -58,6 +58,7 @@ class DFlashAdapter(AdapterBase):
         self.drafts = drafter.drafts_per_block(self.block_size)
         self.shape = tree_shape(options, self.drafts)
         self.verified = min(options.as_run().verify_length or self.drafts, self.drafts)  # a chain's drafts verified
+        self.logit_rows = self.verified if self.shape is None else self.drafts  # the slots the LM head reads
         self.target_hidden_layers = feature_indices(drafter.features)
         self.max_draft_nodes = self.shape.max_nodes if self.shape else self.verified
         self.cost = drafter.cost(self.lm_head.weight.numel())
@@ -111,7 +112,7 @@ class DFlashAdapter(AdapterBase):
         block's booked over the draft nodes; the context rows are fed."""
         block = self.block_size
         self.fed_len += count
-        flops = self.cost.forward_flops(count + block, self.fed_len + block, self.drafts)
+        flops = self.cost.forward_flops(count + block, self.fed_len + block, self.logit_rows)
         ctx.counters.drafter.add(count + block, flops)
         count_useful_drafter_flops(ctx.counters, flops * count / (count + block))
         self.work.charge(list(range(1, self.drafts + 1)), flops * block / (count + block))
@@ -123,7 +124,8 @@ class DFlashAdapter(AdapterBase):
 
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
         root = sequence[0, -1]
-        return self.tree_from_logits(ctx, root, self.block_logits(ctx, self.draft_block(ctx, root)))
+        hidden = self.draft_block(ctx, root)[:self.logit_rows]  # a cut chain's unverified slots skip the LM head
+        return self.tree_from_logits(ctx, root, self.block_logits(ctx, hidden))
 
     def tree_from_logits(self, ctx: StepContext, root: torch.Tensor, logits: torch.Tensor) -> TokenTree:
         """The step's tree from the drafting slots' logits (drafts, N): a chain, or the beam tree of their top-k."""

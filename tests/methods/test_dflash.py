@@ -15,6 +15,7 @@ import torch
 from safetensors.torch import save_file
 
 from harness import SamplingConfig, generate, wrap_model
+from harness.engine.batched import generate_batch
 from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.errors import DraftcountError
 from methods.dflash.checkpoint import load_drafter
@@ -96,6 +97,10 @@ def test_a_released_drafter_decodes_losslessly(target, released):
             assert result.output_ids == expected, options
             assert result.counters.drafter.forwards == result.counters.target.forwards - 1  # one per block
     assert adapter.drafts > 2 and adapter.max_draft_nodes == 2  # the block drafted whole, its first 2 verified
+    batch = [torch.randint(VOCAB, (1, 5 + seed), generator=torch.Generator().manual_seed(seed)) for seed in range(3)]
+    rows = generate_batch(model, adapter, batch, 24, SamplingConfig(), [None] * len(batch))  # one forward, 3 rows
+    assert [row.output_ids for row in rows] == [generate(model, ar, prompt, 24, SamplingConfig()).output_ids
+                                                for prompt in batch]
     with pytest.raises(DraftcountError, match="option 'verify_length' of dflash cuts a chain"):
         build_adapter("dflash", {"top_k": "3", "verify_length": "2"}, BuildInputs(model, None, released[0]))
 
