@@ -1,10 +1,11 @@
 """Latency-aware chain length for the chain drafters with a tunable length (options extending
-``harness.trees.chain_shape.ChainOptions``: sd's gamma, pard's k, dflash's verify_length): the length that maximises estimated tokens per
-second on this machine, by the rule the beam drafters' tree shape follows (``harness.measure.tree_shape``).
+``harness.trees.chain_shape.ChainOptions``: sd's gamma, pard's k, dflash's verify_length): the length that
+maximises estimated tokens per second on this machine, by the rule the beam drafters' tree shape follows
+(``harness.measure.tree_shape``).
 
 A chain's drafts do not depend on its length (sd drafts autoregressively; pard's draft j sees the accepted text and
-j masks only; dflash drafts its whole block and verifies a prefix), so one calibration run at the longest chain (``--max-length``) tells what every shorter one would
-have accepted: a step that accepted a drafts at length L_max accepts min(a, L) at length L (exact for greedy
+j masks only; dflash drafts its whole block and verifies a prefix), so one calibration run at the longest chain
+(``--max-length``) tells what every shorter one would have accepted: a step that accepted a drafts at length L_max accepts min(a, L) at length L (exact for greedy
 verification; at T > 0 an estimate, as the tree shape's is). Costs, measured on this machine: the target's forward
 over L + 1 tokens (``tree/latency.json``, monotone in L), the drafter's seconds per step and the rest of a step
 (host and verification) from the calibration run, medians over prompts, the latency curve anchored to the run's

@@ -57,8 +57,8 @@ class DFlashAdapter(AdapterBase):
         self.block_size = options.block_size or drafter.block_size
         self.drafts = drafter.drafts_per_block(self.block_size)
         self.shape = tree_shape(options, self.drafts)
-        self.verified = min(options.as_run().verify_length or self.drafts, self.drafts)  # a chain's drafts verified
-        self.logit_rows = self.verified if self.shape is None else self.drafts  # the slots the LM head reads
+        # the slots the LM head reads: a chain's drafts verified (a tree's: every slot; its options allow no cut)
+        self.verified = min(options.as_run().verify_length or self.drafts, self.drafts)
         self.target_hidden_layers = feature_indices(drafter.features)
         self.max_draft_nodes = self.shape.max_nodes if self.shape else self.verified
         self.cost = drafter.cost(self.lm_head.weight.numel())
@@ -109,10 +109,11 @@ class DFlashAdapter(AdapterBase):
 
     def charge_block(self, ctx: StepContext, count: int) -> None:
         """The step's forward over ``count`` context rows and the block, charged: the context's share useful, the
-        block's booked over the draft nodes; the context rows are fed."""
+        block's booked over the draft nodes (a cut chain's unverified slots never settle: wasted); the context rows
+        are fed."""
         block = self.block_size
         self.fed_len += count
-        flops = self.cost.forward_flops(count + block, self.fed_len + block, self.logit_rows)
+        flops = self.cost.forward_flops(count + block, self.fed_len + block, self.verified)
         ctx.counters.drafter.add(count + block, flops)
         count_useful_drafter_flops(ctx.counters, flops * count / (count + block))
         self.work.charge(list(range(1, self.drafts + 1)), flops * block / (count + block))
@@ -124,7 +125,7 @@ class DFlashAdapter(AdapterBase):
 
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
         root = sequence[0, -1]
-        hidden = self.draft_block(ctx, root)[:self.logit_rows]  # a cut chain's unverified slots skip the LM head
+        hidden = self.draft_block(ctx, root)[:self.verified]  # a cut chain's unverified slots skip the LM head
         return self.tree_from_logits(ctx, root, self.block_logits(ctx, hidden))
 
     def tree_from_logits(self, ctx: StepContext, root: torch.Tensor, logits: torch.Tensor) -> TokenTree:
@@ -132,7 +133,7 @@ class DFlashAdapter(AdapterBase):
         with ctx.counters.phase("drafter"):
             if self.shape is not None:
                 return self.beam_tree(root, logits)
-            return self.chain(ctx, root, logits[:self.verified])  # the unverified drafts: drafter work wasted
+            return self.chain(ctx, root, logits)
 
     def chain(self, ctx: StepContext, root: torch.Tensor, logits: torch.Tensor) -> TokenTree:
         """The block as a chain: argmax per position, or a draw from each position's warped distribution (which the

@@ -39,7 +39,7 @@ class DFlashRows(SharedCacheRows):
         visible = torch.ones(block, context.shape[1] + block, dtype=torch.bool, device=device)
         hidden = drafter(context, blocks, torch.cat([context_positions, block_positions], dim=-1), self.cache,
                          self.mask.bias(visible, start, copies[0].dtype))
-        logits = drafter.logits(drafter.draft_rows(hidden)[:, :copies[0].logit_rows], copies[0].lm_head)
+        logits = drafter.logits(drafter.draft_rows(hidden)[:, :copies[0].verified], copies[0].lm_head)
         trees = []
         for index, (copy, row, root) in enumerate(zip(copies, rows, roots)):
             copy.charge_block(row.ctx, counts[index])
