@@ -5,13 +5,14 @@ maximises estimated tokens per second on this machine, by the rule the beam draf
 
 A chain's drafts do not depend on its length (sd drafts autoregressively; pard's draft j sees the accepted text and
 j masks only; dflash drafts its whole block and verifies a prefix), so one calibration run at the longest chain
-(``--max-length``) tells what every shorter one would have accepted: a step that accepted a drafts at length L_max accepts min(a, L) at length L (exact for greedy
-verification; at T > 0 an estimate, as the tree shape's is). Costs, measured on this machine: the target's forward
-over L + 1 tokens (``tree/latency.json``, monotone in L), the drafter's seconds per step and the rest of a step
-(host and verification) from the calibration run, medians over prompts, the latency curve anchored to the run's
-own target time (``anchored_latency``). The drafter's time scales with its
-forwards: a step at L_max ran F forwards (sd: about L_max, pard: one), a step at L runs 1 + (F - 1)(L - 1)/(L_max -
-1). Estimated tokens/s for L: (1 + accepted(L)) / (target(L + 1) + drafter(L) + rest); the chosen length is the
+(``--max-length``, or the adapter's longest where that is shorter: dflash's block drafts block_size - 1) tells
+what every shorter one would have accepted: a step that accepted a drafts at length L_max accepts min(a, L) at
+length L (exact for greedy verification; at T > 0 an estimate, as the tree shape's is). Costs, measured on this
+machine: the target's forward over L + 1 tokens (``tree/latency.json``, monotone in L), the drafter's seconds per
+step and the rest of a step (host and verification) from the calibration run, medians over prompts, the latency
+curve anchored to the run's own target time (``anchored_latency``). The drafter's time scales with its forwards: a
+step at L_max ran F forwards (sd: about L_max, pard: one), a step at L runs 1 + (F - 1)(L - 1)/(L_max - 1).
+Estimated tokens/s for L: (1 + accepted(L)) / (target(L + 1) + drafter(L) + rest); the chosen length is the
 shortest within 3% of the best estimate (``smallest_near_best``: a tie within the measurement's noise keeps the
 shorter chain). The JSON file it writes is what `gamma: auto` and `k: auto` read (``length_file``).
 
@@ -79,9 +80,10 @@ def choose_length(accepted: np.ndarray, latency: dict[str, float], calibration: 
 def calibrate_chain(method: str, options: dict, target_dir: str, draft_dir: str | None, drafter_dir: str | None,
                     prompts_path: str, temperature: float, max_new_tokens: int, limit: int | None, device: str,
                     dtype: str, progress: bool = True,
-                    repeats: int = 1) -> tuple[Calibration, list[int], float]:
+                    repeats: int = 1) -> tuple[Calibration, list[int], float, int]:
     """Generate the calibration prompts with the method at its longest chain: the calibration's step costs, the
-    accepted drafts of every step and the drafter forwards per step."""
+    accepted drafts of every step, the drafter forwards per step and the longest chain the adapter drafts (its
+    ``max_draft_nodes``: dflash's block may hold fewer drafts than the length asked)."""
     target = load_model(target_dir, dtype, device)
     draft = load_model(draft_dir, dtype, device) if draft_dir else None
     adapter, _ = build_adapter(method, options, BuildInputs(target, draft, Path(drafter_dir) if drafter_dir
@@ -91,7 +93,7 @@ def calibrate_chain(method: str, options: dict, target_dir: str, draft_dir: str 
                                      max_new_tokens, calibration, progress, f"calibrate {method}", repeats):
         accepted += counters.step_accepted
         forwards += counters.drafter.forwards
-    return calibration, accepted, forwards / max(len(accepted), 1)
+    return calibration, accepted, forwards / max(len(accepted), 1), adapter.max_draft_nodes
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
@@ -110,15 +112,16 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
     check_latency_sizes(latency, args.max_length, str(args.latency), f"--max-length {args.max_length} needs")
     field = chain_field(args.method)
     options = {**parse_key_values(args.opt), field: args.max_length}
-    calibration, accepted, forwards = calibrate_chain(
+    calibration, accepted, forwards, longest = calibrate_chain(
         args.method, options, args.target, args.draft, args.drafter, args.prompts, args.temperature,
         args.max_new_tokens, args.limit, args.device, args.dtype, not args.no_progress,
         args.repeats)
     if not accepted:
         raise DraftcountError("the calibration run made no verification step (prompts too short?)")
-    chosen = choose_length(accepted_by_length(accepted, args.max_length), latency, calibration, forwards)
-    write_choice(args, {"field": field}, chosen, calibration, {"max_length": args.max_length},
-                 f"{field} {chosen['length']}", {"length": args.max_length})
+    max_length = min(args.max_length, longest)  # no chain longer than the adapter drafts is estimated
+    chosen = choose_length(accepted_by_length(accepted, max_length), latency, calibration, forwards)
+    write_choice(args, {"field": field}, chosen, calibration, {"max_length": max_length},
+                 f"{field} {chosen['length']}", {"length": max_length})
     return 0
 
 

@@ -9,6 +9,7 @@ import sys
 import numpy as np
 import pytest
 import torch
+from safetensors.torch import save_file
 
 from harness.backend.device import interleaved_median_seconds
 from harness.backend.models import load_model
@@ -19,8 +20,9 @@ from harness.measure.latency import target_latencies
 from harness.measure.tree_shape import Calibration, anchored_latency
 from harness.trees.chain_shape import chain_field, chain_methods
 from methods.pard import PardOptions
-from tests.helpers import make_llama, save_model_dir
 from methods.sd import SpeculativeDecodingOptions
+from tests.helpers import make_llama, save_model_dir
+from tests.methods.dflash_reference import official_config, official_dflash
 
 
 def test_a_shorter_chain_accepts_the_prefix_of_the_longest():
@@ -91,11 +93,11 @@ def pair_dirs(tmp_path_factory, tokenizer):
             "draft": save_model_dir(root / "draft", draft, tokenizer)}
 
 
-def calibrate(model_dirs, tmp_path, name: str) -> dict:
+def calibrate(model_dirs, tmp_path, name: str, method: list[str] | None = None, repeats: int = 3) -> dict:
     """The whole choice as the workflow makes it: the target's latency per size (rule measure_latency's
-    measurement), then `measure chain-length` for sd on calibration prompts."""
+    measurement), then `measure chain-length` (``method``: its arguments; sd's by default) on calibration prompts."""
     target = load_model(str(model_dirs["target"]), "float32", "cpu")
-    latency = target_latencies(target.model, 32, [1, 2, 3, 4, 5, 6, 8], repeats=15)
+    latency = target_latencies(target.model, 32, [1, 2, 3, 4, 5, 6, 8], repeats=5 * repeats)
     latency_file = tmp_path / f"latency-{name}.json"
     latency_file.write_text(json.dumps({"target": {str(size): seconds for size, seconds in latency.items()}}))
     prompts = tmp_path / "prompts.jsonl"
@@ -103,10 +105,25 @@ def calibrate(model_dirs, tmp_path, name: str) -> dict:
                                for index, text in enumerate(["def add(a, b):", "class Point:", "import os\n",
                                                              "for i in range(10):"])))
     out = tmp_path / f"length-{name}.json"
-    chain_length.main(["--method", "sd", "--target", str(model_dirs["target"]), "--draft", str(model_dirs["draft"]),
-                       "--prompts", str(prompts), "--latency", str(latency_file), "--max-length", "6",
-                       "--max-new-tokens", "32", "--repeats", "3", "--threads", "1", "--no-progress", "--out", str(out)])
+    method = method or ["--method", "sd", "--draft", str(model_dirs["draft"])]
+    chain_length.main([*method, "--target", str(model_dirs["target"]), "--prompts", str(prompts),
+                       "--latency", str(latency_file), "--max-length", "6", "--max-new-tokens", "32",
+                       "--repeats", str(repeats), "--threads", "1", "--no-progress", "--out", str(out)])
     return json.loads(out.read_text())
+
+
+def test_dflash_estimates_no_chain_longer_than_its_block_drafts(pair_dirs, tmp_path, tokenizer):
+    """A dflash block of 4 drafts 3: `--max-length 6` estimates verify lengths 1-3 only (a longer one cannot run)."""
+    vocab = len(tokenizer)
+    drafter = tmp_path / "dflash"
+    drafter.mkdir()
+    config = official_config(64, 4, 2, 2, 4, vocab, [0, 2], vocab - 1, 4)
+    (drafter / "config.json").write_text(json.dumps(config))
+    save_file(official_dflash(config, seed=0), str(drafter / "model.safetensors"))
+    chosen = calibrate(pair_dirs, tmp_path, "dflash", ["--method", "dflash", "--drafter", str(drafter)], repeats=1)
+    assert chosen["calibration"]["max_length"] == 3
+    assert len(chosen["accepted_by_length"]) == len(chosen["tokens_per_s_by_length"]) == 3
+    assert 1 <= chosen["length"] <= 3
 
 
 @pytest.mark.serial

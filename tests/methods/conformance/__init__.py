@@ -160,12 +160,13 @@ class Zoo:
             spec += f":draft={self.root / 'draft'}"
         return spec
 
-    def build(self, case: str):
-        """The adapter of a case: a catalog method with its default options, ``hedgespec:A,B`` over those experts,
-        or a draft-vocabulary case (its family's default options)."""
+    def build(self, case: str, options: dict[str, str] | None = None):
+        """The adapter of a case: a catalog method with its default options (or ``options``), ``hedgespec:A,B``
+        over those experts, or a draft-vocabulary case (its family's default options)."""
         name, _, experts = case.partition(":")
-        options = {"experts": ",".join(self.expert(name) for name in experts.split(","))} if experts else {}
-        options = VOCAB_CASES[name][2] if name in VOCAB_CASES else options
+        if options is None:
+            options = {"experts": ",".join(self.expert(name) for name in experts.split(","))} if experts else {}
+            options = VOCAB_CASES[name][2] if name in VOCAB_CASES else options
         return build_adapter(method_of(name), options, self.inputs(name))[0]
 
     def inputs(self, case: str) -> BuildInputs:
@@ -217,10 +218,11 @@ def check_batch_row_distribution(zoo: Zoo, method: str) -> None:
     assert chi_square_pvalue(counts, exact_distribution(zoo.target, [1, 2, 3], 3, sampling)) > ALPHA
 
 
-def check_sampled_distribution(zoo: Zoo, case: str) -> None:
-    """The case's first three tokens at T = 1 follow the target's law (chi-square at ALPHA)."""
+def check_sampled_distribution(zoo: Zoo, case: str, options: dict[str, str] | None = None) -> None:
+    """The case's first three tokens at T = 1 follow the target's law (chi-square at ALPHA); ``options``: the
+    method's options instead of the case's own."""
     sampling = SamplingConfig(1.0)
-    adapter = zoo.build(case)
+    adapter = zoo.build(case, options)
     exact = exact_distribution(zoo.target, [1, 2, 3], 3, sampling)
     samples = PAIR_SAMPLES if ":" in case or case in VOCAB_CASES else SAMPLES
     counts = sampled_distribution(zoo.target, adapter, [1, 2, 3], 3, sampling, samples, seed=0)

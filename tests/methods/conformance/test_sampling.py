@@ -14,6 +14,13 @@ def test_sampled_distribution_equals_the_target(small_vocab_zoo: Zoo, method: st
     check_sampled_distribution(small_vocab_zoo, method)
 
 
+@pytest.mark.skipif("dflash" not in METHODS, reason="dflash is not among the selected methods")
+def test_a_cut_dflash_chain_follows_the_target(small_vocab_zoo: Zoo):
+    """dflash verifying 2 of its block's drafts (its LM head skips the rest): the residual after a rejection is
+    taken against the verified drafts only."""
+    check_sampled_distribution(small_vocab_zoo, "dflash", {"verify_length": "2"})
+
+
 @pytest.mark.parametrize("method", BATCHED)
 def test_a_batch_row_follows_the_target(small_vocab_zoo: Zoo, method: str):
     check_batch_row_distribution(small_vocab_zoo, method)
