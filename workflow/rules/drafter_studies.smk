@@ -118,14 +118,17 @@ LR_LADDER_GAPS = {}  # family -> why the ladder cannot show its own rate between
 
 def lr_rates(family):
     """`family`'s rates in the lr study: every rate of `lr_study.rates` and its own (the main drafter, a row even off
-    that grid); with `neighbours: n`, the n rates on each side of its own on that ladder. A rate off the ladder or
-    near its end is noted in LR_LADDER_GAPS (planning study_lr then stops; any other target plans as usual) and
-    trains the neighbours there are."""
+    that grid); with `neighbours: n`, the n rates on each side of its own on that ladder. No own rate, a rate off
+    the ladder or one near its end is noted in LR_LADDER_GAPS (planning study_lr then stops; any other target plans
+    as usual) and trains the rates there are."""
     own = config["drafters"].get(family, {}).get("options", {}).get("lr")
     ladder = sorted(map(float, LR_STUDY.get("rates", [])))
     n = LR_STUDY.get("neighbours", 0)
     mine = sorted({*ladder, *([float(own)] if own is not None else [])})
-    if not n or own is None:
+    if not n:
+        return mine
+    if own is None:
+        LR_LADDER_GAPS[family] = f"family {family!r} has no options.lr of its own to frame on the ladder"
         return mine
     if float(own) not in ladder:
         LR_LADDER_GAPS[family] = f"family {family!r}'s own rate {own} is not one of lr_study.rates"
