@@ -16,8 +16,13 @@
 #
 # The default config is used only when no --configfile is given: a config file given on the
 # command line stands on its own (list default.yaml first to build on it, as the smoke profile does).
+import sys
+
 import yaml
-from snakemake.utils import min_version, validate
+from snakemake.utils import min_version
+
+from harness.errors import DraftcountError
+from harness.store.workflow_config import checked_config
 
 min_version("9.0")
 
@@ -28,7 +33,10 @@ if not workflow.overwrite_configfiles:
 
 
 
-validate(config, "workflow/schemas/config.schema.yaml")
+try:  # --config's true/false and numbers coerced to the schema's types; a bad config: one line, the section's keys
+    checked_config(config, Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml")
+except DraftcountError as error:
+    sys.exit(f"error: {error}")
 
 
 include: "workflow/rules/common.smk"

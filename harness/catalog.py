@@ -47,8 +47,11 @@ class Entry:
     draft tokens (only `ar` does not): a drafting method is refused on a target whose KV cache cannot drop rejected
     drafts (a hybrid model's recurrent state), before it is built. batched: its adapter decodes static batches of
     B > 1 prompts (``harness.engine.batched``; the load study runs it, the conformance suite checks each row).
-    plugin: the installed package (distribution) a plug-in method came from; "" for the in-tree catalog's (set by
-    ``catalog()``, not by the entry).
+    draft_vocab: its drafter trainer takes the training option ``draft_vocab: N`` (``harness.training.draft_vocab``:
+    logits over the N most frequent training tokens, the map written with the drafter) and its adapter drafts only
+    those tokens; the conformance suite then runs it as ``<name>+vocab`` too (the in-tree families are listed there,
+    with the options of their cases; a plug-in declares it here). plugin: the installed package (distribution) a
+    plug-in method came from; "" for the in-tree catalog's (set by ``catalog()``, not by the entry).
     """
 
     name: str
@@ -59,6 +62,7 @@ class Entry:
     options: str | None = None
     drafts: bool = True
     batched: bool = False
+    draft_vocab: bool = False
     plugin: str = ""
 
     def __post_init__(self) -> None:
@@ -66,6 +70,9 @@ class Entry:
             raise DraftcountError(f"catalog entry {self.name!r}: a method name must be an identifier")
         if self.needs not in NEEDS:
             raise DraftcountError(f"catalog entry {self.name!r}: needs must be one of {NEEDS}, not {self.needs!r}")
+        if self.draft_vocab and not self.needs_drafter:
+            raise DraftcountError(f"catalog entry {self.name!r}: draft_vocab says how its drafter trains; it needs a "
+                                  f"trained drafter (needs='drafter')")
         if self.options is not None and len(self.options.split(":")) != 2:
             raise DraftcountError(f"catalog entry {self.name!r}: options must be 'module:Class', not {self.options!r}")
 

@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from harness.engine.arguments import add_method_run_arguments, sampling_of
+from harness.engine.arguments import add_method_run_arguments, check_at_least, check_run_arguments, sampling_of
 from harness.errors import DraftcountError
 from harness.analysis import learning_curves
 from harness.gpu import commands as gpu_commands
@@ -57,6 +57,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from harness.runner import RunConfig, run
     from harness.data.templates import PromptFormat
     from harness.catalog import options_type
+    check_run_arguments(args)  # every number in range before anything loads
+    for value, floor, option in ((args.samples, 1, "--samples"), (args.repeats, 1, "--repeats"),
+                                 (args.warmup, 0, "--warmup")):
+        check_at_least(value, floor, option)
     if args.threads:
         import torch
 
@@ -66,8 +70,6 @@ def _cmd_run(args: argparse.Namespace) -> int:
     engine = parse_options(EngineOptions, parse_key_values(args.engine), "the engine (--engine)")
     from harness.verify import get_verifier
 
-    if args.samples < 1:
-        raise DraftcountError(f"--samples must be >= 1, got {args.samples}")
     get_verifier(args.verifier)  # a one-line error for an unknown verifier, before loading any model
     if engine.cuda_graphs not in ("off", "auto") and not args.device.startswith("cuda"):
         raise DraftcountError(f"--engine cuda_graphs={engine.cuda_graphs} needs a CUDA device, not --device {args.device}")

@@ -14,41 +14,41 @@ from harness.catalog import Entry
 CATALOG = (  # name, module (METHOD), summary, needs, colour in the figures, options ("module:Class", torch-free);
     # drafts=False: the one method that proposes no draft tokens; batched=True: decodes batches of B > 1 (load study)
     Entry("ar", "methods.ar.method", "autoregressive baseline: one target forward per token",
-          None, "#7f7f7f", "methods.ar:AutoregressiveOptions", drafts=False, batched=True),
+          None, "#000000", "methods.ar:AutoregressiveOptions", drafts=False, batched=True),
     Entry("sd", "methods.sd.method", "speculative decoding: a draft LM proposes a chain of gamma tokens",
-          "draft", "#1f77b4", "methods.sd:SpeculativeDecodingOptions", batched=True),
+          "draft", "#009e73", "methods.sd:SpeculativeDecodingOptions", batched=True),
     Entry("tree_sd", "methods.tree_sd.method", "token-tree SD with a draft LM (SpecInfer/Sequoia)",
-          "draft", "#2ca02c", "methods.tree_sd:TreeSpeculativeDecodingOptions", batched=True),
+          "draft", "#cc79a7", "methods.tree_sd:TreeSpeculativeDecodingOptions", batched=True),
     Entry("eagle", "methods.eagle.method", "EAGLE-2 dynamic trees over a trained EAGLE head",
-          "drafter", "#ff7f0e", "methods.eagle:EagleOptions", batched=True),
+          "drafter", "#0072b2", "methods.eagle:EagleOptions", batched=True),
     Entry("lyanna", "methods.lyanna.method", "Lyanna: hidden-state drafter, token-info injection",
-          "drafter", "#d62728", "methods.lyanna:LyannaOptions", batched=True),
+          "drafter", "#d55e00", "methods.lyanna:LyannaOptions", batched=True),
     Entry("dflash", "methods.dflash.method", "DFlash: a block drafted in one non-causal forward over injected target "
-          "states", "drafter", "#000000", "methods.dflash:DFlashOptions", batched=True),
+          "states", "drafter", "#000075", "methods.dflash:DFlashOptions", batched=True),
     Entry("dspark", "methods.dspark.method", "DSpark: DFlash's block + a Markov head, verify length planned from "
-          "predicted survival", "drafter", "#469990", "methods.dspark:DSparkOptions"),
+          "predicted survival", "drafter", "#42d4f4", "methods.dspark:DSparkOptions"),
     Entry("pard", "methods.pard.method", "PARD: a draft LM adapted with mask tokens drafts a chain of k in one "
-          "forward", "drafter", "#9a6324", "methods.pard:PardOptions"),
+          "forward", "drafter", "#8c564b", "methods.pard:PardOptions"),
     Entry("pld", "methods.pld.method", "prompt lookup: n-gram match in the context, drafted as a chain",
-          None, "#8c564b", "methods.pld:PromptLookupOptions"),
+          None, "#808000", "methods.pld:PromptLookupOptions"),
     Entry("suffix", "methods.suffix.method", "Suffix Decoding: frequency-scored trees from suffix trees over the request "
           "and the run's earlier outputs", None, "#800000", "methods.suffix:SuffixOptions"),
     Entry("stand", "methods.stand.method", "STAND: drafts sampled from a store of the target's n-gram distributions",
-          None, "#e377c2", "methods.stand:StandOptions"),
+          None, "#f032e6", "methods.stand:StandOptions"),
     Entry("reader", "methods.reader.method", "READER: a drafter's tree grafted with retrieved continuations",
-          None, "#bcbd22", "methods.reader:ReaderOptions"),
+          None, "#bfef45", "methods.reader:ReaderOptions"),
     Entry("hedgespec", "methods.hedgespec.method", "HedgeSpec: NormalHedge picks one of N drafters each step",
-          None, "#17becf", "methods.hedgespec:HedgeSpecOptions"),
+          None, "#ffd8b1", "methods.hedgespec:HedgeSpecOptions"),
     Entry("owl", "methods.owl.method", "OWL: LSTM drafter on the last hidden state only (HOWL: + suffix match)",
-          "drafter", "#6b3fa0", "methods.owl:OwlOptions"),
+          "drafter", "#911eb4", "methods.owl:OwlOptions"),
     Entry("prism", "methods.prism.method", "PRISM: M EAGLE modules, one per draft step, over one shared KV cache",
-          "drafter", "#393b79", "methods.prism:PrismOptions"),
+          "drafter", "#4363d8", "methods.prism:PrismOptions"),
     Entry("medusa", "methods.medusa.method", "Medusa heads on the last hidden state (Hydra: heads see the drafted "
-          "path), EAGLE-2-style trees", "drafter", "#fabed4", "methods.medusa:MedusaOptions"),
+          "path), EAGLE-2-style trees", "drafter", "#dcbeff", "methods.medusa:MedusaOptions"),
     Entry("mtp", "methods.mtp.method", "MTP modules (DeepSeek-V3's multi-token prediction) bolted on post hoc, a "
-          "chain by default", "drafter", "#808000", "methods.mtp:MtpOptions"),
+          "chain by default", "drafter", "#e69f00", "methods.mtp:MtpOptions"),
     Entry("polybasic", "methods.polybasic.method", "Polybasic SD: target <- trained mid LM <- draft LM, staged "
-          "verification", ("draft", "drafter"), "#b5651d", "methods.polybasic:PolybasicOptions"),
+          "verification", ("draft", "drafter"), "#ffe119", "methods.polybasic:PolybasicOptions"),
     Entry("dream", "methods.dream.method", "DREAM: a 3-layer drafter cross-attending to the target's features "
           "through tanh gates, EAGLE-2 trees; compresses an image to its most attended tokens", "drafter", "#e6194b",
           "methods.dream:DreamOptions"),

@@ -8,6 +8,7 @@ import re
 import shutil
 import subprocess
 from collections import Counter
+from dataclasses import dataclass
 from functools import lru_cache, partial
 from pathlib import Path
 
@@ -292,8 +293,32 @@ def sampled_distribution(target: LoadedModel, adapter, prompt: list[int], length
     return counts
 
 
-def chi_square_pvalue(counts: Counter, probabilities: dict, min_expected: float = 5.0) -> float:
-    """Pearson chi-square goodness of fit; cells expected below ``min_expected`` are pooled into one.
+@dataclass(frozen=True)
+class ChiSquare:
+    """A Pearson chi-square goodness-of-fit test: its statistic, degrees of freedom and p-value, and its cells as
+    (outcome, observed, expected), the outcomes expected below the pooling threshold pooled into one (outcome
+    ``"pooled"``)."""
+
+    statistic: float
+    degrees: int
+    pvalue: float
+    cells: tuple[tuple[object, int, float], ...]
+
+    def worst(self, count: int = 3) -> list[tuple[object, int, float]]:
+        """The ``count`` cells that add the most to the statistic, (observed - expected)^2 / expected."""
+        return sorted(self.cells, key=lambda cell: -(cell[1] - cell[2]) ** 2 / cell[2] if cell[2] > 0 else 0.0)[:count]
+
+    def describe(self, count: int = 3) -> str:
+        """The statistic, its p-value and the worst cells, on one line."""
+        cells = ", ".join(f"{outcome}: observed {observed}, expected {expected:.1f}"
+                          for outcome, observed, expected in self.worst(count))
+        return (f"chi-square {self.statistic:.1f} on {self.degrees} degrees of freedom, p = {self.pvalue:.3g}; "
+                f"worst cells: {cells}")
+
+
+def chi_square_test(counts: Counter, probabilities: dict, min_expected: float = 5.0) -> ChiSquare:
+    """Pearson chi-square goodness of fit of ``counts`` to ``probabilities``; cells expected below ``min_expected``
+    are pooled into one.
 
     The threshold a test compares against follows from the sample size through
     the expected counts: with N samples, a cell of probability p expects N p.
@@ -306,14 +331,20 @@ def chi_square_pvalue(counts: Counter, probabilities: dict, min_expected: float 
     for outcome, probability in probabilities.items():
         expected = samples * probability
         if expected >= min_expected:
-            cells.append((counts.get(outcome, 0), expected))
+            cells.append((outcome, counts.get(outcome, 0), expected))
         else:
             pooled_expected += expected
             pooled_observed += counts.get(outcome, 0)
     if pooled_expected > 0:
-        cells.append((pooled_observed, pooled_expected))
-    statistic = sum((observed - expected) ** 2 / expected for observed, expected in cells if expected > 0)
-    return chi_square_survival(statistic, max(len(cells) - 1, 1))
+        cells.append(("pooled", pooled_observed, pooled_expected))
+    statistic = sum((observed - expected) ** 2 / expected for _, observed, expected in cells if expected > 0)
+    degrees = max(len(cells) - 1, 1)
+    return ChiSquare(statistic, degrees, chi_square_survival(statistic, degrees), tuple(cells))
+
+
+def chi_square_pvalue(counts: Counter, probabilities: dict, min_expected: float = 5.0) -> float:
+    """``chi_square_test``'s p-value."""
+    return chi_square_test(counts, probabilities, min_expected).pvalue
 
 
 def chi_square_survival(statistic: float, degrees: int) -> float:

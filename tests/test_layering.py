@@ -4,7 +4,7 @@ modules import each other, however far round (an import inside a function or und
 
 Layers, lowest first (a package may import its own modules and any lower layer):
  -1  errors
-  0  options, catalog (the method registry), store (atomic files, records)
+  0  options, catalog (the method registry), store (atomic files, records, the workflow config's schema)
  0.5 hybrid (a hybrid target's tree forward and rollback cache: what backend runs for one)
   1  backend (models, forward, caches, graphs, device), data (prompts, corpus, token streams), analysis
   2  trees, retrieval (model-free drafting structures), workflow_datasets (the prompt sets a plan runs)
@@ -27,7 +27,7 @@ LAYERS = {
     "trees": 2, "retrieval": 2, "verify": 3, "engine": 4, "runner": 5, "training": 5, "measure": 6, "gpu": 6, "cli": 7,
 }
 EXEMPT = {"__init__", "__main__"}  # the package's lazy re-exports and `python -m harness`
-TORCH_FREE = ["harness.catalog", "harness.workflow_datasets", "harness.workflow_plan", "harness.workflow_jobs", "harness.errors", "harness.options", "harness.store.records",
+TORCH_FREE = ["harness.catalog", "harness.store.workflow_config", "harness.workflow_datasets", "harness.workflow_plan", "harness.workflow_jobs", "harness.errors", "harness.options", "harness.store.records",
               "harness.analysis.metrics", "harness.analysis.summary", "harness.analysis.figures", "harness.analysis.plotting",
               "harness.analysis.report", "harness.analysis.view", "harness.analysis.views", "harness.analysis.divergence", "harness.analysis.specbench", "harness.gpu.wheels",
               "harness.gpu.quick_readme", "harness.gpu.commands", "harness.trees.beam_shape", "harness.engine.arguments", "methods"]

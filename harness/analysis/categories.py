@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pandas as pd
 
 from harness.analysis.specbench import MT_BENCH_CATEGORIES
@@ -93,27 +92,55 @@ def category_sections(table: pd.DataFrame, main: list[str]) -> str:
     return "\n".join(lines[:-1])
 
 
-def plot_categories(data: Inputs) -> plt.Figure:
-    """One panel per dataset and temperature: speedup per category, one bar per variant (main ones first)."""
-    from harness.analysis.plotting import plt, temperature_label, variant_colors
+def figure_rows(group: pd.DataFrame, order: list[str], main: list[str]) -> list[str]:
+    """A panel's rows: its main variants, then its ablations, each in the figures' fixed order (``order``)."""
+    present = set(group.variant)
+    return ([v for v in order if v in present and v in main] + [v for v in order if v in present and v not in main]
+            + sorted(present - set(order)))
 
-    main, colors = data.main, variant_colors(data.summary)
-    panels = list(data.table("categories").groupby(["dataset", "temperature"]))
-    figure, axes = plt.subplots(len(panels), 1, figsize=(7.0, 2.4 * len(panels)), squeeze=False)
-    for axis, ((dataset, temperature), group) in zip(axes[:, 0], panels):
-        columns = category_order(group)
-        variants = variant_order(list(group.variant.unique()), main)
-        width = 0.8 / max(len(variants), 1)
-        for index, variant in enumerate(variants):
-            rows = group[group.variant == variant].set_index("category").reindex(columns)
-            positions = np.arange(len(columns)) + (index - (len(variants) - 1) / 2) * width
-            errors = np.nan_to_num(np.vstack([(rows.speedup_paired_mean - rows.speedup_ci_low).clip(lower=0),
-                                              (rows.speedup_ci_high - rows.speedup_paired_mean).clip(lower=0)]))
-            axis.bar(positions, rows.speedup_paired_mean, width, yerr=errors, color=colors.get(variant),
-                     label=variant, error_kw={"elinewidth": 0.6, "capsize": 1.5})
-        axis.set_xticks(np.arange(len(columns)), columns)
-        axis.axhline(1.0, color="black", linewidth=0.7, linestyle=":")
-        axis.set_ylabel("speedup over ar")
+
+def speedup_cells(group: pd.DataFrame, rows: list[str], columns: list[str]) -> tuple[pd.DataFrame, ...]:
+    """One panel's cells (variants x categories): the speedups, their texts, what is missing, and which intervals
+    leave 1 (bold)."""
+    table = group.drop_duplicates(["variant", "category"]).set_index(["variant", "category"])
+    values = table.speedup_paired_mean.unstack("category").reindex(index=rows, columns=columns).astype(float)
+    low = table.speedup_ci_low.unstack("category").reindex(index=rows, columns=columns).astype(float)
+    high = table.speedup_ci_high.unstack("category").reindex(index=rows, columns=columns).astype(float)
+    texts = values.map(lambda value: "" if pd.isna(value) else f"{value:.2f}")
+    return values, texts, values.isna(), (low > 1) | (high < 1)
+
+
+def plot_categories(data: Inputs) -> plt.Figure:
+    """One heat map per dataset (rows of panels) and temperature (columns): the paired speedup over ar per variant
+    (rows: main variants first, then ablations, each in the figures' fixed order) and category (columns, ``overall``
+    last), each cell's value written in it, bold where its 95% interval leaves 1; blue above 1, red below."""
+    from matplotlib.colors import TwoSlopeNorm
+
+    from harness.analysis.plot_rows import heatmap
+    from harness.analysis.plotting import plt, temperature_label, variant_order as figure_order
+
+    table, order = data.table("categories"), figure_order(data.summary)
+    datasets, temperatures = sorted(table.dataset.unique()), sorted(table.temperature.unique())
+    heights = [len(table[table.dataset == dataset].variant.unique()) for dataset in datasets]
+    widths = max(len(category_order(table[table.dataset == dataset])) for dataset in datasets)
+    values = table.speedup_paired_mean.astype(float)
+    norm = TwoSlopeNorm(1.0, min(float(values.min()), 0.8), max(float(values.max()), 1.25))
+    size = (0.5 * widths * len(temperatures) + 2.4, 0.7 * len(datasets) + 0.19 * sum(heights))
+    figure, axes = plt.subplots(len(datasets), len(temperatures), squeeze=False, layout="constrained", figsize=size,
+                                gridspec_kw={"height_ratios": heights})
+    image = None
+    for (row, dataset), (column, temperature) in ((r, c) for r in enumerate(datasets) for c in enumerate(temperatures)):
+        axis = axes[row][column]
+        group = table[(table.dataset == dataset) & (table.temperature == temperature)]
+        columns = category_order(table[table.dataset == dataset])
+        rows = figure_rows(table[table.dataset == dataset], order, data.main)
+        cells, texts, hidden, bold = speedup_cells(group, rows, columns)
+        image = heatmap(axis, cells, texts, hidden, "RdBu", norm, fontsize=5.5, weights=bold)
         axis.set_title(f"{dataset}, {temperature_label(temperature)}")
-    axes[0][0].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+        plt.setp(axis.get_xticklabels(), rotation=30, ha="right", rotation_mode="anchor")
+        if column:
+            axis.set_yticklabels([])
+    if image is not None:
+        figure.colorbar(image, ax=axes.ravel().tolist(), shrink=0.6, label="speedup over ar (bold: 95% interval "
+                        "leaves 1)")
     return figure

@@ -47,24 +47,29 @@ def context_length_table(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_context_length(data: Inputs) -> plt.Figure:
-    """One panel per dataset and temperature: tau against the context length (tokens), one line per variant
-    (main ones first)."""
-    from harness.analysis.plotting import plt, temperature_label, variant_colors
+    """One panel per dataset and temperature: tau against the context length (tokens, log 2 axis labelled at the
+    buckets), one line per variant (main ones first), each in its variant's colour, marker and line style."""
+    from harness.analysis.plotting import figure_legend, plt, temperature_label, variant_styles
 
-    main, colors = data.main, variant_colors(data.summary)
+    main, styles = data.main, variant_styles(data.summary)
     panels = list(data.table("context_length").groupby(["dataset", "temperature"]))
-    figure, axes = plt.subplots(1, len(panels), figsize=(3.4 * len(panels), 2.6), squeeze=False)
+    figure, axes = plt.subplots(1, len(panels), figsize=(3.2 * len(panels) + 1.2, 2.6), squeeze=False, sharey=True,
+                                layout="constrained")
     for axis, ((dataset, temperature), group) in zip(axes[0], panels):
         for variant in variant_order(list(group.variant.unique()), main):
             rows = group[group.variant == variant].sort_values("context_tokens")
-            axis.plot(rows.context_tokens, rows.tau, "o-", color=colors.get(variant), label=variant,
-                      markersize=3, linewidth=1.0)
+            style = styles.get(variant)
+            axis.plot(rows.context_tokens, rows.tau, color=style.color if style else None,
+                      marker=style.marker if style else "o", linestyle=style.linestyle if style else "-",
+                      label=variant, markersize=3.5, linewidth=1.0)
+        buckets = sorted(group.context_tokens.unique())
         axis.set_xscale("log", base=2)
-        axis.set_xticks(sorted(group.context_tokens.unique()), [str(v) for v in sorted(group.context_tokens.unique())])
+        axis.set_xticks(buckets, [str(v) for v in buckets])
+        axis.minorticks_off()
         axis.set_xlabel("context length (prompt tokens, bucket)")
         axis.set_title(f"{dataset}, {temperature_label(temperature)}")
     axes[0][0].set_ylabel("tau (accepted length per step)")
-    axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+    figure_legend(figure, axes[0])
     return figure
 
 

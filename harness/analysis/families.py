@@ -90,23 +90,36 @@ def base_view(row: pd.Series) -> pd.Series:
 
 
 def plot_forwards(data) -> "object":
-    """Tau against drafter forwards per decoding step for every variant with a drafter, one marker per temperature:
-    a block drafter reaches its tau in one forward, a head in one per depth, a draft LM in one per token."""
-    from harness.analysis.plotting import plt, temperature_label, variant_colors
+    """Drafter forwards per decoding step beside tau, one row per variant with a drafter (the figures' fixed order),
+    one marker per temperature (mean over datasets): a block drafter reaches its tau in one forward, a head in one
+    per depth, a draft LM in one per token."""
+    from harness.analysis.plot_rows import label_rows, row_positions, rows_figure, slot_count
+    from harness.analysis.plotting import figure_legend, temperature_label, variant_colors, variant_order
 
     summary = data.summary[data.summary.drafter_parameters > 0]
     colors = variant_colors(data.summary)
-    markers = {temperature: marker for temperature, marker in zip(sorted(summary.temperature.unique()), "os^v")}
-    figure, axis = plt.subplots(figsize=(4.6, 3.0))
-    for variant, rows in summary.groupby("variant", sort=False):
-        for temperature, points in rows.groupby("temperature"):
-            axis.scatter(points.drafter_forwards_per_step, points.tau, color=colors.get(variant),
-                         marker=markers[temperature], s=16, label=variant if temperature == min(markers) else None)
-    axis.set_xlabel("drafter forwards per decoding step")
-    axis.set_ylabel("tau (tokens per step)")
-    for temperature, marker in markers.items():
-        axis.scatter([], [], color="0.4", marker=marker, s=16, label=temperature_label(temperature))
-    axis.legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False, fontsize=7)
+    variants = [variant for variant in variant_order(data.summary) if variant in set(summary.variant)]
+    temperatures = sorted(summary.temperature.unique())
+    markers = {temperature: marker for temperature, marker in zip(temperatures, "os^v")}
+    _, centres = row_positions([1] * len(variants))
+    figure, axes = rows_figure(slot_count([1] * len(variants)), 2, panel_width=2.4)
+    means = summary.groupby(["variant", "temperature"])[["drafter_forwards_per_step", "tau"]].mean()
+    for axis, column, label in zip(axes, ("drafter_forwards_per_step", "tau"),
+                                   ("drafter forwards per step", "tau (tokens per step)")):
+        for index, temperature in enumerate(temperatures):
+            offset = 0.5 * (index - (len(temperatures) - 1) / 2)
+            for variant, centre in zip(variants, centres):
+                if (variant, temperature) in means.index:
+                    axis.plot(means.at[(variant, temperature), column], centre + offset, markers[temperature],
+                              color=colors[variant], markersize=3.5,
+                              markerfacecolor=colors[variant] if index == 0 else "white")
+            axis.plot([], [], markers[temperature], color="0.35", markerfacecolor="0.35" if index == 0 else "white",
+                      label=temperature_label(temperature))
+        axis.set_xlabel(label)
+        axis.xaxis.grid(True)
+    axes[0].set_xlim(left=0)
+    label_rows(axes[0], variants, centres)
+    figure_legend(figure, axes[:1])
     return figure
 
 

@@ -14,6 +14,8 @@ without tree search), and the stability is also read by chain tau. Torch-free.
         --rungs eagle=eagle:1,eagle_lc05=eagle:0.5,... --out results/studies/tables/learning_curves.csv \
         --figure results/studies/figures/learning_curves \
         --chains eagle=eagle_chain,eagle_lc05=eagle_lc05_chain,... --records results/raw/*_chain/*.jsonl
+    python -m harness learning-curves --table results/studies/tables/learning_curves.csv \
+        --figure results/studies/figures/learning_curves      # the figure again, from the written tables only
 """
 
 from __future__ import annotations
@@ -119,12 +121,10 @@ def stability_table(curves: pd.DataFrame) -> pd.DataFrame:
 
 
 def plot_learning_curves(curves: pd.DataFrame, stability: pd.DataFrame):
-    """Against training positions (log x), one line per family: each temperature's chain tau and paired speedup
-    where the chains ran, held-out agreement (step 1, and the mean of steps 1-3); then Kendall's tau between
-    adjacent rungs (by agreement, and by each chain tau)."""
-    from matplotlib.ticker import NullFormatter
-
-    from harness.analysis.plotting import plt
+    """Against training positions (log x, labelled at each rung's positions), one line per family in its method's
+    colour: each temperature's chain tau and paired speedup where the chains ran, held-out agreement (step 1, and the
+    mean of steps 1-3); then Kendall's tau between adjacent rungs (by agreement, and by each chain tau)."""
+    from harness.analysis.plotting import MARKERS, figure_legend, log_ticks, palette, plt
 
     panels = [(column, f"chain {label}, T = {at}") for stem, label in CHAIN_FIGURES.items()
               for at, column in per_temperature(curves.columns, stem).items()]
@@ -132,37 +132,41 @@ def plot_learning_curves(curves: pd.DataFrame, stability: pd.DataFrame):
                ("agreement_mean3", "held-out agreement, steps 1-3 (mean)")]
     columns = 3
     rows = -(-(len(panels) + 1) // columns)
-    figure, axes = plt.subplots(rows, columns, figsize=(13, 3.6 * rows), squeeze=False)
+    figure, axes = plt.subplots(rows, columns, figsize=(11, 2.9 * rows + 0.4), squeeze=False, layout="constrained")
     axes = list(axes.flat)
-    colours = plt.get_cmap("tab20").colors  # 11 families: more than the default cycle's 10 colours
+    families = sorted(curves.family.unique())
+    colours = palette(families)
     for axis, (column, title) in zip(axes, panels):
-        for index, (family, found) in enumerate(curves.groupby("family")):
-            found = found.sort_values("tokens")
-            axis.plot(found.tokens, found[column], marker="os^D"[index % 4], color=colours[2 * index % 20 + index // 10],
-                      label=family)
-        axis.set_xscale("log")
-        axis.xaxis.set_minor_formatter(NullFormatter())
+        for index, family in enumerate(families):
+            found = curves[curves.family == family].sort_values("tokens")
+            axis.plot(found.tokens, found[column], marker=MARKERS[index % len(MARKERS)], markersize=4,
+                      color=colours[family], label=family)
+        log_ticks(axis, curves.tokens)
         axis.set_xlabel("supervised target positions")
         axis.set_title(title)
-    axes[0].legend(loc="best", frameon=False, fontsize="x-small", ncol=2)
-    bars = axes[len(panels)]
+    figure_legend(figure, axes[:1], title="drafter family")
+    draw_stability(axes[len(panels)], stability)
+    for axis in axes[len(panels) + 1:]:
+        axis.set_visible(False)
+    return figure
+
+
+def draw_stability(bars, stability: pd.DataFrame) -> None:
+    """Kendall's tau between adjacent rungs' orders of the families, one bar per ranking (agreement, chain tau)."""
     labels = [f"{row.rung:g}x -> {row.next_rung:g}x" for row in stability.itertuples()]
     scored = {"kendall_tau": "agreement", **{column: f"chain tau, T = {at}" for at, column in
                                              per_temperature(stability.columns, "kendall_tau_chain_tau").items()}}
-    width = 0.8 / len(scored)
+    width = 0.8 / max(len(scored), 3)
     for index, (column, name) in enumerate(scored.items()):
         bars.bar(np.arange(len(labels)) + (index - (len(scored) - 1) / 2) * width, stability[column], width,
-                 label=f"by {name}")
-    bars.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
+                 label=f"by {name}", color=("0.3", "#56b4e9", "#e69f00", "#009e73")[index % 4])
+    bars.set_xticks(range(len(labels)), labels, rotation=30, ha="right", rotation_mode="anchor")
+    bars.set_xlim(-0.8, max(len(labels), 2) - 0.2)
     bars.set_ylim(-1, 1)
     bars.axhline(0, color="0.3", linewidth=0.5)
-    bars.legend(frameon=False, fontsize="x-small")
+    bars.legend(frameon=False, fontsize="x-small", loc="lower left")
     bars.set_title("ranking stability (Kendall's tau)")
     bars.set_xlabel("budget rungs (x the main budget)")
-    for axis in axes[len(panels) + 1:]:
-        axis.set_visible(False)
-    figure.tight_layout()
-    return figure
 
 
 def parse_rungs(text: str, flag: str = "--rungs", value: str = "RUNG") -> dict[str, tuple[str, float]]:
@@ -201,7 +205,29 @@ def parse_chains(text: str) -> dict[str, str]:
     return chains
 
 
+def redraw(table: Path, figure: Path | None) -> int:
+    """Draw the figure again from a written table (and its ``<stem>_stability.csv`` beside it): no metrics needed."""
+    stability_path = table.with_name(f"{table.stem}_stability.csv")
+    for path in (table, stability_path):
+        if not path.is_file():
+            raise DraftcountError(f"learning-curves --table: no table {path}")
+    if figure is None:
+        raise DraftcountError("learning-curves --table redraws the figure: give --figure")
+    from harness.analysis.plotting import STYLE, plt, save_figure
+
+    figure.parent.mkdir(parents=True, exist_ok=True)
+    with plt.rc_context(STYLE):
+        for path in save_figure(plot_learning_curves(pd.read_csv(table), pd.read_csv(stability_path)),
+                                figure.parent, figure.name):
+            print(f"wrote {path}")
+    return 0
+
+
 def run(args: argparse.Namespace) -> int:
+    if args.table:
+        return redraw(args.table, args.figure)
+    if not (args.metrics and args.rungs and args.out):
+        raise DraftcountError("learning-curves needs --metrics, --rungs and --out (or --table to redraw the figure)")
     curves = curve_rows(read_metrics(args.metrics), parse_rungs(args.rungs))
     if bool(args.records) != bool(args.chains):
         raise DraftcountError("learning-curves: --records and --chains go together (the chain runs and which "
@@ -215,9 +241,10 @@ def run(args: argparse.Namespace) -> int:
     print(curves.drop(columns="agreement_by_step").to_string(index=False))
     print(stability.to_string(index=False))
     if args.figure:
-        from harness.analysis.plotting import save_figure
+        from harness.analysis.plotting import STYLE, plt, save_figure
 
-        save_figure(plot_learning_curves(curves, stability), args.figure.parent, args.figure.name)
+        with plt.rc_context(STYLE):
+            save_figure(plot_learning_curves(curves, stability), args.figure.parent, args.figure.name)
     return 0
 
 
@@ -245,11 +272,13 @@ def run_lr(args: argparse.Namespace) -> int:
 def add_parsers(subparsers: argparse._SubParsersAction) -> None:
     curves = subparsers.add_parser("learning-curves", help="the learning-curve table, its ranking stability and "
                                                            "figure from drafters' training metrics")
-    curves.add_argument("--metrics", nargs="+", required=True, type=Path,
+    curves.add_argument("--metrics", nargs="+", type=Path,
                         help="training metrics files work/metrics/drafter-<name>.json")
-    curves.add_argument("--rungs", required=True, help="DRAFTER=FAMILY:RUNG,... (rung: the budget over the main one)")
-    curves.add_argument("--out", required=True, type=Path,
+    curves.add_argument("--rungs", help="DRAFTER=FAMILY:RUNG,... (rung: the budget over the main one)")
+    curves.add_argument("--out", type=Path,
                         help="the table (CSV); the stability table is written beside it (<stem>_stability.csv)")
+    curves.add_argument("--table", type=Path,
+                        help="instead: redraw --figure from this written table (and <stem>_stability.csv beside it)")
     curves.add_argument("--figure", type=Path, help="the figure's path without suffix (PDF and PNG)")
     curves.add_argument("--chains", default="", help="DRAFTER=VARIANT,...: each rung's chain run (bench variant)")
     curves.add_argument("--records", nargs="*", default=[], type=Path,

@@ -6,9 +6,10 @@ per tokens in the batch (``python -m harness measure load --figure``)."""
 
 from __future__ import annotations
 
+import csv
 from pathlib import Path
 
-from harness.analysis.plotting import STYLE, method_colors, plt, save_figure
+from harness.analysis.plotting import MARKERS, STYLE, palette, plt, save_figure, shade
 
 
 def chosen_families(rows: list[dict]) -> list[str]:
@@ -18,6 +19,19 @@ def chosen_families(rows: list[dict]) -> list[str]:
         if row["catalog_method"] != "ar":
             variants.setdefault(row["catalog_method"], set()).add(row["method"])
     return [family for family, names in variants.items() if len(names) > 1]
+
+
+def read_load_rows(path: Path) -> list[dict]:
+    """The rows of a written load table (``measure load --out``), typed as the sweep returned them: what the figure
+    reads, so it can be drawn again from the table alone (``measure load --from-table``)."""
+    numbers = ("batch_size", "speedup", "target_tokens_per_step", "wasted_verify_share", "tree_tokens")
+    with Path(path).open(newline="") as handle:
+        rows = list(csv.DictReader(handle))
+    for row in rows:
+        row.update({key: float(row[key]) if row.get(key) not in (None, "") else float("nan") for key in numbers})
+        row["batch_size"] = int(row["batch_size"])
+        row["chosen"] = row.get("chosen") == "True"
+    return rows
 
 
 LINESTYLES = ("-", "--", "-.", (0, (1, 1)))  # a method's first, second, ... variant in the study
@@ -30,18 +44,20 @@ def variant_rank(rows: list[dict], method: str) -> int:
 
 
 def line_style(method: str, family: str, rank: int, colors: dict) -> dict:
-    """The method's colour, a line style per variant of it (the A/A control: ar's colour, dotted)."""
+    """The catalog method's fixed colour (shaded per further variant), a marker and a line style per variant of it
+    (the A/A control: a shade of ar's colour, dotted)."""
     if method == "ar_control":
-        return {"color": colors.get("ar"), "marker": "o", "markersize": 3, "linestyle": ":"}
-    return {"color": colors.get(family), "marker": "o", "markersize": 3, "linestyle": LINESTYLES[rank % 4]}
+        return {"color": shade(colors["ar"], 1), "marker": "o", "markersize": 3, "linestyle": ":"}
+    return {"color": shade(colors[family], rank), "marker": MARKERS[rank % len(MARKERS)], "markersize": 3,
+            "linestyle": LINESTYLES[rank % 4]}
 
 
 def write_load_figure(rows: list[dict], path: Path) -> list[Path]:
     """Draw the rows ``harness.measure.load.sweep`` returned; ``path``'s stem names the PDF and PNG."""
-    colors = method_colors()
+    colors = palette(["ar", *(row["catalog_method"] for row in rows)])
     methods = list(dict.fromkeys(row["method"] for row in rows if row["method"] != "ar"))
     with plt.rc_context(STYLE):
-        figure, (speed, tokens, wasted, chosen) = plt.subplots(1, 4, figsize=(12.8, 2.4))
+        figure, (speed, tokens, wasted, chosen) = plt.subplots(1, 4, figsize=(12.8, 2.6), layout="constrained")
         for method in methods:
             mine = sorted((row for row in rows if row["method"] == method), key=lambda row: row["batch_size"])
             sizes = [row["batch_size"] for row in mine]
@@ -75,7 +91,6 @@ def write_load_figure(rows: list[dict], path: Path) -> list[Path]:
             sizes = sorted({row["batch_size"] for row in rows})
             axis.set_xticks(sizes, [str(size) for size in sizes])
             axis.minorticks_off()
-        figure.subplots_adjust(wspace=0.45)
-        figure.legend(*speed.get_legend_handles_labels(), loc="center left", bbox_to_anchor=(0.9, 0.5), frameon=False)
+        figure.legend(*speed.get_legend_handles_labels(), loc="outside right upper", frameon=False)
         path.parent.mkdir(parents=True, exist_ok=True)
         return save_figure(figure, path.parent, path.stem)

@@ -82,6 +82,18 @@ def vocabulary_note(vocab: int | None, target_vocab: int | None) -> str:
     return f", draft vocabulary {vocab} of {target_vocab} tokens"
 
 
+def trained_on_cell(metrics: dict) -> str:
+    """The machine a model trained on, for the models table: the CPU type and torch's kernel path (fp32 training is
+    reproducible on one CPU type only), or the GPU; ``-`` where its metrics predate the record."""
+    machine = metrics.get("trained_on") or {}
+    if not machine:
+        return "-"
+    if str(machine.get("device", "cpu")).startswith("cuda") and machine.get("gpus"):
+        return str(machine["gpus"][0] if isinstance(machine["gpus"], list) else machine["gpus"])
+    kernels = machine.get("cpu_kernels")
+    return f"{machine.get('cpu', '?')}{f' ({kernels})' if kernels else ''}"
+
+
 def training_section(metrics_paths: list[Path]) -> str:
     """One row per trained model or drafter: parameters, steps, seconds, and its held-out quality."""
     if not metrics_paths:
@@ -111,14 +123,15 @@ def training_section(metrics_paths: list[Path]) -> str:
                          training_flops(stage),
                          f"{stage.get('seconds', 0):.0f}", str(stage.get("stopped_by", "-")),
                          f"perplexity {base['heldout_perplexity']:.1f}" if "heldout_perplexity" in base else "-",
-                         "-"])
+                         "-", trained_on_cell(metrics)])
         name = f"{Path(path).stem} (stage 2: grown)" if base else Path(path).stem
         rows.append([name, str(parameters or "-"), str(train.get("steps", "-")), training_tokens(train),
                      training_flops(train),
                      f"{train.get('seconds', 0):.0f}", str(train.get("stopped_by", "-")), quality,
-                     vocabulary_note(metrics.get("draft_vocab"), metrics.get("target_vocab")).lstrip(", ") or "-"])
+                     vocabulary_note(metrics.get("draft_vocab"), metrics.get("target_vocab")).lstrip(", ") or "-",
+                     trained_on_cell(metrics)])
     return markdown_table(["model", "parameters", "steps", "training tokens", "training FLOPs", "seconds", "stopped by",
-                           "held-out quality", "logits over"], rows)
+                           "held-out quality", "logits over", "trained on"], rows)
 
 
 def training_tokens(train: dict) -> str:

@@ -29,6 +29,7 @@ from harness.errors import DraftcountError
 
 SIZE_OPTIONS = {"budget", "tree_budget", "gamma", "branching", "tree_file", "depth", "top_k"}  # draft size
 FIGURES = "harness.analysis.figures:"
+MORE_FIGURES = "harness.analysis.figures_more:"  # depth, efficiency, budget, samples
 
 
 def budget_families(summary: pd.DataFrame) -> dict[tuple[str, str], list[str]]:
@@ -85,37 +86,43 @@ VIEWS: tuple[View, ...] = (
          intro="What decides how far these rankings transfer to another model and machine "
                "(`harness/analysis/regime.py`)."),
     View("speedup", figure=FIGURES + "plot_speedup", caption=(
-        "Speedup over `ar` per dataset for each method's main variant and the A/A control `ar_control` (geometric "
-        "mean of paired per-turn ratios; error bars: prompt-bootstrap 95% interval); a white diamond marks the "
-        "bound, the speedup with zero host time. Cross-hatched bars: greedy turns that left the paired `ar` output; "
-        "a red note: the control outside +-3% (see the report's warnings).")),
+        "Speedup over `ar` for each method's main variant and the A/A control `ar_control`, one row each in its "
+        "method's colour (every figure's order: the baselines, the paper's pair, the other methods in catalog "
+        "order), one bar per dataset (plain, hatched, dotted: see the legend); geometric mean of paired per-turn "
+        "ratios, whiskers: prompt-bootstrap 95% interval; a white diamond marks the bound, the speedup with zero "
+        "host time. A red outline and name: greedy turns that left the paired `ar` output; a red panel title: the "
+        "control outside +-3% (see the report's warnings).")),
     View("phases", figure=FIGURES + "plot_phases", caption=(
-        "Time per emitted token by phase (mean over datasets): the target's prefill and verify forwards, the "
-        "drafter's forwards, verification and sampling, and the host's share (everything else).")),
+        "Time per emitted token by phase (mean over datasets), one row per main variant: the target's prefill and "
+        "verify forwards, the drafter's forwards, verification and sampling, and the host's share (everything "
+        "else).")),
     View("tau", figure=FIGURES + "plot_tau", caption=(
-        "Acceptance length tau (EAGLE/Spec-Bench: mean accepted length per decoding step, prefill excluded); the "
-        "dot marks accepted draft tokens per verification step (no bonus token).")),
+        "Acceptance length tau (EAGLE/Spec-Bench: mean accepted length per decoding step, prefill excluded), one "
+        "row per main variant, one bar per dataset; the white dot marks accepted draft tokens per verification step "
+        "(no bonus token).")),
     View("waste", figure=FIGURES + "plot_waste", caption=(
-        "Compute per emitted token (FLOPs, mean over datasets): drafter and verifier work that led to an emitted "
-        "token (solid) and work thrown away (hatched).")),
+        "Compute per emitted token (FLOPs, mean over datasets), one row per main variant in its colour: drafter "
+        "(dark) and verifier (pale) work that led to an emitted token (solid) and work thrown away (hatched).")),
     View("budget", applies=size_sweeps, has_data=lambda data: bool(budget_families(data.summary)),
-         figure=FIGURES + "plot_budget", caption=(
+         figure=MORE_FIGURES + "plot_budget", caption=(
              "Tau and speedup against the tokens verified per step (tree size), for variants of one method that "
-             "differ only in their draft budget.")),
-    View("depth", table=depth_acceptance, table_name="depth_acceptance", figure=FIGURES + "plot_depth", caption=(
-        "Per-depth acceptance rate: share of verification steps that reached depth d - 1 and accepted a draft token "
-        "at depth d.")),
-    View("efficiency", figure=FIGURES + "plot_efficiency", caption=(
-        "Speedup against tokens per target forward for every dataset (main variants); the dashed line is the bound "
-        "speedup = tokens per forward of overhead-free drafting.")),
+             "differ only in their draft budget; each point is labelled with its variant (past the method's name).")),
+    View("depth", table=depth_acceptance, table_name="depth_acceptance", figure=MORE_FIGURES + "plot_depth", caption=(
+        "Per-depth acceptance rate (pooled over datasets), one row per main variant: of the verification steps that "
+        "reached depth d - 1 (the count under each rate), the share that accepted a draft token at depth d. A cell "
+        "of fewer than 20 steps shows only its count (grey); depths that no variant reached 20 times are left out.")),
+    View("efficiency", figure=MORE_FIGURES + "plot_efficiency", caption=(
+        "Speedup (filled marker) beside its bound, tokens per target forward (hollow: the speedup of overhead-free "
+        "drafting), one row per main variant, one marker shape per dataset; the gap between them is the overhead.")),
     View("ablations", title="Ablations and budget sweeps",
          intro="Each variant against its method's default configuration on the same prompts.",
          section=lambda data: ablations_section(data.summary, data.main)),
     View("categories", applies=several_categories, table=category_table,
          figure="harness.analysis.categories:plot_categories",
          caption=("Speedup over `ar` per category of each prompt set that has several (its prompts' own categories: "
-                  "the domains of `stdlib_domains`, Spec-Bench's tasks with MT-Bench's eight categories as one; "
-                  "bars: prompt-bootstrap 95% interval)."),
+                  "the domains of `stdlib_domains`, Spec-Bench's tasks with MT-Bench's eight categories as one), a "
+                  "heat map per set and temperature: one row per variant (main ones first), the value in each cell "
+                  "(blue above 1, red below; bold: its prompt-bootstrap 95% interval leaves 1)."),
          title="Per category", section=lambda data: category_sections(data.table("categories"), data.main)
          if not data.table("categories").empty else "",
          intro="Spec-Bench's view: each prompt set with several categories, by task (MT-Bench's eight categories are "
@@ -139,9 +146,9 @@ VIEWS: tuple[View, ...] = (
                "FLOPs per decoding step), from the same runs (`harness/analysis/families.py`)."),
     View("forwards", applies=drafting_scope, has_data=lambda data: bool((data.summary.drafter_parameters > 0).any()),
          figure="harness.analysis.families:plot_forwards", caption=(
-             "Tau against drafter forwards per decoding step, every variant with a drafter: a block drafter "
-             "(dflash, dspark) reaches its tau in one forward, a head in one per tree depth, a draft LM in one per "
-             "drafted token.")),
+             "Drafter forwards per decoding step beside tau (mean over datasets; filled: T = 0, hollow: T = 1), one "
+             "row per variant with a drafter: a block drafter (dflash, dspark) reaches its tau in one forward, a head "
+             "in one per tree depth, a draft LM in one per drafted token.")),
     View("data_source", title="Training data: corpus or the target's own continuations",
          has_data=lambda data: not data_source_rows(data.summary, data.main).empty,
          section=lambda data: data_source_table(data.summary, data.main),
@@ -175,7 +182,7 @@ VIEWS: tuple[View, ...] = (
     View("traversal", title="Traversal verification", section=lambda data: verifier_comparison(data.summary),
          intro="The same method and options verified token by token and by Traversal Verification (leaf-to-root, "
                "sequence-level): tau should not fall, and the paper reports +2-6%."),
-    View("samples", applies=several_samples, table=sample_table, figure=FIGURES + "plot_samples",
+    View("samples", applies=several_samples, table=sample_table, figure=MORE_FIGURES + "plot_samples",
          caption=("Tau against the sample index, for variants run with several samples per prompt (a method that "
                   "learns across one prompt's samples, as stand's store does, should rise)."),
          title="Several samples per prompt", section=lambda data: samples_section(data.table("samples")),

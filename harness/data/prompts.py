@@ -7,14 +7,13 @@ turns and the method's own answers to them.
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from harness.errors import DraftcountError
 from harness.data.templates import FASTCHAT, PromptFormat, chat_messages, resolved_template
-from harness.store.jsonl import read_jsonl_rows
+from harness.store.jsonl import read_jsonl_rows, read_utf8
 
 if TYPE_CHECKING:  # loading prompt sets needs no transformers (the workflow's planner reads them)
     from transformers import PreTrainedTokenizerBase
@@ -36,15 +35,27 @@ def load_question_jsonl(path: Path) -> list[Prompt]:
     """Spec-Bench / MT-Bench format: question_id, category, turns; and ``image``, a file relative to the prompt
     file's folder, for a vision-language target."""
     prompts = []
-    for row in _read_jsonl(path):
-        if "turns" not in row:
-            raise DraftcountError(f"{path}: a record has no 'turns' field (keys: {sorted(row)})")
+    for number, row in read_jsonl_rows(path):
+        if not isinstance(row, dict) or "turns" not in row:
+            raise DraftcountError(f"{path}:{number}: a record has no 'turns' field "
+                                  f"({f'keys: {sorted(row)}' if isinstance(row, dict) else type(row).__name__})")
         prompts.append(
             Prompt(id=str(row.get("question_id", len(prompts))), category=str(row.get("category", "")),
-                   turns=tuple(str(turn) for turn in row["turns"]),
+                   turns=checked_turns(row["turns"], f"{path}:{number}"),
                    image=str(Path(path).parent / row["image"]) if row.get("image") else "")
         )
     return prompts
+
+
+def checked_turns(turns: object, where: str) -> tuple[str, ...]:
+    """A record's ``turns``: a non-empty list of non-empty strings (a bare string would split into characters)."""
+    if not isinstance(turns, list) or not turns:
+        raise DraftcountError(f"{where}: 'turns' must be a non-empty list of strings, got {type(turns).__name__}"
+                              f"{f' {turns!r:.40}' if isinstance(turns, str) else ''}")
+    for index, turn in enumerate(turns):
+        if not isinstance(turn, str) or not turn.strip():
+            raise DraftcountError(f"{where}: turn {index + 1} must be a non-empty string, got {turn!r:.40}")
+    return tuple(turns)
 
 
 def load_gsm8k_jsonl(path: Path) -> list[Prompt]:
@@ -67,7 +78,7 @@ def load_humaneval() -> list[Prompt]:
 
 def load_text_prompts(path: Path) -> list[Prompt]:
     """One prompt per non-empty line; a literal backslash-n in a line stands for a newline."""
-    lines = [line.rstrip("\n") for line in path.read_text(encoding="utf-8").splitlines()]
+    lines = read_utf8(path, "prompt file").splitlines()
     return [
         Prompt(id=f"{path.stem}-{index}", category=path.stem, turns=(line.replace("\\n", "\n"),))
         for index, line in enumerate(line for line in lines if line.strip())
@@ -75,9 +86,12 @@ def load_text_prompts(path: Path) -> list[Prompt]:
 
 
 def _load_jsonl_any(path: Path) -> list[Prompt]:
-    first = next((json.loads(line) for line in path.open(encoding="utf-8") if line.strip()), None)
+    rows = read_jsonl_rows(path)
+    first = rows[0][1] if rows else None
     if first is None:
         raise DraftcountError(f"prompt file {path} is empty")
+    if not isinstance(first, dict):
+        raise DraftcountError(f"{path}:{rows[0][0]}: a record must be a JSON object, got {type(first).__name__}")
     if "turns" in first:
         return load_question_jsonl(path)
     if "question" in first and "answer" in first:

@@ -8,6 +8,8 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from harness.errors import DraftcountError
+
 
 def add_method_run_arguments(parser: argparse.ArgumentParser, default_method: str | None = None) -> None:
     """--method (required without ``default_method``), --opt, --target, --draft, --drafter, --prompts, --limit,
@@ -31,6 +33,22 @@ def add_method_run_arguments(parser: argparse.ArgumentParser, default_method: st
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--no-progress", action="store_true", help="no progress bar")
+
+
+def check_at_least(value: int | None, floor: int, option: str) -> None:
+    """One line for an integer option below ``floor`` (None: the option was not given)."""
+    if value is not None and value < floor:
+        raise DraftcountError(f"{option} must be >= {floor}, got {value}")
+
+
+def check_run_arguments(args: argparse.Namespace) -> None:
+    """Every number of a method run in range before any model is loaded, one line for the first that is not:
+    the sampling (``sampling_of``), --max-new-tokens, --limit, --seed and --threads."""
+    sampling_of(args)
+    check_at_least(args.max_new_tokens, 1, "--max-new-tokens")
+    check_at_least(args.limit, 1, "--limit")
+    check_at_least(args.seed, 0, "--seed")
+    check_at_least(args.threads, 1, "--threads")
 
 
 def sampling_of(args: argparse.Namespace) -> Any:

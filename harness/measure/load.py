@@ -242,8 +242,12 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness measure l
     parser.add_argument("--threads", type=int, help="torch CPU threads (default: torch's choice)")
     parser.add_argument("--out", type=Path, help="write the table as CSV here")
     parser.add_argument("--figure", type=Path, help="write the speedup-over-ar-against-B figure here (.pdf, + .png)")
+    parser.add_argument("--from-table", type=Path,
+                        help="decode nothing: draw --figure again from this written table (--out's CSV)")
     parser.add_argument("--no-progress", action="store_true")
     args = parser.parse_args(argv)
+    if args.from_table:
+        return redraw(args.from_table, args.figure)
     if args.threads:
         torch.set_num_threads(args.threads)
     batch_sizes = [int(size) for size in args.batch_sizes.split(",")]
@@ -295,6 +299,19 @@ def main(argv: list[str] | None = None, prog: str = "python -m harness measure l
 
         for path in write_load_figure(rows, args.figure):
             print(f"wrote {path}")
+    return 0
+
+
+def redraw(table: Path, figure: Path | None) -> int:
+    """``--from-table``: the figure again from a written load table, nothing decoded."""
+    from harness.analysis.load_figure import read_load_rows, write_load_figure
+
+    if not table.is_file():
+        raise DraftcountError(f"no load table {table}")
+    if figure is None:
+        raise DraftcountError("--from-table draws the figure: give --figure")
+    for path in write_load_figure(read_load_rows(table), figure):
+        print(f"wrote {path}")
     return 0
 
 

@@ -63,38 +63,61 @@ def measure(args: argparse.Namespace, timings: list[str]) -> tuple[dict[str, Lat
 
 
 def plot(projection: pd.DataFrame, out_dir: Path, label: str) -> None:
-    from harness.analysis.plotting import STYLE, save_figure, variant_colors, variant_order
+    """Per temperature, one labelled row per variant (the figures' fixed order): its measured speedup (grey) over its
+    projected one (its method's colour), each the mean over datasets."""
+    import textwrap
 
-    import matplotlib.pyplot as plt
+    from harness.analysis.plot_rows import label_rows, row_positions, rows_figure, slot_count
+    from harness.analysis.plotting import STYLE, edge_color, plt, save_figure, variant_colors, variant_order
 
     table = projection.dropna(subset=["projected_speedup"])
     table = table.groupby(["variant", "method", "temperature"], as_index=False)[
         ["measured_speedup", "projected_speedup"]].mean()
-    colors = variant_colors(table)
+    colors, variants = variant_colors(table), variant_order(table)
+    bars, centres = row_positions([2] * len(variants))
     with plt.rc_context(STYLE):
         temperatures = sorted(table.temperature.unique())
-        figure, axes = plt.subplots(1, len(temperatures), figsize=(3.4 * len(temperatures), 2.6), squeeze=False,
-                                    sharey=True)
-        for axis, temperature in zip(axes[0], temperatures):
+        figure, axes = rows_figure(slot_count([2] * len(variants)), len(temperatures), panel_width=2.4, sharex=True)
+        for axis, temperature in zip(axes, temperatures):
             rows = table[table.temperature == temperature].set_index("variant")
-            variants = [v for v in variant_order(table) if v in rows.index]
-            x = range(len(variants))
-            axis.bar([i - 0.2 for i in x], rows.loc[variants, "measured_speedup"], 0.4, color="0.75",
-                     label="measured (small models, this machine)")
-            axis.bar([i + 0.2 for i in x], rows.loc[variants, "projected_speedup"], 0.4,
-                     color=[colors[v] for v in variants], label=f"projected ({label})")
-            axis.axhline(1.0, color="black", linewidth=0.7, linestyle=":")
-            axis.set_xticks(list(x), variants, rotation=35, ha="right")
+            for variant, (measured, projected) in zip(variants, bars):
+                if variant in rows.index:
+                    axis.barh(measured, rows.at[variant, "measured_speedup"], 0.9, color="0.8", edgecolor="0.45",
+                              linewidth=0.4)
+                    axis.barh(projected, rows.at[variant, "projected_speedup"], 0.9, color=colors[variant],
+                              edgecolor=edge_color(colors[variant]), linewidth=0.4)
+            axis.axvline(1.0, color="black", linewidth=0.7, linestyle=":")
             axis.set_title("greedy (T = 0)" if temperature == 0 else f"T = {temperature:g}")
-        axes[0][0].set_ylabel("speedup over ar (mean over datasets)")
-        axes[0][-1].legend(loc="upper left", bbox_to_anchor=(1.0, 1.0), frameon=False)
+            axis.set_xlabel("speedup over ar\n(mean over datasets)")
+            axis.xaxis.grid(True)
+        label_rows(axes[0], variants, centres)
+        handles = [plt.Rectangle((0, 0), 1, 1, facecolor="0.8", edgecolor="0.45"),
+                   plt.Rectangle((0, 0), 1, 1, facecolor="0.35", edgecolor="0.2")]
+        figure.legend(handles, ["measured\n(small models, this machine)",
+                                "projected, in the\nmethod's colour\n(" + textwrap.fill(label, 28) + ")"],
+                      loc="outside right upper", frameon=False)
         save_figure(figure, out_dir, "projection")
+
+
+def redraw(table: Path, out_dir: Path) -> None:
+    """``--from-projection``: projection.{pdf,png} again from a written projection.csv (its last timing, as drawn
+    when measured), nothing measured."""
+    if not table.is_file():
+        raise SystemExit(f"no projection table {table}")
+    projection = pd.read_csv(table)
+    shown = projection.timing.iloc[-1]
+    rows = projection[projection.timing == shown]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    plot(rows, out_dir, str(rows.basis.iloc[0]).removeprefix("projection: "))
+    print(f"wrote {out_dir}/projection.pdf/png ({shown}, from {table})")
 
 
 def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--summary", required=True, type=Path, help="summary CSV with the measured acceptance")
+    parser.add_argument("--summary", type=Path, help="summary CSV with the measured acceptance (required)")
+    parser.add_argument("--from-projection", type=Path,
+                        help="measure nothing: draw projection.{pdf,png} in --out-dir again from this projection.csv")
     parser.add_argument("--out-dir", required=True, type=Path)
     parser.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     parser.add_argument("--dtype", default="bfloat16", choices=["bfloat16", "float16", "float32"])
@@ -111,7 +134,9 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
                              "same on a preallocated KV cache) and/or cuda_graphs (replayed from CUDA graphs on that "
                              "static cache); default all three on CUDA, eager elsewhere")
     args = parser.parse_args(argv)
-    if not args.summary.is_file():
+    if args.from_projection:
+        return redraw(args.from_projection, args.out_dir)
+    if args.summary is None or not args.summary.is_file():
         parser.error(f"no summary table {args.summary} (run the workflow first)")
     if args.threads:
         torch.set_num_threads(args.threads)

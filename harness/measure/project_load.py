@@ -67,52 +67,83 @@ def project_load(load: pd.DataFrame, latencies: Latencies, basis: str) -> pd.Dat
     return pd.DataFrame(rows)
 
 
-def plot(projection: pd.DataFrame, out_dir: Path, label: str) -> list[Path]:
-    """Projected speedup against B per method (solid), beside the CPU load study's measured one (dotted)."""
-    from harness.analysis.plotting import STYLE, method_colors, plt, save_figure
+def plot(projection: pd.DataFrame, out_dir: Path, label: str, families: dict[str, str] | None = None) -> list[Path]:
+    """Projected speedup against B per method (solid), beside the CPU load study's measured one (dotted); each in
+    its catalog method's colour (``families``: {method: catalog method}), a further variant of one in a shade of it
+    with its own marker."""
+    from harness.analysis.plotting import MARKERS, STYLE, palette, plt, save_figure, shade
 
-    colors = method_colors()
+    families = {method: (families or {}).get(method, method) for method in projection.method.unique()}
+    colors = palette(families.values())
+    ranks = {method: list(dict.fromkeys(m for m in families if families[m] == family)).index(method)
+             for method, family in families.items()}
     with plt.rc_context(STYLE):
-        figure, axis = plt.subplots(figsize=(3.6, 2.6))
+        figure, axis = plt.subplots(figsize=(4.6, 2.6), layout="constrained")
         for method, rows in projection[projection.method != "ar"].groupby("method", sort=False):
             rows = rows.sort_values("batch_size")
+            color, marker = shade(colors[families[method]], ranks[method]), MARKERS[ranks[method] % len(MARKERS)]
             projected = rows.projected_speedup.notna().any()
             if projected:
-                axis.plot(rows.batch_size, rows.projected_speedup, marker="o", markersize=3,
-                          color=colors.get(method), label=method)
-            axis.plot(rows.batch_size, rows.measured_speedup, marker="o", markersize=2, linestyle=":",
-                      color=colors.get(method), label=None if projected else f"{method} (measured only)")
+                axis.plot(rows.batch_size, rows.projected_speedup, marker=marker, markersize=3.5, color=color,
+                          label=method)
+            axis.plot(rows.batch_size, rows.measured_speedup, marker=marker, markersize=2.5, linestyle=":",
+                      color=color, label=None if projected else f"{method} (measured only)")
         sizes = sorted(projection.batch_size.unique())
         axis.axhline(1.0, color="black", linewidth=0.6)
         axis.set(xscale="log", xlabel="batch size B", ylabel="speedup over ar")
         axis.set_title("solid: projected; dotted: measured (CPU)", fontsize="small")
         axis.set_xticks(sizes, [str(size) for size in sizes])
         axis.minorticks_off()
-        axis.legend(loc="center left", bbox_to_anchor=(1.0, 0.5), frameon=False, fontsize="small",
-                    title=label.replace(", ", "\n"), title_fontsize="x-small")
+        figure.legend(loc="outside right upper", frameon=False, fontsize="small",
+                      title=label.replace(", ", "\n"), title_fontsize="x-small", alignment="left")
         return save_figure(figure, out_dir, "projection")
+
+
+SUFFIX = ", acceptance from the CPU load study"  # the end of every row's basis
+
+
+def redraw(table: Path, load_table: Path, out_dir: Path) -> int:
+    """``--from-projection``: the figure again from a written projection.csv (its label from the rows' basis, the
+    methods' catalog methods from the load table), nothing projected."""
+    for path in (table, load_table):
+        if not path.is_file():
+            raise DraftcountError(f"no table {path}")
+    projection, load = pd.read_csv(table), pd.read_csv(load_table)
+    label = str(projection.basis.iloc[0]).removeprefix("projection: ").split(SUFFIX)[0]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    for path in plot(projection, out_dir, label, dict(zip(load.method, load.catalog_method))):
+        print(f"wrote {path}")
+    return 0
 
 
 def main(argv: list[str] | None = None, prog: str = "python -m harness measure project-load") -> int:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
     parser.add_argument("--load", required=True, type=Path, help="the load study's table (measure load --out)")
-    parser.add_argument("--latency", required=True, type=Path, help="latency.csv of measure project-8b")
+    parser.add_argument("--latency", type=Path, help="latency.csv of measure project-8b (required)")
     parser.add_argument("--timing", default="cuda_graphs", help="which of the table's timings (default cuda_graphs)")
     parser.add_argument("--label", default="Llama-3.1-8B shapes, latency table", help="what the latencies are")
     parser.add_argument("--out-dir", required=True, type=Path)
+    parser.add_argument("--from-projection", type=Path,
+                        help="project nothing: draw projection.{pdf,png} in --out-dir again from this projection.csv")
     args = parser.parse_args(argv)
+    if args.from_projection:
+        return redraw(args.from_projection, args.load, args.out_dir)
+    if args.latency is None:
+        parser.error("--latency is required")
     for path in (args.load, args.latency):
         if not path.is_file():
             raise DraftcountError(f"no table {path}")
     latencies = latencies_of(pd.read_csv(args.latency), args.timing)
-    basis = f"projection: {args.label}, {args.timing}, acceptance from the CPU load study"
-    projection = project_load(pd.read_csv(args.load), latencies, basis)
+    basis = f"projection: {args.label}, {args.timing}{SUFFIX}"
+    load = pd.read_csv(args.load)
+    projection = project_load(load, latencies, basis)
     args.out_dir.mkdir(parents=True, exist_ok=True)
     with atomic_path(args.out_dir / "projection.csv") as partial:
         projection.to_csv(partial, index=False, float_format="%.4f")
     print(projection.pivot_table(index="method", columns="batch_size", values="projected_speedup", sort=False)
           .to_string(float_format=lambda value: f"{value:.2f}"))
-    for path in plot(projection, args.out_dir, f"{args.label}, {args.timing}"):
+    families = dict(zip(load.method, load.catalog_method))
+    for path in plot(projection, args.out_dir, f"{args.label}, {args.timing}", families):
         print(f"wrote {path}")
     print(f"wrote {args.out_dir / 'projection.csv'}")
     return 0

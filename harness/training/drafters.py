@@ -34,6 +34,7 @@ from torch import nn
 from transformers import LlamaConfig, PretrainedConfig
 
 from harness.errors import DraftcountError
+from harness.training.drafter_contract import AGREEMENT, check_drafter, checked_agreement
 from harness.training import distributed
 from harness.training.distributed import Shard
 from harness.training.draft_vocab import MAP_WEIGHTS, DraftVocab, vocab_from_maps
@@ -49,6 +50,7 @@ from harness.training.objectives import DEFAULT_OBJECTIVE, check_objective
 from harness.training.flops import flop_counter
 from harness.training.loop import TrainConfig, TrainResult, batches_from_step, check_warmup_fraction, train
 from harness.training.zoo import save_directory
+from harness.training.zoo_training import trained_on
 
 
 @dataclass(frozen=True)
@@ -143,10 +145,12 @@ def fit_drafter(module: torch.nn.Module, batch_loss: Callable[[dict[str, torch.T
     """The shared loop over ``source`` batches; all of ``options`` (the method's training options) goes into
     the checkpoint's fingerprint, but how the global batch is split (grad_accum x processes) does not.
 
-    ``batch_loss`` must be a mean over the batch's rows, so that a global batch's loss is the mean of its
-    micro-batches'. Under torchrun, a process other than rank 0 leaves (``SystemExit(0)``) once training is
-    done: its drafter is rank 0's, which alone is evaluated and written.
+    ``module`` must have the methods of ``Drafter`` (``check_drafter``, before the first step). ``batch_loss`` must
+    be a mean over the batch's rows, so that a global batch's loss is the mean of its micro-batches'. Under
+    torchrun, a process other than rank 0 leaves (``SystemExit(0)``) once training is done: its drafter is rank 0's,
+    which alone is evaluated and written.
     """
+    check_drafter(module, request.method)
 
     def loss_fn(step: int, shard: Shard) -> tuple[torch.Tensor, int]:
         batch = batches_from_step(step, options.seed,
@@ -186,19 +190,6 @@ def dump_feature_flops(source: FeatureSource, target: LoadedModel, options: Draf
     with torch.no_grad(), flop_counter() as counter:
         target_features(target.model, ids.to(target.device), source.layers)
     return float(counter.get_total_flops()) * options.grad_accum * distributed.world().size
-
-
-AGREEMENT = "heldout_top1_agreement_by_step"  # the metric of the module docstring's contract
-
-
-def checked_agreement(method: str, values: list[float]) -> list[float]:
-    """A family's agreement per draft step as the contract has it (floats in [0, 1], at least one); one line if
-    not."""
-    agreement = [float(value) for value in values]
-    if not agreement or not all(0.0 <= value <= 1.0 for value in agreement):
-        raise DraftcountError(f"{method}: the held-out agreement per draft step must be one share in [0, 1] per step, "
-                              f"got {list(values)}")
-    return agreement
 
 
 def heldout_batch(heldout: torch.Tensor, target: LoadedModel, layers: list[int | str],
@@ -355,10 +346,12 @@ def train_drafter(request: DrafterTrainRequest, options: DrafterLoopOptions, tar
     the drafter's metadata (Medusa's per-rank accuracies, say). Returns the metrics."""
     fitted = fit()
     module = fitted.module
+    check_drafter(module, request.method)  # a fit without fit_drafter: at least before anything is evaluated
     vocab = getattr(module, "draft_vocab", None)
     metrics = {"method": request.method, "trainable_parameters": module.trainable_parameters(),
                "options": asdict(options), "train": fitted.result.as_dict(), "target": request.target,
-               "data": str(request.data), **(vocab.describe() if vocab is not None else {}), **fitted.metrics}
+               "data": str(request.data), **(vocab.describe() if vocab is not None else {}), **fitted.metrics,
+               "trained_on": trained_on(str(target.device))}  # the report's models table names the CPU type
     calibration = {}
     if request.heldout is not None:
         heldout = load_tokens(request.heldout)

@@ -39,8 +39,8 @@ GATES = {
     "max_looping_share": Gate("looping share", _degeneracy("looping_share"), "max"),
     "min_heldout_agreement": Gate("held-out top-1 agreement (first step)", heldout_agreement, "min"),
 }
-ADVICE = ("train it longer (more steps) or check its data; --config allow_weak_models=true goes on with a warning "
-          "at the top of the report")
+ADVICE = ("train it longer (more steps) or check its data; to go on with a warning at the top of the report, add "
+          "`--config allow_weak_models=true` to the snakemake command (`python -m harness train`: `--allow-weak`)")
 
 
 def gate_failures(name: str, metrics: dict, thresholds: dict[str, float]) -> list[str]:

@@ -75,7 +75,8 @@ def trained_on(device: str) -> dict:
     kernels round differently), so the report names it beside the target's figures."""
     machine = environment()
     return {"device": device, "cpu": machine["hardware"]["cpu"], "gpus": machine["hardware"]["gpus"],
-            "torch": machine["versions"]["torch"], "torch_threads": torch.get_num_threads()}
+            "torch": machine["versions"]["torch"], "torch_threads": torch.get_num_threads(),
+            "cpu_kernels": torch.backends.cpu.get_cpu_capability()}  # AVX2 / AVX512: ATEN_CPU_CAPABILITY sets it
 
 
 def model_shape(fields: dict) -> ModelShape:

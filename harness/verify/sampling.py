@@ -8,6 +8,7 @@ then top-p.
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -24,11 +25,11 @@ class SamplingConfig:
     top_p: float = 1.0
 
     def __post_init__(self) -> None:
-        if self.temperature < 0:
-            raise DraftcountError(f"temperature must be >= 0, got {self.temperature}")
-        if self.top_k < 0:
-            raise DraftcountError(f"top_k must be >= 0, got {self.top_k}")
-        if not 0.0 < self.top_p <= 1.0:
+        if not (math.isfinite(self.temperature) and self.temperature >= 0):  # nan passes a plain `< 0` check
+            raise DraftcountError(f"temperature must be a finite number >= 0, got {self.temperature}")
+        if isinstance(self.top_k, bool) or int(self.top_k) != self.top_k or self.top_k < 0:
+            raise DraftcountError(f"top_k must be a whole number >= 0, got {self.top_k}")
+        if not (math.isfinite(self.top_p) and 0.0 < self.top_p <= 1.0):
             raise DraftcountError(f"top_p must be in (0, 1], got {self.top_p}")
 
     @property

@@ -6,8 +6,6 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-import numpy as np
-
 from harness.analysis.view import Inputs, Scope, View
 from methods.lyanna.claims import claims_section, claims_table, regime_caveat
 
@@ -18,32 +16,33 @@ METHOD = "lyanna"
 
 
 def plot_ablation(data: Inputs) -> plt.Figure:
-    """Tau, speedup and drafter-FLOP waste of every lyanna variant on the ablation datasets, plain bars at the first
-    temperature, hatched at the others."""
-    from harness.analysis.plotting import plt, temperature_label, variant_colors, variant_order
+    """Tau, speedup and drafter-FLOP waste of every lyanna variant on the ablation datasets (mean over them): one
+    labelled row per variant (the figures' fixed order: the default first, then the others by name), one bar per
+    temperature (plain at the first, hatched at the others)."""
+    from harness.analysis.plot_rows import (group_legend, group_slots, grouped_hbars, hatch_map, label_rows,
+                                            row_positions, rows_figure, slot_count)
+    from harness.analysis.plotting import temperature_label, variant_colors, variant_order
 
     summary = data.summary
     table = summary[summary.method == METHOD]
     ablation_datasets = set(table[~table.variant.isin(data.main)].dataset)
     table = table[table.dataset.isin(ablation_datasets)] if ablation_datasets else table
-    colors = variant_colors(summary)
-    variants = [v for v in variant_order(summary) if v in set(table.variant)]
     values = [("tau", "tau"), ("speedup_paired_mean", "speedup over ar"), ("drafter_flop_waste", "drafter-FLOP waste")]
+    means = table.groupby(["variant", "temperature"], as_index=False)[[column for column, _ in values]].mean()
+    variants = [v for v in variant_order(summary) if v in set(table.variant)]
     temperatures = sorted(summary.temperature.unique())
-    figure, axes = plt.subplots(1, len(values), figsize=(2.6 * len(values) + 1.2, 2.6), squeeze=False)
-    width = 0.8 / max(len(temperatures), 1)
-    for axis, (column, label) in zip(axes[0], values):
-        for index, temperature in enumerate(temperatures):
-            rows = table[table.temperature == temperature].groupby("variant")[column].mean().reindex(variants)
-            positions = np.arange(len(variants)) + (index - (len(temperatures) - 1) / 2) * width
-            axis.bar(positions, rows, width, color=[colors[v] for v in variants], hatch="" if index == 0 else "///",
-                     edgecolor="white", linewidth=0.3)
-        axis.set_xticks(np.arange(len(variants)), variants, rotation=40, ha="right")
+    slots, hatches = group_slots(means, variants, temperatures, group="temperature"), hatch_map(temperatures)
+    counts = [len(groups) for groups in slots.values()]
+    figure, axes = rows_figure(slot_count(counts), len(values), panel_width=2.2)
+    colors = variant_colors(summary)
+    for axis, (column, label) in zip(axes, values):
+        grouped_hbars(axis, means, slots, column, colors, group="temperature", hatches=hatches)
         axis.set_title(label)
-    handles = [plt.Rectangle((0, 0), 1, 1, facecolor="0.6", hatch="" if i == 0 else "///", edgecolor="white")
-               for i in range(len(temperatures))]
-    axes[0][-1].legend(handles, [temperature_label(t) for t in temperatures], loc="upper left",
-                       bbox_to_anchor=(1.0, 1.0), frameon=False)
+        axis.xaxis.grid(True)
+    axes[1].axvline(1.0, color="black", linewidth=0.7, linestyle=":")
+    label_rows(axes[0], variants, row_positions(counts)[1])
+    handles, _ = group_legend(temperatures, hatches, "")
+    figure.legend(handles, [temperature_label(t) for t in temperatures], loc="outside right upper", frameon=False)
     return figure
 
 
@@ -68,5 +67,5 @@ VIEWS = (
                "are ours, not the paper's claim."),
     View("ablation", applies=_has_ablations, has_data=_ablation_rows, figure="methods.lyanna.view:plot_ablation",
          after="depth", caption="The lyanna ablation: tau, speedup and drafter-FLOP waste of each switch against the "
-                                "default (plain bars: T = 0, hatched: T = 1)."),
+                                "default, one row per variant (plain bars: T = 0, hatched: T = 1)."),
 )

@@ -53,4 +53,6 @@ def test_single_category_sets_have_no_rows_and_the_views_render():
     assert "| variant | mt_bench | translation | overall |" in text and "| eagle | 2.00x (1.00) | 1.50x (2.00) |" in text
     summary = pd.DataFrame({"variant": ["eagle"], "method": ["eagle"]})
     figure = plot_categories(Inputs(summary, main=["eagle"], read={"categories": table}))
-    assert len(figure.axes[0].patches) == 3  # one bar per category, overall included
+    cells = figure.axes[0].images[0].get_array()  # a heat map: one row per variant, one cell per category
+    assert cells.shape == (1, 3) and abs(cells[0, 1] - 1.5) < 1e-12  # overall included; translation's speedup
+    assert [text.get_text() for text in figure.axes[0].texts] == ["2.00", "1.50", f"{cells[0, 2]:.2f}"]

@@ -134,3 +134,24 @@ def test_the_lr_study_without_neighbours_trains_every_rate_and_stops_at_a_ladder
     other = snakemake("-n", "bench_ar", "--configfile", "workflow/config/default.yaml", "workflow/config/smoke.yaml",
                       str(overlay), *overrides(tmp_path))
     assert other.returncode == 0, other.stdout[-2000:] + other.stderr[-2000:]
+
+
+def test_the_figure_is_redrawn_from_the_written_tables_with_labelled_log_ticks(tmp_path):
+    found, rungs = study_metrics()
+    paths = []
+    for name, values in found.items():
+        paths.append(tmp_path / f"drafter-{name}.json")
+        paths[-1].write_text(json.dumps(values))
+    out = tmp_path / "tables" / "learning_curves.csv"
+    spec = ",".join(f"{name}={family}:{rung:g}" for name, (family, rung) in rungs.items())
+    assert main(["learning-curves", "--metrics", *map(str, paths), "--rungs", spec, "--out", str(out)]) == 0
+    # no metrics needed: the committed tables alone draw the figure again (results/*/studies/tables)
+    assert main(["learning-curves", "--table", str(out), "--figure", str(tmp_path / "again" / "curves")]) == 0
+    assert (tmp_path / "again" / "curves.png").stat().st_size > 1000
+    assert main(["learning-curves", "--table", str(tmp_path / "none.csv"), "--figure", str(tmp_path / "x")]) == 2
+    two_rungs = pd.read_csv(out)
+    two_rungs = two_rungs[two_rungs.rung >= 1]  # the real target's study: two rungs (1x, 2x), a factor of 2 apart
+    figure = plot_learning_curves(two_rungs, stability_table(two_rungs))
+    figure.canvas.draw()
+    labels = [label.get_text() for label in figure.axes[0].get_xticklabels() if label.get_text()]
+    assert len(labels) > 2, labels  # more than the two rungs' own positions: round values between them

@@ -292,3 +292,23 @@ def test_the_environment_names_an_imported_targets_source(tmp_path):
     del record["models"]["target_source"]
     path.write_text(json.dumps(record) + "\n")
     assert "imported" not in environment_section(run_settings([path]))
+
+
+def test_the_models_table_names_the_machine_each_model_trained_on(tmp_path):
+    """fp32 training is reproducible per CPU type only: every trained model's row names its CPU and kernel path."""
+    from harness.analysis.report import training_section
+
+    machine = {"device": "cpu", "cpu": "AMD EPYC", "gpus": [], "cpu_kernels": "AVX512"}
+    target = tmp_path / "target.json"
+    target.write_text(json.dumps({"parameters": 10, "heldout_perplexity": 57.1, "training": {"steps": 3},
+                                  "trained_on": machine}))
+    drafter = tmp_path / "drafter-eagle.json"
+    drafter.write_text(json.dumps({"trainable_parameters": 5, "train": {"steps": 2},
+                                   "trained_on": {**machine, "cpu": "Intel(R) Xeon(R) Processor",
+                                                  "cpu_kernels": "AVX2"}}))
+    old = tmp_path / "drafter-old.json"  # metrics written before the record
+    old.write_text(json.dumps({"trainable_parameters": 5, "train": {"steps": 2}}))
+    table = training_section([target, drafter, old]).splitlines()
+    assert table[0].endswith("| trained on |")
+    assert table[2].endswith("| AMD EPYC (AVX512) |") and table[3].endswith("| Intel(R) Xeon(R) Processor (AVX2) |")
+    assert table[4].endswith("| - |")

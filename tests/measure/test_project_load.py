@@ -48,3 +48,16 @@ def test_the_command_writes_the_table_and_figure(tmp_path):
     assert (tmp_path / "out" / "projection.png").stat().st_size > 1000
     with pytest.raises(DraftcountError, match="no 'static' rows"):
         main([*arguments, "--timing", "static"])
+
+
+def test_the_figure_is_redrawn_from_a_written_projection(tmp_path):
+    LATENCY.to_csv(tmp_path / "latency.csv", index=False)
+    load_rows().to_csv(tmp_path / "load.csv", index=False)
+    assert main(["--load", str(tmp_path / "load.csv"), "--latency", str(tmp_path / "latency.csv"), "--out-dir",
+                 str(tmp_path / "out")]) == 0
+    written = (tmp_path / "out" / "projection.csv").read_text()
+    assert main(["--from-projection", str(tmp_path / "out" / "projection.csv"), "--load", str(tmp_path / "load.csv"),
+                 "--out-dir", str(tmp_path / "again")]) == 0  # no latency table: nothing projected
+    assert (tmp_path / "again" / "projection.png").stat().st_size > 1000
+    assert not (tmp_path / "again" / "projection.csv").exists()  # the table is read, never rewritten
+    assert (tmp_path / "out" / "projection.csv").read_text() == written

@@ -93,3 +93,11 @@ def test_projection_script_on_the_committed_summary(tmp_path):
     assert (projection[projection.variant == "ar"].projected_speedup == 1.0).all()
     assert projection[projection.variant.isin(["sd", "eagle", "lyanna"])].projected_speedup.gt(0).all()
     assert (tmp_path / "projection.png").stat().st_size > 10_000
+
+
+def test_the_figure_is_redrawn_from_the_committed_projection(tmp_path):
+    from harness.measure.project_8b import main
+
+    main(["--from-projection", str(ROOT / "results/h100-2026-11-24/projection/projection.csv"), "--out-dir",
+          str(tmp_path)])  # no summary, no GPU: the written table's last timing (CUDA graphs) drawn again
+    assert (tmp_path / "projection.png").stat().st_size > 10_000 and not (tmp_path / "latency.csv").exists()

@@ -73,9 +73,10 @@ def test_the_conformance_suite_runs_it(project_with_toy):
     result = _run(project_with_toy, "-m", "pytest", "-v", "-p", "no:cacheprovider",
                   "tests/methods/conformance", "-k", "repeat or peek")
     assert result.returncode == 0, result.stdout[-3000:]
-    for toy in ("repeat", "peek"):  # greedy, sampling, host reads; and each as a hedgespec expert (greedy and drafter
-        # work: in either position; sampling: first, the learner's random picks giving it both roles)
+    for toy in ("repeat", "peek"):  # greedy, sampling, host reads; and each as a hedgespec expert (greedy, drafter
+        # work and drafter FLOPs: in either position; sampling: first, the learner's random picks giving it both roles)
         for test in ("greedy_output_equals_ar", "sampled_distribution_equals_the_target",
                      "at_most_one_host_read_per_step"):
             assert re.search(rf"test_{test}\[{toy}\] PASSED", result.stdout), (toy, test, result.stdout[-2000:])
-        assert len(re.findall(rf"\[hedgespec:[a-z_,]*{toy}[a-z_,]*\] PASSED", result.stdout)) == 5, result.stdout[-2000:]
+        assert len(re.findall(rf"\[hedgespec:[a-z_,]*{toy}[a-z_,]*\] PASSED", result.stdout)) == 7, result.stdout[-2000:]
+    assert re.search(r"test_greedy_output_equals_ar\[peek\+vocab\] PASSED", result.stdout)  # its entry: draft_vocab

@@ -1,8 +1,9 @@
 """A method from another package (docs/extending.md, *A method from another package*): the page's `peek`, built as the
 package `draftcount_peek` in a temporary folder and installed as pip would install it (the package and its dist-info,
 with the page's entry points, on the path), is listed by `python -m harness methods`, trained and run lossless by the
-CLI, planned by the workflow and checked by the conformance suite, as a catalog method is; a copy of it that books no
-drafter work (`peek_unbooked`) fails the suite's drafter-work check. A broken or clashing plug-in is one line naming
+CLI, planned by the workflow and checked by the conformance suite, as a catalog method is (with its draft vocabulary,
+which its entry declares); a copy of it that books no drafter work (`peek_unbooked`) fails the suite's drafter-work
+and drafter-FLOP checks. A broken or clashing plug-in is one line naming
 its package."""
 
 from __future__ import annotations
@@ -108,7 +109,7 @@ def test_the_workflow_plans_its_targets(site, tmp_path):
     assert "harness train --method peek" in result.stdout.replace("'", "")
 
 
-PER_METHOD = ("greedy_output_equals_ar", "useful_drafter_work_is_booked",
+PER_METHOD = ("greedy_output_equals_ar", "useful_drafter_work_is_booked", "drafter_flops_booked_are_those_it_ran",
               "batches_keep_every_row_lossless_or_are_refused", "at_most_one_host_read_per_step",
               "ops_outside_graphs_per_step_within_budget",
               "sampled_distribution_equals_the_target", "a_trained_drafter_records_its_agreement_per_draft_step",
@@ -117,32 +118,42 @@ PER_METHOD = ("greedy_output_equals_ar", "useful_drafter_work_is_booked",
 
 def test_the_conformance_suite_selects_the_plugins(site):
     """``DRAFTCOUNT_CONFORMANCE_METHODS=plugins`` collects every file's checks for the plug-ins' methods (and their
-    hedgespec pairs) and nothing else."""
+    hedgespec pairs), the draft-vocabulary case of the one whose entry declares ``draft_vocab`` (`peek`), and nothing
+    else."""
     result = run(site, "-m", "pytest", "--collect-only", "-q", "-p", "no:cacheprovider", "tests/methods/conformance",
                  DRAFTCOUNT_CONFORMANCE_METHODS="plugins")
     assert result.returncode == 0, result.stdout[-3000:]
     collected = re.findall(r"::(test_\w+\[[^\]]+\])$", result.stdout, re.M)
     peek = [test for test in collected if re.search(r"[\[:,]peek[\],]", test)]
-    assert len(peek) == 14, peek  # 9 checks of its own, hedgespec beside pld: greedy and drafter work x 2, sampling
+    assert len(peek) == 17, peek  # 10 checks of its own, hedgespec beside pld: greedy, drafter work, drafter FLOPs
+    # x 2, sampling
     assert {f"test_{test}[peek]" for test in PER_METHOD} <= set(peek)
-    assert all("peek" in test for test in collected) and len(collected) == 2 * len(peek)  # and peek_unbooked's
+    vocab = sorted(test for test in collected if test.endswith("[peek+vocab]"))  # peek declares draft_vocab
+    assert vocab == ["test_drafter_flops_booked_are_those_it_ran[peek+vocab]", "test_greedy_output_equals_ar[peek+vocab]",
+                     "test_useful_drafter_work_is_booked[peek+vocab]"], vocab
+    assert all("peek" in test for test in collected) and len(collected) == 2 * len(peek) + len(vocab)  # and
+    # peek_unbooked's, which declares none
 
 
 @pytest.mark.slow
 def test_the_conformance_suite_checks_the_plugin(site):
-    """The greedy file's checks run for the plug-ins: `peek` passes them all; `peek_unbooked`, alone and as
-    hedgespec's expert, fails the drafter-work check and passes the others."""
+    """The greedy file's checks run for the plug-ins: `peek` passes them all, with its draft vocabulary too;
+    `peek_unbooked`, alone and as hedgespec's expert, fails the drafter-work and drafter-FLOP checks and passes the
+    others."""
     result = run(site, "-m", "pytest", "-v", "-p", "no:cacheprovider", "tests/methods/conformance/test_greedy.py",
                  DRAFTCOUNT_CONFORMANCE_METHODS="plugins")
     outcomes = dict(re.findall(r"::(test_\w+\[[^\]]+\]) (PASSED|FAILED|SKIPPED)", result.stdout))
     peek = {test: outcome for test, outcome in outcomes.items() if re.search(r"[\[:,]peek[\],]", test)}
-    assert len(peek) == 10 and set(peek.values()) == {"PASSED"}, result.stdout[-4000:]
+    vocab = {test: outcome for test, outcome in outcomes.items() if test.endswith("[peek+vocab]")}
+    assert len(peek) == 13 and set(peek.values()) == {"PASSED"}, result.stdout[-4000:]
+    assert len(vocab) == 3 and set(vocab.values()) == {"PASSED"}, result.stdout[-4000:]
     failed = sorted(test for test, outcome in outcomes.items() if outcome == "FAILED")
-    assert len(outcomes) == 20 and failed == [
-        "test_useful_drafter_work_is_booked[hedgespec:peek_unbooked,pld]",
-        "test_useful_drafter_work_is_booked[hedgespec:pld,peek_unbooked]",
-        "test_useful_drafter_work_is_booked[peek_unbooked]"], result.stdout[-4000:]
+    assert len(outcomes) == 29 and failed == sorted(
+        f"test_{test}[{case}]" for test in ("useful_drafter_work_is_booked", "drafter_flops_booked_are_those_it_ran")
+        for case in ("hedgespec:peek_unbooked,pld", "hedgespec:pld,peek_unbooked", "peek_unbooked")), \
+        result.stdout[-4000:]
     assert "peek_unbooked had" in result.stdout and "booked no useful drafter work" in result.stdout
+    assert "peek_unbooked booked 0.0% of the drafter FLOPs it ran" in result.stdout
 
 
 @pytest.mark.parametrize("case", ["clash", "missing_module", "not_an_entry"])

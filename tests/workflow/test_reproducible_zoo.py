@@ -3,6 +3,7 @@ same step count and the same held-out perplexity (training stops on steps, never
 target stops the pipeline with the quality gate's one line."""
 
 import json
+import re
 import shutil
 import subprocess
 import sys
@@ -27,13 +28,13 @@ def prepared(tmp_path_factory):
     return work
 
 
-def train_target(prepared, tmp_path, *extra):
+def train_target(prepared, tmp_path, *extra, config=()):
     work = tmp_path / "work"
     for path in TRAINING_INPUTS:  # copy2 keeps the times: Snakemake sees them up to date
         (work / path).parent.mkdir(parents=True, exist_ok=True)
         (shutil.copytree if (prepared / path).is_dir() else shutil.copy2)(prepared / path, work / path)
     result = snakemake(*SMOKE, *extra, "--config", f"work_dir={work}", f"results_dir={tmp_path / 'results'}",
-                       "--", str(work / "models" / "target"), timeout=900)
+                       *config, "--", str(work / "models" / "target"), timeout=900)
     assert "rule tokenize" not in result.stdout + result.stderr, "the prepared inputs were made again"
     return result, work / "metrics" / "target.json"
 
@@ -65,4 +66,11 @@ def test_an_under_trained_target_stops_the_pipeline_with_one_line(prepared, tmp_
     assert result.returncode != 0 and not metrics.exists()
     lines = [line for line in (result.stdout + result.stderr).splitlines() if "quality gate:" in line]
     assert lines and "target: held-out perplexity" in lines[0] and "above the maximum 200" in lines[0]
-    assert "allow_weak_models=true" in lines[0]
+    # the advice, pasted as it says (Snakemake passes `true` as a string: the config coerces it to the boolean)
+    advised = re.search(r"`--config (\S+)`", lines[0])
+    assert advised and advised.group(1) == "allow_weak_models=true", lines[0]
+    result, metrics = train_target(prepared, tmp_path / "advised", "--configfile", "workflow/config/default.yaml",
+                                   "workflow/config/smoke.yaml", str(under), config=[advised.group(1)])
+    assert result.returncode == 0, result.stderr[-2000:]
+    gate = json.loads(metrics.read_text())["gate"]
+    assert gate["allowed_weak"] and "held-out perplexity" in gate["failures"][0]

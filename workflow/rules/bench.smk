@@ -62,7 +62,10 @@ SELECTIONS = {}
 
 def dataset_selection(dataset):
     if dataset not in SELECTIONS:
-        SELECTIONS[dataset] = prompt_sets.dataset_selection(config, dataset, WORK)
+        try:  # a bad prompt file (not UTF-8, a record without turns): one line naming it
+            SELECTIONS[dataset] = prompt_sets.dataset_selection(config, dataset, WORK)
+        except (ValueError, DraftcountError) as error:
+            sys.exit(f"error: {error}")
     return SELECTIONS[dataset]
 
 

@@ -7,6 +7,7 @@ import sys
 from pathlib import Path
 
 from harness import workflow_jobs as jobs
+from harness.errors import DraftcountError
 from harness import workflow_datasets as prompt_sets
 from harness import workflow_plan as plan
 from harness.catalog import method_names as catalog_methods
@@ -134,5 +135,8 @@ def dataset_prompts(dataset):
     return prompt_sets.dataset_prompts(config, dataset, WORK)
 
 
-# Every variant's options parse as its method's (names and values, torch-free): a bad one stops the plan.
-plan.check_variant_options(config, WORK)
+# Every variant's options parse as its method's (names and values, torch-free): a bad one stops the plan, one line.
+try:
+    plan.check_variant_options(config, WORK)
+except (ValueError, DraftcountError) as error:
+    sys.exit(f"error: {error}")

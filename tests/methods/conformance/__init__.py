@@ -16,8 +16,12 @@ its catalog entry says it needs (nothing, a draft LM, or a drafter its own train
   row emits `ar`'s tokens with the acceptance of a batch-1 generation at every step, and a row of a B = 4 batch
   passes the sampling check; any other method is refused with one line;
 - the drafter kit's rules: a method whose drafter runs forwards and whose drafts are accepted books the useful part
-  of that work (``DrafterWork``, ``harness.engine.counters``), never more than the drafter did; a trained drafter's
+  of that work (``DrafterWork``, ``harness.engine.counters``), never more than the drafter did; every drafter FLOP is
+  booked once, the FLOPs booked being those torch counts its drafter running (``flops.py``); a trained drafter's
   metrics hold its held-out agreement per draft step as ``harness.training.drafters`` states it, which the gate reads.
+
+A sampling check that fails gives its chi-square statistic, its p-value and the continuations furthest from the
+target's law (``assert_follows_the_target``).
 
 ``DRAFTCOUNT_CONFORMANCE_METHODS`` narrows the suite to some methods: comma-separated names, or ``plugins`` for every
 installed plug-in's (``DRAFTCOUNT_CONFORMANCE_METHODS=plugins pytest tests/methods/conformance -x -q``); the checks
@@ -28,11 +32,13 @@ vocabulary (``harness.training.draft_vocab``: the zoo's most frequent half of it
 ``<family>+vocab`` (``VOCAB_CASES``: its drafter trained a third of the zoo's steps with the training options named
 there beside ``draft_vocab``, built with the method options named there; on the first half of the prompts, checking
 too that it drafts only tokens of its map and that some are accepted). A catalog method with a drafter trainer is
-there or in ``NO_DRAFT_VOCAB`` with the reason it takes none. The sampling check (``PAIR_SAMPLES`` generations) and
-the host-read audit run the cases whose drafts carry the distribution they were drawn from, which a draft
-vocabulary changes (zero outside it, paid back by the residual): P-EAGLE's chain, DFlash's and DSpark's blocks, and
-`eagle` for the beam trees, whose children are verified as q = 1 whatever vocabulary ranked them
-(``SAMPLED_VOCAB``: what the suite's time allows). Batches run the same tree code per row as one request does.
+there or in ``NO_DRAFT_VOCAB`` with the reason it takes none; a method whose catalog entry declares ``draft_vocab``
+(a plug-in's: ``DECLARED_VOCAB``) gets the case ``<name>+vocab`` with its default options. The sampling check
+(``PAIR_SAMPLES`` generations) and the host-read audit run the cases whose drafts carry the distribution they were
+drawn from, which a draft vocabulary changes (zero outside it, paid back by the residual): P-EAGLE's chain, DFlash's
+and DSpark's blocks, and `eagle` for the beam trees, whose children are verified as q = 1 whatever vocabulary ranked
+them (``SAMPLED_VOCAB``: what the suite's time allows; not a declared case). Batches run the same tree code per row
+as one request does.
 
 The greedy and sampling checks also run `hedgespec` over every catalog method it takes as an expert beside the
 model-free `pld` (greedy: first and second, ``hedgespec:owl,pld`` and ``hedgespec:pld,owl``; sampling: first, the
@@ -63,7 +69,7 @@ from harness.training.drafters import DrafterTrainRequest, read_drafter
 from harness.verify.sampling import make_generator
 from methods.hedgespec import UNSUPPORTED
 from tests.helpers import (
-    chi_square_pvalue, exact_distribution, make_llama, markov_batches, markov_llama, sampled_distribution,
+    chi_square_test, exact_distribution, make_llama, markov_batches, markov_llama, sampled_distribution,
 )
 
 SELECTION = "DRAFTCOUNT_CONFORMANCE_METHODS"  # names (comma-separated) or `plugins`: the methods the suite checks
@@ -91,7 +97,13 @@ ALL_VOCAB_CASES = {"eagle+vocab": ("eagle", {}, {}), "eagle3+vocab": ("eagle", {
                    "medusa+vocab": ("medusa", {"own_lm_heads": "false"}, {}), "mtp+vocab": ("mtp", {}, {}),
                    "dream+vocab": ("dream", {}, {}), "dflash+vocab": ("dflash", {}, {}),
                    "dspark+vocab": ("dspark", {}, {})}
-VOCAB_CASES = {case: spec for case, spec in ALL_VOCAB_CASES.items() if spec[0] in METHODS}  # the selected families'
+# a method whose catalog entry declares ``draft_vocab`` (a plug-in's) and has no case above: ``<name>+vocab``, its
+# default training and method options beside draft_vocab
+FAMILIES = {family for family, _, _ in ALL_VOCAB_CASES.values()}
+DECLARED_VOCAB = {f"{name}+vocab": (name, {}, {}) for name in METHODS
+                  if entry(name).draft_vocab and name not in FAMILIES}
+VOCAB_CASES = {case: spec for case, spec in {**ALL_VOCAB_CASES, **DECLARED_VOCAB}.items()
+               if spec[0] in METHODS}  # the selected families'
 SAMPLED_VOCAB = [case for case in ("eagle+vocab", "p_eagle+vocab", "dflash+vocab", "dspark+vocab")
                  if case in VOCAB_CASES]
 NO_DRAFT_VOCAB = {"pard": "a draft LM: its LM head is its own, over the target's vocabulary and a mask token",
@@ -177,6 +189,9 @@ class Zoo:
     def draft_ids(self, case: str) -> set[int]:
         """The target tokens a draft-vocabulary case's drafter may draft (its d2t/t2d map)."""
         maps = read_drafter(self.drafter(case), VOCAB_CASES[case][0], meta_required=False, with_config=False).maps
+        assert "d2t" in maps, (f"{case}: its drafter, trained with draft_vocab={self.vocab // 2}, holds no "
+                               f"draft-vocabulary map (d2t/t2d: write_drafter(..., vocab=...), "
+                               f"harness.training.draft_vocab)")
         return set((torch.arange(maps["d2t"].shape[0]) + maps["d2t"]).tolist())
 
 
@@ -215,7 +230,8 @@ def check_batch_row_distribution(zoo: Zoo, method: str) -> None:
         generators = [make_generator(4 * index + row, "cpu") for row in range(4)]
         results = generate_batch(zoo.target, adapter, batch, 3, sampling, generators)
         counts.update(tuple(results[row].output_ids) for row in (0, 2, 3))
-    assert chi_square_pvalue(counts, exact_distribution(zoo.target, [1, 2, 3], 3, sampling)) > ALPHA
+    assert_follows_the_target(f"{method} (a row of a batch)", counts, exact_distribution(zoo.target, [1, 2, 3], 3,
+                                                                                         sampling))
 
 
 def check_sampled_distribution(zoo: Zoo, case: str, options: dict[str, str] | None = None) -> None:
@@ -226,7 +242,16 @@ def check_sampled_distribution(zoo: Zoo, case: str, options: dict[str, str] | No
     exact = exact_distribution(zoo.target, [1, 2, 3], 3, sampling)
     samples = PAIR_SAMPLES if ":" in case or case in VOCAB_CASES else SAMPLES
     counts = sampled_distribution(zoo.target, adapter, [1, 2, 3], 3, sampling, samples, seed=0)
-    assert chi_square_pvalue(counts, exact) > ALPHA
+    assert_follows_the_target(case, counts, exact)
+
+
+def assert_follows_the_target(case: str, counts: Counter, exact: dict) -> None:
+    """The sampled continuations ``counts`` follow the target's law ``exact`` (chi-square at ALPHA); a failure says
+    the statistic, its p-value and the continuations furthest from what the target expects."""
+    test = chi_square_test(counts, exact)
+    assert test.pvalue > ALPHA, (f"{case} does not sample the target's distribution at T = 1: {test.describe()} "
+                                 f"(over {sum(counts.values())} generations; a correct method fails with probability "
+                                 f"{ALPHA:g})")
 
 
 # Methods whose design reads more than the verifier's value each step, with their budget and why (a regression past

@@ -1,0 +1,49 @@
+"""The drafter kit's contract with a family's drafter (docs/extending.md, *The drafter kit's contract*): the
+methods the kit calls on the module it trains (``Drafter``, held to before the first step by ``check_drafter``) and
+the metric every family records, its held-out top-1 agreement per draft step (``AGREEMENT``, ``checked_agreement``)."""
+
+from __future__ import annotations
+
+from typing import Protocol
+
+from torch import nn
+
+from harness.errors import DraftcountError
+
+
+class Drafter(Protocol):
+    """What the drafter kit calls on a drafter module beyond ``torch.nn.Module``'s own (``parameters``, ``train``,
+    ``eval``, ``state_dict``/``load_state_dict`` for checkpoints, ``cpu`` before ``save``). Optional: an attribute
+    ``draft_vocab`` (a ``harness.training.draft_vocab.DraftVocab``), read when present, whose size the metrics
+    record. ``DRAFTER_METHODS`` lists the methods; ``check_drafter`` holds a drafter to them before training."""
+
+    def trainable_parameters(self) -> int:
+        """Its trained parameters' count: the metrics' ``trainable_parameters``."""
+
+
+DRAFTER_METHODS = ("trainable_parameters",)  # the methods of ``Drafter``: what check_drafter requires
+
+
+def check_drafter(module: object, method: str) -> None:
+    """``module`` is a ``torch.nn.Module`` with every method of ``Drafter``: one line naming its class and what it
+    lacks otherwise (``fit_drafter`` checks before the first step, so training stops before it starts)."""
+    name = type(module).__name__
+    if not isinstance(module, nn.Module):
+        raise DraftcountError(f"{method}: the drafter to train is a {name}, not a torch.nn.Module")
+    missing = [f"{attribute}()" for attribute in DRAFTER_METHODS if not callable(getattr(module, attribute, None))]
+    if missing:
+        raise DraftcountError(f"{method}: drafter class {name} lacks {', '.join(missing)}, which the drafter kit calls "
+                              f"(harness.training.drafter_contract.Drafter; docs/extending.md, *The drafter kit's contract*)")
+
+
+AGREEMENT = "heldout_top1_agreement_by_step"  # the metric of the module docstring's contract
+
+
+def checked_agreement(method: str, values: list[float]) -> list[float]:
+    """A family's agreement per draft step as the contract has it (floats in [0, 1], at least one); one line if
+    not."""
+    agreement = [float(value) for value in values]
+    if not agreement or not all(0.0 <= value <= 1.0 for value in agreement):
+        raise DraftcountError(f"{method}: the held-out agreement per draft step must be one share in [0, 1] per step, "
+                              f"got {list(values)}")
+    return agreement
