@@ -330,6 +330,22 @@ def test_a_config_file_stands_alone_and_only_selects_variants(tmp_path):
     assert result.returncode != 0 and "seeds_study names family 'eagle'" in result.stdout + result.stderr
 
 
+@pytest.mark.parametrize("data,says", [
+    (b"hello\nd\xe9j\xe0 vu\n", "bad.txt: not UTF-8 at byte 7 (line 2: invalid continuation byte, byte 0xe9)"),
+    (b'{"turns": "just a string"}\n', "'turns' must be a non-empty list of strings, got str"),
+])
+def test_a_bad_prompt_file_stops_the_plan_with_one_line(tmp_path, data, says):
+    """A user's prompt set (bench.dataset_paths) is read at plan time: a byte that is not UTF-8 or a record whose
+    turns are not a list stops `snakemake -n` with one line naming the file, not a stack."""
+    prompts = tmp_path / ("bad.txt" if b"turns" not in data else "bad.jsonl")
+    prompts.write_bytes(data)
+    overlay = tmp_path / "bad.yaml"
+    overlay.write_text(json.dumps({"bench": {"datasets": ["mine"], "dataset_paths": {"mine": str(prompts)}}}))
+    result = snakemake("-n", "--configfile", "workflow/config/default.yaml", str(overlay), *overrides(tmp_path))
+    lines = [line for line in (result.stdout + result.stderr).splitlines() if line.strip()]
+    assert result.returncode != 0 and len(lines) == 1 and lines[0].startswith("error: ") and says in lines[0], lines
+
+
 @pytest.mark.parametrize("bad,key", [
     ("tokenzier:\n  vocab_size: 100\n", "tokenzier"),
     ("target:\n  train:\n    stpes: 5\n", "stpes"),
