@@ -92,12 +92,27 @@ def op_kind(func: torch._ops.OpOverload, args: tuple, kwargs: dict) -> str:
     return "op"
 
 
-class DispatchCounter(TorchDispatchMode):
-    """Counts every dispatched ATen op by (phase, kind) and by (phase, op name); ``phase`` follows the clock."""
+class PhasedDispatchMode(TorchDispatchMode):
+    """A dispatch mode that knows which phase of the step runs: ``within(phase)`` while it runs, "host" outside."""
 
     def __init__(self) -> None:
         super().__init__()
         self.stack = ["host"]
+
+    @contextmanager
+    def within(self, phase: str) -> Iterator[None]:
+        self.stack.append(phase)
+        try:
+            yield
+        finally:
+            self.stack.pop()
+
+
+class DispatchCounter(PhasedDispatchMode):
+    """Counts every dispatched ATen op by (phase, kind) and by (phase, op name); ``phase`` follows the clock."""
+
+    def __init__(self) -> None:
+        super().__init__()
         self.counts: Counter = Counter()
         self.names: Counter = Counter()
         self.clock_events = 0
@@ -116,14 +131,6 @@ class DispatchCounter(TorchDispatchMode):
         self.names.clear()
         self.clock_events = 0
         self.counting = True
-
-    @contextmanager
-    def within(self, phase: str) -> Iterator[None]:
-        self.stack.append(phase)
-        try:
-            yield
-        finally:
-            self.stack.pop()
 
 
 class CountingClock(PhaseClock):

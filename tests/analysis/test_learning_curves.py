@@ -74,14 +74,19 @@ def test_the_chain_runs_add_tau_and_speedup_per_rung_and_a_ranking_by_tau():
         chain_columns(pd.DataFrame([row for row in rows if row["variant"] != "a_chain"]), {"a": "a_chain"})
 
 
-def test_the_command_writes_the_tables_and_the_figure(tmp_path, capsys):
+def written_study_metrics(tmp_path):
+    """``study_metrics`` written as drafter metrics files: their paths, the table to write and the --rungs spec."""
     found, rungs = study_metrics()
     paths = []
     for name, values in found.items():
         paths.append(tmp_path / f"drafter-{name}.json")
         paths[-1].write_text(json.dumps(values))
-    out = tmp_path / "tables" / "learning_curves.csv"
     spec = ",".join(f"{name}={family}:{rung:g}" for name, (family, rung) in rungs.items())
+    return paths, tmp_path / "tables" / "learning_curves.csv", spec
+
+
+def test_the_command_writes_the_tables_and_the_figure(tmp_path, capsys):
+    paths, out, spec = written_study_metrics(tmp_path)
     assert main(["learning-curves", "--metrics", *map(str, paths), "--rungs", spec, "--out", str(out), "--figure",
                  str(tmp_path / "figures" / "learning_curves")]) == 0
     assert len(pd.read_csv(out)) == 9 and len(pd.read_csv(tmp_path / "tables" / "learning_curves_stability.csv")) == 2
@@ -137,13 +142,7 @@ def test_the_lr_study_without_neighbours_trains_every_rate_and_stops_at_a_ladder
 
 
 def test_the_figure_is_redrawn_from_the_written_tables_with_labelled_log_ticks(tmp_path):
-    found, rungs = study_metrics()
-    paths = []
-    for name, values in found.items():
-        paths.append(tmp_path / f"drafter-{name}.json")
-        paths[-1].write_text(json.dumps(values))
-    out = tmp_path / "tables" / "learning_curves.csv"
-    spec = ",".join(f"{name}={family}:{rung:g}" for name, (family, rung) in rungs.items())
+    paths, out, spec = written_study_metrics(tmp_path)
     assert main(["learning-curves", "--metrics", *map(str, paths), "--rungs", spec, "--out", str(out)]) == 0
     # no metrics needed: the committed tables alone draw the figure again (results/*/studies/tables)
     assert main(["learning-curves", "--table", str(out), "--figure", str(tmp_path / "again" / "curves")]) == 0

@@ -31,7 +31,6 @@ from dataclasses import dataclass
 from fractions import Fraction
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils.flop_counter import sdpa_flop_count
 
 from harness.analysis.metrics import SETTLED_DRAFTER_FLOPS, USEFUL_DRAFTER_FLOPS
@@ -40,6 +39,7 @@ from harness.backend.phases import PhaseClock
 from harness.engine.adapter import DraftAdapter
 from harness.engine.counters import DrafterWork
 from harness.engine.loop import Generation, generation_steps
+from harness.measure.dispatch import PhasedDispatchMode
 from harness.training.flops import flop_counter
 from harness.verify.sampling import SamplingConfig
 
@@ -78,14 +78,13 @@ INFERENCE_OPS = {torch.ops.aten.linear: product_flops, torch.ops.aten.matmul: pr
 DECOMPOSED = frozenset({torch.ops.aten.einsum, torch.ops.aten.bilinear, torch.ops.aten.tensordot})
 
 
-class FlopAudit(TorchDispatchMode):
+class FlopAudit(PhasedDispatchMode):
     """FLOPs of matrix products and attention by phase (``within``), and the FLOPs charged to ``DrafterWork``
     (``booking``)."""
 
     def __init__(self) -> None:
         super().__init__()
         self.registry = {**flop_counter().flop_registry, **INFERENCE_OPS}
-        self.stack = ["host"]
         self.flops: Counter = Counter()
         self.charged = 0.0
 
@@ -100,14 +99,6 @@ class FlopAudit(TorchDispatchMode):
         if count is not None:
             self.flops[self.stack[-1]] += count(*args, **kwargs, out_val=out)
         return out
-
-    @contextmanager
-    def within(self, phase: str) -> Iterator[None]:
-        self.stack.append(phase)
-        try:
-            yield
-        finally:
-            self.stack.pop()
 
     @contextmanager
     def booking(self) -> Iterator[None]:
