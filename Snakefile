@@ -16,13 +16,10 @@
 #
 # The default config is used only when no --configfile is given: a config file given on the
 # command line stands on its own (list default.yaml first to build on it, as the smoke profile does).
-import sys
-
 import yaml
 from snakemake.utils import min_version
 
-from harness.errors import DraftcountError
-from harness.store.workflow_config import checked_config
+from harness.store.workflow_config import checked_config, or_stop
 
 min_version("9.0")
 
@@ -33,10 +30,8 @@ if not workflow.overwrite_configfiles:
 
 
 
-try:  # --config's true/false and numbers coerced to the schema's types; a bad config: one line, the section's keys
-    checked_config(config, Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml")
-except DraftcountError as error:
-    sys.exit(f"error: {error}")
+# --config's true/false and numbers coerced to the schema's types; a bad config: one line, the section's keys
+or_stop(lambda: checked_config(config, Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"))
 
 
 include: "workflow/rules/common.smk"

@@ -9,7 +9,7 @@ import json
 import sys
 from pathlib import Path
 
-from harness.engine.arguments import add_method_run_arguments, check_at_least, check_run_arguments, sampling_of
+from harness.engine.arguments import add_method_run_arguments, check_at_least, checked_run_arguments
 from harness.errors import DraftcountError
 from harness.analysis import learning_curves
 from harness.gpu import commands as gpu_commands
@@ -57,7 +57,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from harness.runner import RunConfig, run
     from harness.data.templates import PromptFormat
     from harness.catalog import options_type
-    check_run_arguments(args)  # every number in range before anything loads
+    sampling = checked_run_arguments(args)  # every number in range before anything loads
     for value, floor, option in ((args.samples, 1, "--samples"), (args.repeats, 1, "--repeats"),
                                  (args.warmup, 0, "--warmup")):
         check_at_least(value, floor, option)
@@ -79,7 +79,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         drafter=args.drafter, method_options=options, dataset=args.dataset, category=args.category,
         limit=args.limit, stratify=args.stratify, prompt_format=PromptFormat(args.chat_template, args.system_prompt),
         max_new_tokens=args.max_new_tokens,
-        sampling=sampling_of(args), seed=args.seed, dtype=args.dtype,
+        sampling=sampling, seed=args.seed, dtype=args.dtype,
         device=args.device, pair_with_ar=args.pair_with_ar, warmup=args.warmup, engine=engine,
         verifier=args.verifier, samples=args.samples, interleave=args.interleave, repeats=args.repeats,
     )

@@ -27,15 +27,16 @@ class Prompt:
     image: str = ""  # a vision-language prompt's image file (harness.data.images); "" for text alone
 
 
-def _read_jsonl(path: Path) -> list[dict]:
-    return [row for _, row in read_jsonl_rows(path)]
-
-
 def load_question_jsonl(path: Path) -> list[Prompt]:
     """Spec-Bench / MT-Bench format: question_id, category, turns; and ``image``, a file relative to the prompt
     file's folder, for a vision-language target."""
+    return question_prompts(path, read_jsonl_rows(path))
+
+
+def question_prompts(path: Path, rows: list[tuple[int, object]]) -> list[Prompt]:
+    """The prompts of a question file's parsed ``rows`` (line number, record): ``load_question_jsonl``."""
     prompts = []
-    for number, row in read_jsonl_rows(path):
+    for number, row in rows:
         if not isinstance(row, dict) or "turns" not in row:
             raise DraftcountError(f"{path}:{number}: a record has no 'turns' field "
                                   f"({f'keys: {sorted(row)}' if isinstance(row, dict) else type(row).__name__})")
@@ -58,12 +59,10 @@ def checked_turns(turns: object, where: str) -> tuple[str, ...]:
     return tuple(turns)
 
 
-def load_gsm8k_jsonl(path: Path) -> list[Prompt]:
-    """GSM8K format: question, answer (the answer is not part of the prompt)."""
-    return [
-        Prompt(id=f"gsm8k-{index}", category="gsm8k", turns=(str(row["question"]),))
-        for index, row in enumerate(_read_jsonl(path))
-    ]
+def gsm8k_prompts(rows: list[tuple[int, dict]]) -> list[Prompt]:
+    """GSM8K format (parsed rows): question, answer (the answer is not part of the prompt)."""
+    return [Prompt(id=f"gsm8k-{index}", category="gsm8k", turns=(str(row["question"]),))
+            for index, (_, row) in enumerate(rows)]
 
 
 def load_humaneval() -> list[Prompt]:
@@ -92,15 +91,15 @@ def _load_jsonl_any(path: Path) -> list[Prompt]:
         raise DraftcountError(f"prompt file {path} is empty")
     if not isinstance(first, dict):
         raise DraftcountError(f"{path}:{rows[0][0]}: a record must be a JSON object, got {type(first).__name__}")
-    if "turns" in first:
-        return load_question_jsonl(path)
+    if "turns" in first:  # the file is read and parsed once: the layout's reader takes its rows
+        return question_prompts(path, rows)
     if "question" in first and "answer" in first:
-        return load_gsm8k_jsonl(path)
+        return gsm8k_prompts(rows)
     if "prompt" in first:
         return [
             Prompt(id=str(row.get("id", row.get("task_id", index))), category=str(row.get("category", path.stem)),
                    turns=(str(row["prompt"]),))
-            for index, row in enumerate(_read_jsonl(path))
+            for index, (_, row) in enumerate(rows)
         ]
     raise DraftcountError(
         f"prompt file {path}: unknown record layout (keys {sorted(first)}); expected 'turns' "

@@ -41,14 +41,15 @@ def check_at_least(value: int | None, floor: int, option: str) -> None:
         raise DraftcountError(f"{option} must be >= {floor}, got {value}")
 
 
-def check_run_arguments(args: argparse.Namespace) -> None:
+def checked_run_arguments(args: argparse.Namespace) -> Any:
     """Every number of a method run in range before any model is loaded, one line for the first that is not:
-    the sampling (``sampling_of``), --max-new-tokens, --limit, --seed and --threads."""
-    sampling_of(args)
+    the sampling (``sampling_of``), --max-new-tokens, --limit, --seed and --threads. Returns the sampling."""
+    sampling = sampling_of(args)
     check_at_least(args.max_new_tokens, 1, "--max-new-tokens")
     check_at_least(args.limit, 1, "--limit")
     check_at_least(args.seed, 0, "--seed")
     check_at_least(args.threads, 1, "--threads")
+    return sampling
 
 
 def sampling_of(args: argparse.Namespace) -> Any:

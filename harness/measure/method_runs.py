@@ -21,7 +21,7 @@ from harness.catalog import entry
 from harness.errors import DraftcountError
 from harness.options import parse_key_values
 from harness.training.drafters import DrafterTrainRequest
-from harness.engine.arguments import check_run_arguments, sampling_of
+from harness.engine.arguments import checked_run_arguments
 from harness.verify.sampling import SamplingConfig
 
 
@@ -39,15 +39,15 @@ class MethodRun:
 
 def load_method_run(args: argparse.Namespace) -> MethodRun:
     """The target, the method's adapter and the prompts the arguments name."""
-    check_run_arguments(args)  # the numbers and the prompts before any model loads
-    prompts = load_prompts(args.prompts, None, args.limit or None)
+    sampling = checked_run_arguments(args)  # the numbers and the prompts before any model loads
+    prompts = load_prompts(args.prompts, None, args.limit)
     if args.threads:
         torch.set_num_threads(args.threads)
     target = load_model(args.target, args.dtype, args.device)
     draft = load_model(args.draft, args.dtype, args.device) if args.draft else None
     adapter, _ = build_adapter(args.method, parse_key_values(args.opt),
                                BuildInputs(target, draft, Path(args.drafter) if args.drafter else None))
-    return MethodRun(target, adapter, prompts, sampling_of(args))
+    return MethodRun(target, adapter, prompts, sampling)
 
 
 # The checks that measure several methods at once (overheads, host-sync): each method as a variant of the

@@ -9,9 +9,10 @@ a key the section does not know, the keys it allows. Torch-free: the Snakefile c
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterator
+import sys
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
 from jsonschema import Draft202012Validator
@@ -22,6 +23,7 @@ from harness.errors import DraftcountError
 TRUE_WORDS = {"true", "yes", "on"}
 FALSE_WORDS = {"false", "no", "off"}
 MAX_COERCIONS = 10_000  # a config has far fewer values than this; the loop below cannot run away
+T = TypeVar("T")
 
 
 def load_schema(path: Path) -> dict:
@@ -143,3 +145,13 @@ def checked_config(config: dict, schema_path: Path) -> dict:
     if problem:
         raise DraftcountError(f"config: {problem}")
     return config
+
+
+def or_stop(call: Callable[[], T]) -> T:
+    """``call()``, or, when it raises the project's one-line error (or a ``ValueError``), the workflow stopped with
+    that line (``error: ...``, exit status 1) instead of Snakemake's stack: what the Snakefile and the rules run at
+    plan time go through it."""
+    try:
+        return call()
+    except (ValueError, DraftcountError) as error:
+        sys.exit(f"error: {error}")

@@ -62,10 +62,8 @@ SELECTIONS = {}
 
 def dataset_selection(dataset):
     if dataset not in SELECTIONS:
-        try:  # a bad prompt file (not UTF-8, a record without turns): one line naming it
-            SELECTIONS[dataset] = prompt_sets.dataset_selection(config, dataset, WORK)
-        except (ValueError, DraftcountError) as error:
-            sys.exit(f"error: {error}")
+        # a bad prompt file (not UTF-8, a record without turns): one line naming it
+        SELECTIONS[dataset] = or_stop(lambda: prompt_sets.dataset_selection(config, dataset, WORK))
     return SELECTIONS[dataset]
 
 

@@ -7,7 +7,7 @@ import sys
 from pathlib import Path
 
 from harness import workflow_jobs as jobs
-from harness.errors import DraftcountError
+from harness.store.workflow_config import or_stop
 from harness import workflow_datasets as prompt_sets
 from harness import workflow_plan as plan
 from harness.catalog import method_names as catalog_methods
@@ -136,7 +136,4 @@ def dataset_prompts(dataset):
 
 
 # Every variant's options parse as its method's (names and values, torch-free): a bad one stops the plan, one line.
-try:
-    plan.check_variant_options(config, WORK)
-except (ValueError, DraftcountError) as error:
-    sys.exit(f"error: {error}")
+or_stop(lambda: plan.check_variant_options(config, WORK))
