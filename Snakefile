@@ -73,6 +73,7 @@ rule all:
     input:
         zoo_outputs(),
         MAIN_RECORDS,
+        PUBLISHED_RECORDS,
         results("tables/summary.csv"),
         results("report.md"),
         results("specbench"),

@@ -15,7 +15,7 @@ from harness.trees.chain_shape import chain_field
 from harness.workflow_datasets import dataset_limit, dataset_prompts
 from harness.workflow_plan import (DRAFT_LM, WORKFLOW_ONLY_KEYS, drafter_path, length_variant, local_source,
                                    shape_variant, variant_datasets, variant_drafter, variant_method, variant_names,
-                                   variant_options, variant_settings, variant_temperatures)
+                                   variant_options, variant_settings, variant_table, variant_temperatures)
 
 
 
@@ -78,8 +78,10 @@ def tree_shape_arguments(config: dict, method: str, drafter: str, temperature: s
     heads = config["drafters"].get(drafter, {}).get("options", {}).get("heads")  # medusa's: no deeper than its heads
     largest = {**settings, **settings.get("sampled", {})} if float(temperature) > 0 else settings  # T > 0: its own
     max_depth = min(int(largest.get("max_depth", 8)), int(heads or 1 << 30))
+    # T > 0: both drafting conventions calibrated, the faster chosen, unless the variant names one (issue 79)
+    drafts = ["--drafts", "both"] if float(temperature) > 0 and options.get("drafts", "auto") == "auto" else []
     return (["--method", method, "--target", target, "--drafter", drafter_dir,
-             "--max-depth", str(max_depth), "--max-budget", str(largest.get("max_budget", 48))]
+             "--max-depth", str(max_depth), "--max-budget", str(largest.get("max_budget", 48)), *drafts]
             + calibration_arguments(config, settings, temperature, prompts, latency, options, SHAPE_FIELDS))
 
 
@@ -162,7 +164,39 @@ def init_path(config: dict, source: str, work_dir: Path) -> str:
     return local_source(config["models"]["draft"], work_dir)
 
 
-REGENERATE_FLAGS = ("sequences", "prompt_len", "new_tokens", "greedy_share", "batch_size", "seed")
+def drafter_positions(settings: dict) -> int | None:
+    """Supervised target positions a `drafters` entry trains on: its budget_tokens, or steps x batch_size x seq_len
+    (x grad_accum) of its options; None when the entry leaves that to its method's defaults."""
+    if "budget_tokens" in settings:
+        return int(settings["budget_tokens"])
+    options = settings.get("options", {})
+    if not all(key in source for key, source in (("steps", settings), ("batch_size", options), ("seq_len", options))):
+        return None
+    rows = int(options["batch_size"]) * int(options.get("grad_accum", 1))
+    return int(settings["steps"]) * rows * int(options["seq_len"])
+
+
+def draft_lm_settings(config: dict) -> dict:
+    """The config's `draft` section as rule train_draft trains it: with `budget: drafters`, its train.steps follow
+    from the largest budget of supervised positions of the main comparison's drafters (train.batch_size x
+    train.seq_len a step), so sd's draft LM trains on at least the heads' budget whatever that becomes."""
+    draft = config["draft"]
+    if draft.get("budget") != "drafters":
+        return draft
+    if "steps" in draft["train"]:
+        raise DraftcountError("draft: give train.steps or budget: drafters, not both")
+    main = [variant for variant, settings in variant_table(config).items()  # bench.only aside: the whole comparison
+            if not settings.get("study") and not settings.get("ablation")]
+    budgets = [positions for variant in main if entry(variant_method(config, variant)).needs_drafter
+               if (positions := drafter_positions(config["drafters"].get(variant_drafter(config, variant), {})))]
+    if not budgets:
+        raise DraftcountError("draft.budget: drafters, but no main variant's drafter gives its budget (budget_tokens, "
+                              "or steps with options.batch_size and options.seq_len)")
+    step = int(draft["train"]["batch_size"]) * int(draft["train"]["seq_len"])
+    return {**draft, "train": {**draft["train"], "steps": -(-max(budgets) // step)}}
+
+
+REGENERATE_FLAGS = ("sequences", "prompt_len", "new_tokens", "greedy_share", "batch_size", "seed", "shard_size")
 
 
 def regenerate_arguments(settings: dict) -> list[str]:
@@ -177,23 +211,43 @@ def benchmark_sets(config: dict) -> list[str]:
                                                                for dataset in variant_datasets(config, variant))]))
 
 
-CHAT_SPLITS = ("train", "heldout", "calibration")  # rule chat_prompts' splits of an imported target's questions
+CHAT_SPLITS = ("heldout", "calibration", "train")  # rule chat_prompts' splits of an imported target's questions, cut
+# in this order: the training split last, so that it may take every question left (train: all)
+SYNTH_FLAGS = ("count", "max_generated", "max_tokens", "temperature", "top_p", "min_words", "max_words",
+               "min_ascii_letters", "batch_size", "seed")
 
 
-def chat_prompts_arguments(config: dict) -> list[str]:
-    """`python -m harness chat-prompts` flags (--out-dir, --summary left out) from the config's `chat_prompts`: its
-    sources and split sizes, and every benchmark prompt set as the bench jobs select it (each set's limit and
-    bench.stratify), which no training question may share a turn with."""
-    settings, bench = config["chat_prompts"], config["bench"]
+def benchmark_arguments(config: dict) -> list[str]:
+    """The prompt files by name, every benchmark prompt set as the bench jobs select it (each set's limit and
+    bench.stratify) and the near-duplicate threshold: what rules chat_prompts, synth_questions and data_table keep
+    training questions apart from."""
+    bench = config["bench"]
     arguments = [argument for name, path in bench.get("dataset_paths", {}).items()
                  for argument in ("--path", f"{name}={path}")]
-    arguments += [argument for source in settings["sources"] for argument in ("--source", source)]
     for dataset in benchmark_sets(config):
         limit = dataset_limit(config, dataset)
         arguments += ["--benchmark", f"{dataset}@{limit}" if limit else dataset]
     arguments += ["--stratify"] if bench.get("stratify") else []
+    return arguments + ["--near", str(config["chat_prompts"].get("near_duplicate", 0.5))]
+
+
+def chat_prompts_arguments(config: dict) -> list[str]:
+    """`python -m harness chat-prompts` flags (--synthesized, --out-dir, --summary left out) from the config's
+    `chat_prompts`: its sources and split sizes, and the benchmark (``benchmark_arguments``), which no training
+    question may share a turn or a word 8-gram with."""
+    settings = config["chat_prompts"]
+    arguments = benchmark_arguments(config)
+    arguments += [argument for source in settings["sources"] for argument in ("--source", source)]
     arguments += [argument for split in CHAT_SPLITS for argument in ("--split", f"{split}={settings[split]}")]
     return arguments + ["--seed", str(settings.get("seed", 0))]
+
+
+def synth_questions_arguments(config: dict) -> list[str]:
+    """`python -m harness synth-questions` flags (--target, --out, --summary and the device left out) from the
+    config's `synth_questions` and the benchmark (``benchmark_arguments``)."""
+    settings = config["synth_questions"]
+    return benchmark_arguments(config) + [argument for key in SYNTH_FLAGS if key in settings
+                                          for argument in (f"--{key.replace('_', '-')}", str(settings[key]))]
 
 
 def check_variant_arguments(config: dict, variants: list[str], temperature: str, work_dir: Path) -> list[str]:

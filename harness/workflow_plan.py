@@ -10,9 +10,10 @@ from typing import Any
 from harness.catalog import catalog, entry, method_names, options_type
 from harness.errors import DraftcountError
 from harness.options import parse_options
-from harness.trees.beam_shape import SHAPE_FIELDS, beam_methods
-from harness.trees.chain_shape import chain_field, chain_methods
 from harness.store.hub import is_hub_id
+from harness.trees.beam_shape import SHAPE_FIELDS, beam_methods
+from harness.trees.calibration_protocol import protocol_variants
+from harness.trees.chain_shape import chain_field, chain_methods
 
 WORKFLOW_ONLY_KEYS = ("method", "drafter", "ablation", "study", "verifier", "samples", "temperatures", "datasets",
                       "load")
@@ -46,10 +47,29 @@ def needs_drafter(method: str) -> bool:
     return entry(method).needs_drafter
 
 
+_VARIANT_TABLES: dict[int, tuple[tuple, dict, dict[str, dict[str, Any]]]] = {}
+
+
 def variant_table(config: dict) -> dict[str, dict[str, Any]]:
+    """``built_variant_table(config)``, built once per bench.methods (the plan asks for it at every variant of every
+    job: 20,000 times a dry run of the default config): kept while the dict, its names, bench.fixed_shapes and the
+    catalog stay the same (a drafter study adding a variant builds it again). Read-only for callers."""
+    methods = config["bench"]["methods"]
+    key = (tuple(methods), config["bench"].get("fixed_shapes"), tuple(method_names()))
+    cached = _VARIANT_TABLES.get(id(methods))
+    if cached is not None and cached[1] is methods and cached[0] == key:
+        return cached[2]
+    table = built_variant_table(config)
+    _VARIANT_TABLES[id(methods)] = (key, methods, table)
+    return table
+
+
+def built_variant_table(config: dict) -> dict[str, dict[str, Any]]:
     """bench.methods, plus an implied variant named after every catalog method that no configured variant runs
     (its default options): what ``bench_<method>`` runs for a method the config leaves out, so a method listed in
-    the catalog is benchmarked without touching the config. The default target runs only configured variants."""
+    the catalog is benchmarked without touching the config. The default target runs only configured variants. Every
+    main variant goes through the calibration protocol (``harness.trees.calibration_protocol``): its chain length or
+    tree shape `auto`, one line if it fixes one."""
     variants = dict(config["bench"]["methods"])
     configured = {settings.get("method", name) for name, settings in variants.items()}
     for name in method_names():
@@ -59,7 +79,7 @@ def variant_table(config: dict) -> dict[str, dict[str, Any]]:
     if unknown:
         raise ValueError(f"bench.methods runs method {unknown[0]!r}, which is not in the catalog "
                          f"(methods/__init__.py): {', '.join(catalog())}")
-    return variants
+    return protocol_variants(variants, config["bench"].get("fixed_shapes"))
 
 
 def with_implied_drafters(config: dict) -> dict:

@@ -128,7 +128,8 @@ def test_bench_time_limits_and_the_feature_dump_size(tmp_path):
 
 def test_every_variant_parses_at_plan_time_and_bad_values_stop_it(config):
     plan.check_variant_options(config, Path("w"))  # the shipped config: every variant's options parse
-    for options, says in (({"top_k": 4, "budget": -3}, "budget >= 1"), ({"top_kk": 3}, "unknown option 'top_kk'")):
+    for options, says in (({"top_k": 4, "budget": -3, "study": "s"}, "budget >= 1"),  # a study: its shape fixed
+                          ({"top_kk": 3}, "unknown option 'top_kk'")):
         bad = {**config, "bench": {**config["bench"], "methods": {"eagle": options}}}
         with pytest.raises(ValueError, match=f"bench.methods.eagle: .*{says}"):
             plan.check_variant_options(bad, Path("w"))

@@ -32,7 +32,9 @@ from harness.analysis.summary import records_frame, summarize, write_table
 from harness.errors import DraftcountError
 
 AGREEMENT = "heldout_top1_agreement_by_step"  # harness.training.drafters.AGREEMENT (torch-free here)
-COLUMNS = ["family", "drafter", "rung", "tokens", "flops", "agreement_step1", "agreement_mean3", "agreement_by_step"]
+COLUMNS = ["family", "drafter", "rung", "tokens", "flops", "agreement_step1", "agreement_mean", "agreement_steps",
+           "agreement_by_step"]
+MEAN_STEPS = 3  # the mean agreement averages at most the first three draft steps, the same ones for every family
 STABILITY_COLUMNS = ["rung", "next_rung", "families", "kendall_tau"]
 CHAIN_FIGURES = {"chain_tau": "tau", "chain_speedup": "paired speedup over ar"}  # column stem -> the y label
 
@@ -51,8 +53,25 @@ def curve_rows(metrics: dict[str, dict], rungs: dict[str, tuple[str, float]]) ->
         train = found.get("train") or {}
         rows.append({"family": family, "drafter": drafter, "rung": rung, "tokens": train.get("tokens", np.nan),
                      "flops": train.get("flops", np.nan), "agreement_step1": agreement[0],
-                     "agreement_mean3": float(np.mean(agreement[:3])), "agreement_by_step": json.dumps(agreement)})
-    return pd.DataFrame(rows, columns=COLUMNS).sort_values(["family", "rung"], ignore_index=True)
+                     "agreement_by_step": json.dumps(agreement)})
+    curves = pd.DataFrame(rows, columns=[column for column in COLUMNS if not column.startswith("agreement_")]
+                          + ["agreement_step1", "agreement_by_step"])
+    return with_mean_agreement(curves).sort_values(["family", "rung"], ignore_index=True)[COLUMNS]
+
+
+def shared_steps(curves: pd.DataFrame, at_most: int = MEAN_STEPS) -> int:
+    """The draft steps the mean agreement averages: the first ``at_most``, or fewer when a family of ``curves``
+    records fewer (eagle records 2, polybasic's mid LM 1), so that every family's mean covers the same steps."""
+    recorded = [len(json.loads(text)) for text in curves.agreement_by_step]
+    return min([at_most, *recorded])
+
+
+def with_mean_agreement(curves: pd.DataFrame) -> pd.DataFrame:
+    """``curves`` with ``agreement_mean`` (held-out agreement averaged over draft steps 1..n, n = ``shared_steps``
+    for the whole table) and ``agreement_steps`` (n), from each row's ``agreement_by_step``."""
+    steps = shared_steps(curves)
+    means = [float(np.mean(json.loads(text)[:steps])) for text in curves.agreement_by_step]
+    return curves.assign(agreement_mean=means, agreement_steps=steps)
 
 
 def kendall_tau(first: list[float], second: list[float]) -> float:
@@ -111,6 +130,12 @@ def per_temperature(columns, stem: str) -> dict[str, str]:
     return {at: found[at] for at in sorted(found) if "_" not in at}
 
 
+def steps_label(curves: pd.DataFrame) -> str:
+    """The draft steps the mean agreement of ``curves`` averages, in words (``steps 1-3``, ``step 1``)."""
+    steps = int(curves.agreement_steps.iloc[0]) if len(curves) else MEAN_STEPS
+    return "step 1" if steps == 1 else f"steps 1-{steps}"
+
+
 def stability_table(curves: pd.DataFrame) -> pd.DataFrame:
     """Kendall's tau between adjacent rungs by step-1 agreement (``kendall_tau``) and, where the chains ran, by each
     temperature's chain tau (``kendall_tau_chain_tau_t<T>``)."""
@@ -123,13 +148,15 @@ def stability_table(curves: pd.DataFrame) -> pd.DataFrame:
 def plot_learning_curves(curves: pd.DataFrame, stability: pd.DataFrame):
     """Against training positions (log x, labelled at each rung's positions), one line per family in its method's
     colour: each temperature's chain tau and paired speedup where the chains ran, held-out agreement (step 1, and the
-    mean of steps 1-3); then Kendall's tau between adjacent rungs (by agreement, and by each chain tau)."""
+    mean of the steps every family records, at most 1-3); then Kendall's tau between adjacent rungs (by agreement, and
+    by each chain tau)."""
     from harness.analysis.plotting import MARKERS, figure_legend, log_ticks, palette, plt
 
     panels = [(column, f"chain {label}, T = {at}") for stem, label in CHAIN_FIGURES.items()
               for at, column in per_temperature(curves.columns, stem).items()]
-    panels += [("agreement_step1", "held-out agreement, draft step 1"),
-               ("agreement_mean3", "held-out agreement, steps 1-3 (mean)")]
+    panels += [("agreement_step1", "held-out agreement, draft step 1")]
+    if steps_label(curves) != "step 1":  # the shared steps are more than step 1
+        panels += [("agreement_mean", f"held-out agreement, {steps_label(curves)} (mean)")]
     columns = 3
     rows = -(-(len(panels) + 1) // columns)
     figure, axes = plt.subplots(rows, columns, figsize=(11, 2.9 * rows + 0.4), squeeze=False, layout="constrained")
@@ -216,8 +243,9 @@ def redraw(table: Path, figure: Path | None) -> int:
     from harness.analysis.plotting import STYLE, plt, save_figure
 
     figure.parent.mkdir(parents=True, exist_ok=True)
+    curves = with_mean_agreement(pd.read_csv(table))  # a table written before the mean covered shared steps too
     with plt.rc_context(STYLE):
-        for path in save_figure(plot_learning_curves(pd.read_csv(table), pd.read_csv(stability_path)),
+        for path in save_figure(plot_learning_curves(curves, pd.read_csv(stability_path)),
                                 figure.parent, figure.name):
             print(f"wrote {path}")
     return 0
@@ -248,18 +276,31 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-LR_COLUMNS = ["family", "drafter", "lr", "tokens", "agreement_step1", "agreement_mean3", "chosen"]
+LR_COLUMNS = ["family", "drafter", "lr", "tokens", "agreement_step1", "agreement_mean", "agreement_steps", "chosen",
+              "agreement_by_step"]
 
 
 def lr_rows(metrics: dict[str, dict], rates: dict[str, tuple[str, float]]) -> pd.DataFrame:
     """The lr study: one row per drafter (``rates`` {drafter: (family, learning rate)}), the rate of highest mean
-    held-out agreement over the first three draft steps chosen per family (ties: the smaller rate)."""
+    held-out agreement over the same draft steps for every family (``shared_steps``: the first three, or as many as
+    the family recording fewest records) chosen per family (ties: the smaller rate)."""
     curves = curve_rows(metrics, rates).rename(columns={"rung": "lr"})
     curves["chosen"] = False
     for _, rows in curves.groupby("family"):
-        best = rows.sort_values(["agreement_mean3", "lr"], ascending=[False, True]).index[0]
+        best = rows.sort_values(["agreement_mean", "lr"], ascending=[False, True]).index[0]
         curves.loc[best, "chosen"] = True
     return curves[LR_COLUMNS]
+
+
+def stale_rates(table: pd.DataFrame, drafters: dict[str, dict]) -> list[str]:
+    """One line per family whose rate the lr study's written ``table`` chose differs from the rate its `drafters`
+    entry trains at (the config then no longer follows the study, or the study ran at another metric)."""
+    lines = []
+    for family, chosen in table[table.chosen.astype(bool)].groupby("family").lr.first().items():
+        own = drafters.get(family, {}).get("options", {}).get("lr")
+        if own is not None and float(own) != float(chosen):
+            lines.append(f"family {family!r} trains at lr {own}, the lr study chose {chosen:g}")
+    return lines
 
 
 def run_lr(args: argparse.Namespace) -> int:

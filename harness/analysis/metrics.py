@@ -72,7 +72,12 @@ METRICS: tuple[Metric, ...] = (
            "the share of drafted tokens (tree nodes, root excluded) that verification rejected", "token waste"),
     Metric("drafter_flop_waste", "1 - sum(useful drafter FLOPs) / sum(drafter FLOPs)",
            "the share of drafter FLOPs whose output never reached an accepted token or a state the drafter "
-           "reused. FLOPs are analytic: 2 x parameters x tokens processed, plus attention", "drafter-FLOP waste"),
+           "reused, for every method alike: a forward that processed context and also drafted (an EAGLE head's "
+           "catch-up forward, whose last position drafts depth 1; a draft LM's first forward of a step) is split "
+           "by what each position produced, evenly by position: the context positions' share is useful, the "
+           "drafting position's is wasted when every draft it produced is rejected (before issue 79 the whole "
+           "forward counted as context, so a depth-1 head read 0 waste). FLOPs are analytic: 2 x parameters x "
+           "tokens processed, plus attention", "drafter-FLOP waste"),
     Metric("drafter_flops_per_accepted", "sum(drafter FLOPs) / sum(accepted draft tokens)",
            "drafter FLOPs (all of them) per accepted draft token", "drafter MFLOPs/accepted", "{:.1f}", 1e6),
     Metric("drafter_wasted_flops_per_accepted", "sum(drafter FLOPs - useful drafter FLOPs) / sum(accepted)",
@@ -85,6 +90,9 @@ METRICS: tuple[Metric, ...] = (
     Metric("drafter_flops_per_step", "sum(drafter FLOPs) / sum(verification steps)",
            "drafter FLOPs spent per decoding step (every drafter forward of the step: a head's depths, a draft LM's "
            "tokens, every stage of a chain)", "drafter MFLOPs/step", "{:.2f}", 1e6),
+    Metric("drafter_flops_per_draft", "sum(drafter FLOPs) / sum(drafted tokens)",
+           "drafter FLOPs per draft token (a tree node, root excluded), accepted or not: what one draft costs its "
+           "drafter at the shape it ran (the models table shows each drafter's main variant's)"),
     Metric("drafter_forwards_per_step", "sum(drafter forwards) / sum(verification steps)",
            "drafter forwards per decoding step (a draft LM's tokens, a head's depths, one for a block drafter)"),
     Metric("drafter_forwards_per_token", "sum(drafter forwards) / sum(new_tokens)",

@@ -20,9 +20,10 @@ from harness.store.provenance import source_line
 H100_LATENCIES = Path(__file__).resolve().parents[2] / "results" / "h100-2026-11-24" / "projection" / "latency.csv"
 
 
-def target_metrics(metrics_paths: list[Path]) -> dict:
+def target_metrics(metrics_paths: list[Path], role: str = "target") -> dict:
+    """The training metrics of the zoo model ``role`` (target, draft: metrics/<role>.json) among ``metrics_paths``."""
     for path in metrics_paths:
-        if Path(path).stem == "target":
+        if Path(path).stem == role:
             return json.loads(Path(path).read_text())
     return {}
 

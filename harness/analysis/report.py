@@ -12,7 +12,12 @@ import os
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
+
 from harness.analysis.metrics import report_definitions
+from harness.analysis.model_sizes import (
+    DRAFT_LM, chained_parameters, components_cell, flops_per_draft_cell, main_variant, model_name, temperatures_label,
+)
 from harness.analysis.sections import results_table
 from harness.analysis.tables import markdown_table
 from harness.analysis.trust import trust_warnings, warning_block
@@ -94,17 +99,19 @@ def trained_on_cell(metrics: dict) -> str:
     return f"{machine.get('cpu', '?')}{f' ({kernels})' if kernels else ''}"
 
 
-def training_section(metrics_paths: list[Path]) -> str:
-    """One row per trained model or drafter: parameters, steps, seconds, and its held-out quality."""
+def training_section(metrics_paths: list[Path], summary: pd.DataFrame | None = None) -> str:
+    """One row per trained model or drafter: parameters (in all, as its runs count them, and by component), steps,
+    seconds, its held-out quality and, from ``summary``, its main variant's drafter FLOPs per draft token."""
     if not metrics_paths:
         return ""
     rows = []
+    everything = {model_name(path): json.loads(Path(path).read_text()) for path in metrics_paths}
     for path in metrics_paths:
-        metrics = json.loads(Path(path).read_text())
+        metrics = everything[model_name(path)]
         if metrics.get("imported"):  # not trained here: the environment and the regime card say what it is
             continue
         train = metrics.get("train") or metrics.get("training") or {}
-        parameters = metrics.get("trainable_parameters") or metrics.get("parameters")
+        parameters, components = chained_parameters(metrics, everything.get(DRAFT_LM))
         if "heldout_perplexity" in metrics:
             quality = f"perplexity {metrics['heldout_perplexity']:.1f}"
         elif "heldout_top1_agreement_by_depth" in metrics:
@@ -119,19 +126,20 @@ def training_section(metrics_paths: list[Path]) -> str:
         if base:  # a grown target: its first stage, then the deepened model trained on
             stage = base.get("training") or {}
             rows.append([f"{Path(path).stem} (stage 1: {base.get('num_layers')} layers)",
-                         str(base.get("parameters", "-")), str(stage.get("steps", "-")), training_tokens(stage),
+                         str(base.get("parameters", "-")), "-", str(stage.get("steps", "-")), training_tokens(stage),
                          training_flops(stage),
                          f"{stage.get('seconds', 0):.0f}", str(stage.get("stopped_by", "-")),
                          f"perplexity {base['heldout_perplexity']:.1f}" if "heldout_perplexity" in base else "-",
-                         "-", trained_on_cell(metrics)])
+                         "-", "-", trained_on_cell(metrics)])
         name = f"{Path(path).stem} (stage 2: grown)" if base else Path(path).stem
-        rows.append([name, str(parameters or "-"), str(train.get("steps", "-")), training_tokens(train),
-                     training_flops(train),
+        rows.append([name, str(parameters or "-"), components_cell(components), str(train.get("steps", "-")),
+                     training_tokens(train), training_flops(train),
                      f"{train.get('seconds', 0):.0f}", str(train.get("stopped_by", "-")), quality,
                      vocabulary_note(metrics.get("draft_vocab"), metrics.get("target_vocab")).lstrip(", ") or "-",
-                     trained_on_cell(metrics)])
-    return markdown_table(["model", "parameters", "steps", "training tokens", "training FLOPs", "seconds", "stopped by",
-                           "held-out quality", "logits over", "trained on"], rows)
+                     flops_per_draft_cell(summary, main_variant(model_name(path))), trained_on_cell(metrics)])
+    return markdown_table(["model", "parameters", "parameters by component", "steps", "training tokens",
+                           "training FLOPs", "seconds", "stopped by", "held-out quality", "logits over",
+                           f"drafter MFLOPs per draft token{temperatures_label(summary)}", "trained on"], rows)
 
 
 def training_tokens(train: dict) -> str:
@@ -183,7 +191,7 @@ def write_report(tables_dir: Path, records_paths: list[Path], figures_dir: Path,
     for view in embedded_figures(data, figures_dir):
         parts += [f"**{view.name}** — {view.caption} ([PDF]({(link / f'{view.name}.pdf').as_posix()}))", "",
                   f"![{view.name}]({(link / f'{view.name}.png').as_posix()})", ""]
-    training = training_section(data.metrics)
+    training = training_section(data.metrics, summary)
     if training:
         parts += ["## Trained models and drafters", "", training, ""]
     parts += ["## How each number was measured", "", report_definitions()]

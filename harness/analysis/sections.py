@@ -1,12 +1,22 @@
 """Report sections read from the summary and the samples table: the results table (the report's main tables and
-the ablations against their defaults), traversal against token-level verification, and samples by index."""
+the ablations against their defaults), traversal against token-level verification, and samples by index; and the
+studies report's drafter studies (learning curves, their stability, the lr study) from their rules' tables."""
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Any
+
 import pandas as pd
 
+from harness.analysis.learning_curves import (
+    per_temperature,
+    steps_label,
+    with_mean_agreement,
+)
 from harness.analysis.metrics import report_metrics
 from harness.analysis.tables import cell, markdown_table, metric_cells
+from harness.analysis.view import Inputs
 
 
 def results_table(summary: pd.DataFrame) -> str:
@@ -68,3 +78,91 @@ def samples_section(samples: pd.DataFrame) -> str:
              f"{row.tau:.3f}", cell(row.speedup_paired_mean, "{:.2f}")]
             for _, row in samples.sort_values(["variant", "dataset", "temperature", "sample"]).iterrows()]
     return markdown_table(["variant", "dataset", "T", "sample", "turns", "tau", "speedup"], rows)
+
+
+def mean_agreement(table: pd.DataFrame) -> tuple[pd.DataFrame, str]:
+    """A learning-curve or lr table with its mean held-out agreement over the steps every family records
+    (``learning_curves.with_mean_agreement``, from ``agreement_by_step``) and that column's label ("" when the
+    shared steps are step 1 alone: the step-1 column says it); a table written before the mean covered shared steps,
+    and without the steps, keeps its ``agreement_mean3`` and says so."""
+    if "agreement_by_step" in table:
+        table = with_mean_agreement(table)
+        return table, "" if table.agreement_steps.iloc[0] == 1 else f"agreement, {steps_label(table)} (mean)"
+    if "agreement_mean" in table:
+        return table, "agreement (mean)"
+    return table.rename(columns={"agreement_mean3": "agreement_mean"}), "agreement, steps 1-3 (mean; steps differ)"
+
+
+def chain_cells(row: Any, temperatures: dict[str, str]) -> list[str]:
+    """A rung's chain tau and paired speedup (with its interval) at each temperature its chains ran."""
+    cells = []
+    for at in temperatures:
+        speedup = row.get(f"chain_speedup_t{at}")
+        interval = (f" [{row[f'chain_speedup_t{at}_low']:.2f}, {row[f'chain_speedup_t{at}_high']:.2f}]"
+                    if pd.notna(row.get(f"chain_speedup_t{at}_low")) else "")
+        cells += [cell(row.get(f"chain_tau_t{at}"), "{:.2f}"), cell(speedup, "{:.2f}") + (interval if
+                                                                                          pd.notna(speedup) else "")]
+    return cells
+
+
+def learning_curves_section(curves: pd.DataFrame) -> str:
+    """The learning curves (rule learning_curves' table): per family and rung, its training positions, held-out
+    agreement at step 1 and over the shared steps, and where its chains ran, their tau and paired speedup."""
+    if curves.empty:
+        return ""
+    curves, label = mean_agreement(curves)
+    temperatures = per_temperature(curves.columns, "chain_tau")
+    header = ["family", "rung", "positions", "agreement, step 1", *([label] if label else [])]
+    header += [name for at in temperatures for name in (f"chain tau, T = {at}", f"chain speedup, T = {at}")]
+    rows = [[row["family"], f"{row['rung']:g}x", cell(row["tokens"], "{:,.0f}"), f"{row['agreement_step1']:.3f}",
+             *([f"{row['agreement_mean']:.3f}"] if label else []), *chain_cells(row, temperatures)]
+            for _, row in curves.sort_values(["family", "rung"]).iterrows()]
+    return markdown_table(header, rows)
+
+
+def stability_section(stability: pd.DataFrame) -> str:
+    """Kendall's tau between adjacent rungs' orders of the families, by step-1 agreement and by each chain tau."""
+    if stability.empty:
+        return ""
+    chains = per_temperature(stability.columns, "kendall_tau_chain_tau")
+    header = ["rungs", "families", "by agreement, step 1", *(f"by chain tau, T = {at}" for at in chains)]
+    rows = [[f"{row['rung']:g}x -> {row['next_rung']:g}x", str(int(row["families"])), cell(row["kendall_tau"], "{:.2f}"),
+             *(cell(row[column], "{:.2f}") for column in chains.values())] for _, row in stability.iterrows()]
+    return markdown_table(header, rows)
+
+
+def lr_section(lr: pd.DataFrame) -> str:
+    """The lr study (rule lr_study's table): each family's rates, the agreement they reached, the one chosen."""
+    if lr.empty:
+        return ""
+    lr, label = mean_agreement(lr)
+    rows = [[row["family"], f"{row['lr']:g}" + (" (chosen)" if bool(row["chosen"]) else ""),
+             cell(row["tokens"], "{:,.0f}"), f"{row['agreement_step1']:.3f}",
+             *([f"{row['agreement_mean']:.3f}"] if label else [])]
+            for _, row in lr.sort_values(["family", "lr"]).iterrows()]
+    return markdown_table(["family", "learning rate", "positions", "agreement, step 1", *([label] if label else [])],
+                          rows)
+
+
+def drafter_studies_section(data: Inputs) -> str:
+    """The drafter studies in the studies report: the learning curves, their stability, the lr study (each where
+    its table was written into the report's tables folder), and the learning-curve figure where rule
+    learning_curves drew it beside them (``figures/learning_curves.png`` next to the report)."""
+    parts = []
+    curves, stability = learning_curves_section(data.table("learning_curves")), stability_section(
+        data.table("learning_curves_stability"))
+    if curves:
+        parts += [("**Learning curves.** Each family retrained at multiples of the main budget (1x: the main drafter), "
+                  "read by held-out top-1 agreement with the target (the same draft steps for every family) and, "
+                  "where they ran, by a chain of one length on one prompt set:"), "", curves, ""]
+    if stability:
+        parts += [("**Stability of the ranking.** Kendall's tau between adjacent rungs' orders of the families (1: "
+                  "the same order; -1: reversed):"), "", stability, ""]
+    figure = Path(data.tables_dir or ".").parent / "figures" / "learning_curves.png"
+    if curves and figure.is_file():
+        parts += ["![learning curves](figures/learning_curves.png)", ""]
+    lr = lr_section(data.table("lr"))
+    if lr:
+        parts += [("**Learning rates.** Each family at the rates beside its own on the ladder, at its main budget; "
+                  "the rate of highest mean held-out agreement chosen (never the benchmark prompts):"), "", lr, ""]
+    return "\n".join(parts).strip()

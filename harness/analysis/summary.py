@@ -98,6 +98,8 @@ def summarize(frame: pd.DataFrame) -> pd.DataFrame:
         row["verify_waste"] = 1 - (group.accepted_tokens.sum() + group.verify_steps.sum()) / verified if verified else 0.0
         row["flops_per_token"] = (group.target_flops.sum() + drafter_flops) / group.new_tokens.sum()
         row["drafter_flops_per_step"] = drafter_flops / max(group.verify_steps.sum(), 1)
+        row["drafter_flops_per_draft"] = drafter_flops / group.drafted_tokens.sum() if group.drafted_tokens.sum() \
+            else np.nan
         row["drafter_forwards_per_step"] = group.drafter_forwards.sum() / max(group.verify_steps.sum(), 1)
         row["drafter_forwards_per_token"] = group.drafter_forwards.sum() / group.new_tokens.sum()
         row["drafter_parameters"] = group.drafter_parameters.max()

@@ -69,6 +69,23 @@ def cluster_bootstrap(columns: dict[str, np.ndarray], clusters: np.ndarray,
     return float(np.quantile(values, tail)), float(np.quantile(values, 1 - tail))
 
 
+def leave_one_cluster_out(columns: dict[str, np.ndarray], clusters: np.ndarray,
+                          statistic: Callable[[dict[str, np.ndarray]], np.ndarray], confidence: float = 0.95,
+                          resamples: int = 2000, seed: int = 0) -> dict[str, tuple[float, float, float]]:
+    """{cluster: (the statistic, its interval's low and high end) without that cluster's turns}: the same
+    ``cluster_bootstrap`` (same seed) over the others, one cluster left out at a time."""
+    clusters = np.asarray(clusters)
+    out = {}
+    for key in np.unique(clusters):
+        kept = clusters != key
+        if not kept.any():
+            continue
+        rest = {name: np.asarray(values, dtype=float)[kept] for name, values in columns.items()}
+        value = float(np.asarray(statistic({name: np.array([values.sum()]) for name, values in rest.items()}))[0])
+        out[str(key)] = (value, *cluster_bootstrap(rest, clusters[kept], statistic, confidence, resamples, seed))
+    return out
+
+
 def specbench_speedup(paired: pd.DataFrame) -> float:
     """Spec-Bench's speedup (``evaluation/speed.py``) of paired turns: per prompt (an answer line) tokens/s =
     sum(new_tokens) / sum(wall_seconds) over its turns, for the method and for `ar`; the mean of the method's

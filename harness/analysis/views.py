@@ -21,7 +21,9 @@ from harness.analysis.families import (
 )
 from harness.analysis.regime import regime_card
 from harness.analysis.report_timing import control_section, cost_section, phase_section
-from harness.analysis.sections import ablations_section, samples_section, verifier_comparison
+from harness.analysis.sections import (
+    ablations_section, drafter_studies_section, samples_section, verifier_comparison,
+)
 from harness.analysis.summary import depth_acceptance, records_frame, sample_table, summarize, write_table
 from harness.analysis.view import SUMMARY, Inputs, Scope, View, method_view_module
 from harness.catalog import catalog, entry
@@ -179,6 +181,10 @@ VIEWS: tuple[View, ...] = (
          intro="The target's 1-token forward (from `ar`), each variant's verify forward over its tree and its drafter "
                "step, measured in the same runs. Speculation pays when a verify forward costs little more than a "
                "1-token forward and a drafter step a small fraction of it."),
+    View("drafter_studies", title="Learning curves and learning rates", section=drafter_studies_section,
+         intro="The drafter studies (studies `learning_curves` and `lr`; rules learning_curves and lr_study write "
+               "their tables beside this report's): how each family's drafter improves with training positions, "
+               "whether the families' ranking holds from budget to budget, and the learning rate each one uses."),
     View("traversal", title="Traversal verification", section=lambda data: verifier_comparison(data.summary),
          intro="The same method and options verified token by token and by Traversal Verification (leaf-to-root, "
                "sequence-level): tau should not fall, and the paper reports +2-6%."),

@@ -2,11 +2,14 @@
 
 A chat target is not trained here, so its drafters learn from its own responses (``data: regenerate``, as the field
 trains EAGLE-3, DFlash and DSpark): to questions drawn from prompt files (``NAME`` or ``NAME:category,...``, each
-source's first turns), minus every prompt that shares a turn with the benchmark's selection (whitespace-normalised
-text: Spec-Bench's first 80 questions are MT-Bench's, its math_reasoning questions are GSM8K's), deduplicated,
-shuffled per source from a seed and taken from the sources in turn, then cut into consecutive splits (train,
-heldout, calibration). The splits are written as question files (``question_id``, ``category``, ``turns``) that
-every loader reads; the data itself stays where it is (loaders take a path).
+source's first turns), shuffled per source from a seed and taken from the sources in turn, each kept or dropped by
+one ``harness.data.question_filters.QuestionSelector``: never a turn of the benchmark's selection
+(whitespace-normalised text: Spec-Bench's first 80 questions are MT-Bench's, its math_reasoning questions are
+GSM8K's), never sharing a word 8-gram with one of its prompts, never an exact or near duplicate of a question kept
+before; then cut into consecutive splits (the last may take every question left), and the questions the target
+wrote itself (rule synth_questions), through the same selector, joined to the last split. The splits are written as
+question files (``question_id``, ``category``, ``turns``) that every loader reads; the data itself stays where it is
+(loaders take a path).
 """
 
 from __future__ import annotations
@@ -14,21 +17,15 @@ from __future__ import annotations
 import hashlib
 import json
 import random
+from collections import Counter
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from harness.data.prompts import Prompt, load_prompts
+from harness.data.question_filters import QuestionSelector, benchmark_selector
 from harness.errors import DraftcountError
 from harness.store.atomic import atomic_path
-
-
-def normalised(text: str) -> str:
-    return " ".join(text.split())
-
-
-def turn_texts(prompts: Iterable[Prompt]) -> set[str]:
-    """Every turn of ``prompts``, whitespace-normalised: what a training prompt may not share with them."""
-    return {normalised(turn) for prompt in prompts for turn in prompt.turns}
 
 
 def parse_source(source: str) -> tuple[str, str | None]:
@@ -42,47 +39,76 @@ def first_turns(prompts: list[Prompt], source: str) -> list[Prompt]:
     return [Prompt(id=f"{source}-{prompt.id}", category=prompt.category, turns=prompt.turns[:1]) for prompt in prompts]
 
 
-def candidates(prompts: list[Prompt], taken: set[str]) -> list[Prompt]:
-    """``prompts`` that share no turn with ``taken`` nor with one kept before them."""
-    kept, seen = [], set(taken)
-    for prompt in prompts:
-        texts = {normalised(turn) for turn in prompt.turns}
-        if texts & seen:
-            continue
-        seen |= texts
-        kept.append(prompt)
+def source_of(prompt: Prompt) -> str:
+    """The source a chosen question came from (its id's prefix: ``first_turns``)."""
+    return prompt.id.split("-")[0]
+
+
+@dataclass
+class Selection:
+    splits: dict[str, list[Prompt]]
+    offered: Counter = field(default_factory=Counter)  # source -> questions offered to the selector
+    dropped: dict[str, Counter] = field(default_factory=dict)  # source -> reason -> questions dropped
+
+
+def offered(prompt: Prompt, selector: QuestionSelector, selection: Selection) -> bool:
+    """Whether the selector keeps ``prompt``; what its source offered and lost is counted in ``selection``."""
+    source = source_of(prompt)
+    selection.offered[source] += 1
+    before = Counter(selector.dropped)
+    if selector.offer(prompt.turns[0]):
+        return True
+    selection.dropped.setdefault(source, Counter()).update(selector.dropped - before)
+    return False
+
+
+def selected(prompts: list[Prompt], selector: QuestionSelector, selection: Selection) -> list[Prompt]:
+    """``prompts`` the selector keeps, in order."""
+    return [prompt for prompt in prompts if offered(prompt, selector, selection)]
+
+
+def selected_in_turn(pools: list[list[Prompt]], selector: QuestionSelector, selection: Selection) -> list[Prompt]:
+    """One kept prompt from each pool in turn (each offering its next until one is kept) until all are spent: every
+    source gets an equal share of the kept questions while it lasts."""
+    remaining, kept = [iter(pool) for pool in pools], []
+    while remaining:
+        for pool in list(remaining):
+            chosen = next((prompt for prompt in pool if offered(prompt, selector, selection)), None)
+            if chosen is None:
+                remaining.remove(pool)
+            else:
+                kept.append(chosen)
     return kept
 
 
-def interleaved(pools: list[list[Prompt]]) -> list[Prompt]:
-    """One prompt from each pool in turn until all are empty: every source gets an equal share while it lasts."""
-    order, depth = [], 0
-    while any(depth < len(pool) for pool in pools):
-        order += [pool[depth] for pool in pools if depth < len(pool)]
-        depth += 1
-    return order
-
-
-def training_prompts(sources: dict[str, list[Prompt]], benchmark: Iterable[Prompt], splits: dict[str, int],
-                     seed: int) -> dict[str, list[Prompt]]:
-    """``splits`` (name -> count, in order) of first-turn questions from ``sources`` (name -> its prompts) that share
-    no turn with ``benchmark`` or with each other; one line when the sources hold too few."""
-    taken = turn_texts(benchmark)
+def training_prompts(sources: dict[str, list[Prompt]], benchmark: Iterable[Prompt], splits: dict[str, int | None],
+                     seed: int, synthesized: list[Prompt] | None = None, near: float = 0.5) -> Selection:
+    """``splits`` (name -> count, in order; None: every question left, the last split only) of first-turn questions
+    from ``sources`` (name -> its prompts), shuffled per source, taken from each in turn and kept by one
+    ``QuestionSelector`` (no turn nor word 8-gram of ``benchmark``, no exact or near duplicate); then the
+    ``synthesized`` questions through the same selector, all joined to the last split. One line when the sources
+    hold too few."""
+    selector = benchmark_selector([turn for prompt in benchmark for turn in prompt.turns], near)
     pools = []
     for index, (name, prompts) in enumerate(sources.items()):
         pool = first_turns(prompts, name)
         random.Random(seed * 1009 + index).shuffle(pool)
-        pools.append(candidates(pool, taken))
-    chosen = candidates(interleaved(pools), set())  # a question two sources share: once
-    wanted = sum(splits.values())
+        pools.append(pool)
+    if None in list(splits.values())[:-1]:
+        raise DraftcountError("only the last split may take every question left (all)")
+    selection = Selection({})
+    chosen = selected_in_turn(pools, selector, selection)
+    wanted = sum(count for count in splits.values() if count is not None) + (None in splits.values())
     if len(chosen) < wanted:
         raise DraftcountError(f"the training prompt sources ({', '.join(sources)}) hold {len(chosen)} prompts apart "
                               f"from the benchmark's, {wanted} wanted: add a source or ask for fewer")
-    result, start = {}, 0
+    start = 0
     for name, count in splits.items():
-        result[name] = chosen[start:start + count]
-        start += count
-    return result
+        selection.splits[name] = chosen[start:None if count is None else start + count]
+        start += len(selection.splits[name])
+    if synthesized:
+        selection.splits[name] = selection.splits[name] + selected(synthesized, selector, selection)
+    return selection
 
 
 def load_sources(sources: list[str], paths: dict[str, str]) -> dict[str, list[Prompt]]:

@@ -9,8 +9,8 @@ from harness.backend.forward import ForwardTally, LMOutput, run_model
 from harness.backend.kv_cache import new_cache
 from harness.engine.adapter import BatchRow
 from harness.engine.batch_slots import PAD_TOKEN, SlotMask, causal, charge_rows
-from harness.engine.counters import DrafterWork, count_useful_drafter_flops
-from harness.engine.draft_lm import DraftLMAdapter
+from harness.engine.counters import DrafterWork, book_drafting_forward, count_useful_drafter_flops
+from harness.engine.draft_lm import DraftLMAdapter, useful_nodes
 from harness.trees.tree import TokenTree, ancestor_matrix, root_only
 from harness.verify.verdict import Verdict
 
@@ -73,8 +73,8 @@ class DraftLMRows:
             for row, work, amount in zip(rows, self.works, flops):
                 if feeding:
                     work.charge(feeding, amount)
-                else:  # the accepted text's KV: kept whatever is accepted
-                    count_useful_drafter_flops(row.ctx.counters, amount)
+                else:  # the pending token's KV: kept whatever is accepted; the root drafts depth 1
+                    book_drafting_forward(row.ctx.counters, work, amount, inputs.shape[-1])
             width = out.logits.shape[1]
             node_logits.update({node: out.logits[:, width - len(query_nodes) + index]
                                 for index, node in enumerate(query_nodes)})
@@ -113,7 +113,7 @@ class DraftLMRows:
         pending token."""
         first = self.step_start + 2
         for index, (row, tree, verdict) in enumerate(zip(rows, trees, verdicts)):
-            self.works[index].settle(row.ctx.counters, verdict.path[1:])  # a fed node's KV is kept iff accepted
+            self.works[index].settle(row.ctx.counters, useful_nodes(verdict))
             path = set(verdict.path)
             if self.fed:
                 kept = torch.tensor([node in path for node in self.fed], device=self.mask.valid.device)

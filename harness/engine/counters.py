@@ -139,3 +139,19 @@ class DrafterWork:
 def count_useful_drafter_flops(counters: GenerationCounters, flops: float) -> None:
     """Drafter work that is useful whatever is accepted (feeding accepted tokens, context)."""
     counters.add_extra(USEFUL_DRAFTER_FLOPS, flops)
+
+
+DRAFTING_POSITION = "drafting position"  # the unit of a context forward's last position (``book_drafting_forward``)
+
+
+def book_drafting_forward(counters: GenerationCounters, work: DrafterWork, flops: float, positions: int,
+                          unit: object = DRAFTING_POSITION) -> None:
+    """A drafter forward over ``positions`` positions that processed context AND drafted: its last position's
+    output gives the next drafts (an EAGLE head's catch-up forward drafts depth 1, a draft LM's the first token).
+    Split by what each position produced, evenly (as ``DrafterWork.charge`` splits a forward over its units): the
+    context positions' share is useful whatever is accepted; the drafting position's is charged to ``unit``, useful
+    only when a draft it produced is accepted (``commit`` settles it), so a rejected depth-1 draft books waste
+    (docs/metrics.md, *Drafter-FLOP waste*)."""
+    drafting = flops / max(positions, 1)
+    count_useful_drafter_flops(counters, flops - drafting)
+    work.charge([unit], drafting)

@@ -15,7 +15,7 @@ from __future__ import annotations
 import torch
 
 from harness.engine.adapter import AdapterBase, StepContext
-from harness.engine.counters import DrafterWork, count_useful_drafter_flops
+from harness.engine.counters import DRAFTING_POSITION, DrafterWork, book_drafting_forward
 from harness.engine.drafting import ChildChooser, choose_children
 from harness.backend.forward import LMOutput, positions, run_model
 from harness.backend.kv_cache import keep_tree_path, new_cache
@@ -59,7 +59,7 @@ class DraftLMAdapter(AdapterBase):
         unseen = sequence[:, self.cached_len :].to(device)
         out = run_model(self.draft, unseen, self.cache, positions(self.cached_len, unseen.shape[-1], device),
                         ctx.counters.drafter, logits_to_keep=1, graphs=self.graphs)
-        count_useful_drafter_flops(ctx.counters, out.flops)  # the accepted tokens' KV: kept whatever happens
+        book_drafting_forward(ctx.counters, self.work, out.flops, unseen.shape[-1])  # the last one drafts depth 1
         prefix_len = sequence.shape[-1]  # the draft cache now holds the sequence, root included
         root = sequence[0, -1]
         tokens, parents, probs = [root], [-1], [None]
@@ -96,6 +96,12 @@ class DraftLMAdapter(AdapterBase):
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
         kept = [self.fed_offset[node] for node in verdict.path[1:] if node in self.fed_offset]
-        self.work.settle(ctx.counters, verdict.path[1:])  # a fed node's KV is kept iff it was accepted
+        self.work.settle(ctx.counters, useful_nodes(verdict))
         keep_tree_path(self.cache, self.root_cached_len, kept)
         self.cached_len = self.root_cached_len + len(kept)
+
+
+def useful_nodes(verdict: Verdict) -> list:
+    """The work a draft LM's step made useful: the fed nodes accepted (their KV is kept), and the catch-up forward's
+    drafting position (``book_drafting_forward``) once a depth-1 node is accepted."""
+    return [*verdict.path[1:], DRAFTING_POSITION] if verdict.num_accepted else list(verdict.path[1:])

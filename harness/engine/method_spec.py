@@ -119,11 +119,15 @@ class CostModel:
     step_latency(target, top_k, prefix, repeats, timing, draft_vocab): for a method with a drafter of its own, the
     seconds of one drafter step at the target's shape, its logits over ``draft_vocab`` tokens (0: the whole
     vocabulary; ``harness.training.draft_vocab``) (stored in ``Latencies.drafter_steps[component]``); None otherwise.
+    random_adapter(options, target): for such a method, its adapter (options parsed) over a random drafter of the
+    shape ``step_latency`` times, built in memory for the target (what ``measure engine-efficiency`` runs); None
+    otherwise.
     """
 
     drafting_seconds: Callable[[dict, Latencies], float]
     step_latency: Callable[..., float] | None = None
     component: str = ""
+    random_adapter: Callable[[Any, LoadedModel], DraftAdapter] | None = None
 
     def __post_init__(self) -> None:
         if self.step_latency is not None and not self.component:

@@ -24,15 +24,17 @@ class Stage:
     what: str
 
 
-STAGES = (  # in the order gpu_quick.sh runs them: quick_timed, quick_lossless, quick_cuda
+STAGES = (  # in the order gpu_quick.sh runs them: quick_timed, quick_engine, quick_lossless, quick_cuda
     Stage("bench", "raw/*/*.jsonl", "1: timed paired runs under bench.engine, alone on the GPU (ar_control first)"),
     Stage("summary", "tables/summary.csv", "1: per variant and temperature"),
     Stage("report", "report.md", "1: the report: tables, phases, figures"),
     Stage("bare loop", "checks/bare_loop.txt", "1: `measure bare-loop`: ar against the engine's floor"),
     Stage("dispatch", "checks/dispatch.csv", "1: `measure dispatch`: ops and kernel launches per step"),
-    Stage("lossless runs", "checks/lossless/*.jsonl", "2: every catalog method, float32, greedy, paired with ar"),
-    Stage("lossless table", "checks/lossless.csv", "2: `harness divergence --expect-identical` over those runs"),
-    Stage("cuda tests", "checks/pytest_cuda.txt*", "3: `pytest -m cuda`, with the time left (.partial: cut short)"),
+    Stage("engine efficiency", "checks/engine_efficiency.csv", "2: `measure engine-efficiency`: measured against "
+                                                               "predicted speedup at tau 2-6, random 8B shapes"),
+    Stage("lossless runs", "checks/lossless/*.jsonl", "3: every catalog method, float32, greedy, paired with ar"),
+    Stage("lossless table", "checks/lossless.csv", "3: `harness divergence --expect-identical` over those runs"),
+    Stage("cuda tests", "checks/pytest_cuda.txt*", "4: `pytest -m cuda`, with the time left (.partial: cut short)"),
 )
 SPEEDUP_COLUMNS = ("variant", "temperature", "turns", "tau", "tokens_per_s", "speedup_paired_mean",
                    "speedup_ci_low", "speedup_ci_high", "speedup_bound", "phase_target_per_token",
@@ -107,6 +109,19 @@ def measurement_section(results: Path, name: str, lines: int) -> str:
     return "```\n" + "\n".join(text[-lines:]) + "\n```"
 
 
+def efficiency_section(results: Path) -> str:
+    """``measure engine-efficiency``'s table (as far as it got)."""
+    path = results / "checks" / "engine_efficiency.csv"
+    if not path.is_file():
+        return "Not finished."
+    table = pd.read_csv(path)
+    columns = ["variant", "tau", "tau_measured", "verified_per_step", "draft_ms", "verify_ms", "measured_speedup",
+               "predicted_speedup", "efficiency", "identical"]
+    rows = [[_cell(value) for value in row] for row in table[columns].itertuples(index=False)]
+    labels = ", ".join(str(table[name].iloc[0]) for name in ("shape", "dtype", "timing"))
+    return f"{labels}.\n\n" + markdown_table(columns, rows)
+
+
 def environment_lines() -> list[str]:
     import importlib.metadata
 
@@ -175,6 +190,15 @@ def quick_readme(results: Path, work: Path, started: float, state: str, command:
         "CUDA); on a GPU the profiler's kernel launches outside graphs against graph launches per step.",
         "",
         measurement_section(results, "dispatch.txt", 24),
+        "",
+        "## Engine efficiency at Llama-3.1-8B's shape (`measure engine-efficiency`, random models)",
+        "",
+        ("Each method drafts with its own code and a random drafter of its real shape; an oracle replaces its "
+         "proposals by the target's continuation so that a step emits tau tokens. Efficiency: the measured speedup "
+         "over ar divided by the one its measured forwards predict (1: an engine that costs its forwards alone). "
+         "Goal on a GPU: >= 0.85 for every method."),
+        "",
+        efficiency_section(results),
         "",
         "## Models",
         "",

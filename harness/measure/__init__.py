@@ -27,7 +27,12 @@ MEASUREMENTS: dict[str, tuple[str, str]] = {
     "load": ("harness.measure.load", "batch sizes against throughput and latency, ar and the batched methods on the "
                                      "same batches"),
     "project-8b": ("harness.measure.project_8b", "latencies at Llama-3.1-8B shapes and projected speedups"),
+    "engine-efficiency": ("harness.measure.engine_efficiency", "measured speedup over ar against the speedup the "
+                                                               "measured forwards predict, at a fixed tau (an oracle "
+                                                               "drafts), at a real shape"),
     "project-load": ("harness.measure.project_load", "the load study projected to a GPU latency table, per batch size"),
+    "generation-throughput": ("harness.measure.generation_throughput",
+                              "a chat target's answer tokens/s per batch size (regenerate.batch_size)"),
     "draft-vocab": ("harness.measure.draft_vocab", "a drafter's drafting time per step over a reduced draft vocabulary "
                                                    "against the full one (SmolLM2's shape), with an A/A control"),
 }

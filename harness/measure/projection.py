@@ -22,9 +22,9 @@ import pandas as pd
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedModel
 
+from harness.backend.models import random_llama
 from harness.catalog import method_names
 from harness.engine.method_spec import Latencies, method_spec
-from harness.backend.models import random_llama
 from harness.errors import DraftcountError
 
 SHAPES: dict[str, dict[str, int]] = {
@@ -56,16 +56,22 @@ def project_speedups(summary: pd.DataFrame, latencies: Latencies) -> pd.DataFram
         options = json.loads(row.get("options") or "{}")
         drafting = drafting_seconds(row.method, options, latencies)
         verify = latencies.target_at(max(1.0, row.verified_per_step))
-        step = drafting + verify
-        tokens_per_step = row.accepted_per_step + 1
         rows.append({
             "variant": row.variant, "method": row.method, "dataset": row.dataset, "temperature": row.temperature,
             "tau": row.tau, "verified_per_step": row.verified_per_step,
             "measured_speedup": row.get("speedup_paired_mean", math.nan),
             "draft_ms": drafting * 1e3, "verify_ms": verify * 1e3,
-            "projected_speedup": tokens_per_step * latencies.target_at(1) / step,
+            "projected_speedup": projected_speedup(row.accepted_per_step + 1, row.verified_per_step, drafting,
+                                                   latencies),
         })
     return pd.DataFrame(rows)
+
+
+def projected_speedup(tokens_per_step: float, verified_per_step: float, drafting: float, latencies: Latencies
+                      ) -> float:
+    """The speedup over `ar` of a step that costs its forwards alone: ``tokens_per_step`` x target(1) / (drafting
+    seconds + target(tokens verified per step)), the target's forwards at ``latencies``."""
+    return tokens_per_step * latencies.target_at(1) / (drafting + latencies.target_at(max(1.0, verified_per_step)))
 
 
 def drafting_seconds(method: str, options: dict, latencies: Latencies) -> float:

@@ -23,6 +23,12 @@ that the method reads with ``shape_file=`` (its depth and budget replace the opt
 acceptance table and the step costs, so the load study redoes the choice per batch size from the target's latency
 per tokens in the batch (``shape_for_batch``) without a second calibration.
 
+At T > 0 the calibration can also choose the drafting convention (``--drafts both``; ``harness.trees.beam``):
+top-k children verified as q = 1 (EAGLE's) or children sampled without replacement carrying their q. Each is
+calibrated as above (a sampled tree takes its draws in a fixed order: the ranks are those places, so the same
+prefix rule holds) and the one of higher estimated tokens/s is chosen, top-k on a tie within ``TIE_TOLERANCE``;
+the file records it (``drafts``, read by ``drafts: auto``) and both estimates (``by_drafts``).
+
     python -m harness measure tree-shape --method eagle --target work/models/target --drafter work/drafters/eagle \
         --prompts work/prompts/calibration.jsonl --latency work/tree/latency.json --out shape.json
 """
@@ -40,7 +46,7 @@ from harness.measure.calibration import (Calibration, add_calibration_arguments,
                                          latency_at, read_calibration_latency, write_choice)
 from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.errors import DraftcountError
-from harness.trees.beam_shape import beam_methods
+from harness.trees.beam_shape import DEFAULT_DRAFTS, DRAFTS, beam_methods
 from harness.options import parse_key_values
 
 
@@ -158,8 +164,8 @@ def calibrate(method: str, options: dict, target_dir: str, drafter_dir: str | No
         if beam is None or not calibration.recording:  # a step drafted otherwise (owl's HOWL: a retrieved
             return original_commit(ctx, tree, verdict, target_out)  # chain) tells nothing; a repeat, nothing new
         path = [beam.pool_of_node[node] for node in verdict.path[1:]]
-        calibration.step_ranks.append(path_ranks(beam.pool_scores.float().cpu().numpy(), depths, path,
-                                                 shape.depth))
+        priority = beam.pool_priority.float().cpu().numpy()  # a sampled tree grows only the depths its budget fills
+        calibration.step_ranks.append(path_ranks(priority, depths[: priority.shape[0]], path, shape.depth))
         original_commit(ctx, tree, verdict, target_out)
 
     adapter.commit = commit
@@ -178,22 +184,49 @@ def main(argv: list[str] | None = None, prog: str | None = None) -> int | None:
     add_calibration_arguments(parser)
     parser.add_argument("--max-depth", type=int, default=8)
     parser.add_argument("--max-budget", type=int, default=64)
+    parser.add_argument("--drafts", choices=[*DRAFTS, "both"],
+                        help="the drafting convention at T > 0 (harness.trees.beam): one, or both calibrated and the "
+                             "faster estimate chosen; default: --opt drafts, else topk (T = 0: greedy, topk)")
     args = parser.parse_args(argv)
     latency = read_calibration_latency(args)
     check_latency_sizes(latency, args.max_budget, str(args.latency), f"--max-budget {args.max_budget} needs")
     options = {**parse_key_values(args.opt), "depth": args.max_depth, "budget": args.max_budget}
-    calibration, top_k = calibrate(args.method, options, args.target, args.drafter, args.prompts, args.temperature,
-                                   args.max_new_tokens, args.limit, args.device, args.dtype, not args.no_progress,
-        args.repeats)
-    if not calibration.step_ranks:
-        raise DraftcountError("the calibration run made no verification step (prompts too short?)")
-    table = accepted_table(calibration.step_ranks, args.max_depth, args.max_budget)
-    chosen = choose_shape(table, latency, calibration)
-    write_choice(args, {"top_k": top_k}, chosen, calibration,
+    estimates = {}
+    for drafts in conventions(args.drafts, options.get("drafts", "auto"), args.temperature):
+        calibration, top_k = calibrate(args.method, {**options, "drafts": drafts}, args.target, args.drafter,
+                                       args.prompts, args.temperature, args.max_new_tokens, args.limit, args.device,
+                                       args.dtype, not args.no_progress, args.repeats)
+        if not calibration.step_ranks:
+            raise DraftcountError("the calibration run made no verification step (prompts too short?)")
+        table = accepted_table(calibration.step_ranks, args.max_depth, args.max_budget)
+        estimates[drafts] = (choose_shape(table, latency, calibration), calibration)
+    drafts = faster_convention({name: chosen for name, (chosen, _) in estimates.items()})
+    chosen, calibration = estimates[drafts]
+    by_drafts = {name: {key: other[key] for key in ("depth", "budget", "estimated_tokens_per_s", "accepted_per_step")}
+                 for name, (other, _) in estimates.items()}
+    write_choice(args, {"top_k": top_k, "drafts": drafts}, {**chosen, "by_drafts": by_drafts}, calibration,
                  {"max_depth": args.max_depth, "max_budget": args.max_budget},
-                 f"depth {chosen['depth']}, budget {chosen['budget']}",
+                 f"depth {chosen['depth']}, budget {chosen['budget']}, {drafts} drafts",
                  {"depth": args.max_depth, "budget": args.max_budget})
     return 0
+
+
+def conventions(asked: str | None, option: str, temperature: float) -> list[str]:
+    """The drafting conventions to calibrate: at T = 0 top-k alone (greedy: both are the same), else ``asked``
+    (``both``: each), else the method's ``drafts`` option, else top-k."""
+    if temperature <= 0:
+        return [DEFAULT_DRAFTS]
+    if asked == "both":
+        return list(DRAFTS)
+    return [asked or (option if option in DRAFTS else DEFAULT_DRAFTS)]
+
+
+def faster_convention(chosen: dict[str, dict]) -> str:
+    """The convention whose chosen shape has the higher estimated tokens/s (top-k on a tie within
+    ``TIE_TOLERANCE``: today's convention unless the other is clearly faster)."""
+    best = max(estimate["estimated_tokens_per_s"] for estimate in chosen.values())
+    return next(name for name in (DEFAULT_DRAFTS, *DRAFTS) if name in chosen
+                and chosen[name]["estimated_tokens_per_s"] >= (1 - TIE_TOLERANCE) * best)
 
 
 if __name__ == "__main__":

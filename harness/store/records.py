@@ -6,6 +6,7 @@ record is written, so a killed run never leaves a file a later step would trust.
 
 from __future__ import annotations
 
+import gzip
 import json
 import os
 import platform
@@ -96,8 +97,11 @@ def write_record(handle: IO[str], record: dict[str, Any]) -> None:
 
 
 def read_records(path: Path) -> list[dict[str, Any]]:
-    """Records of a finished run; refuses files of another schema version."""
-    records = [json.loads(line) for line in Path(path).read_text(encoding="utf-8").splitlines() if line.strip()]
+    """Records of a finished run (``.jsonl``, or gzip-compressed ``.jsonl.gz`` as published under
+    ``results/records``); refuses files of another schema version."""
+    text = (gzip.decompress(Path(path).read_bytes()).decode("utf-8") if str(path).endswith(".gz")
+            else Path(path).read_text(encoding="utf-8"))
+    records = [json.loads(line) for line in text.splitlines() if line.strip()]
     for record in records:
         if record.get("schema_version") != SCHEMA_VERSION:
             raise ValueError(f"{path}: record schema {record.get('schema_version')} != {SCHEMA_VERSION}")

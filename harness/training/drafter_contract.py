@@ -1,6 +1,7 @@
 """The drafter kit's contract with a family's drafter (docs/extending.md, *The drafter kit's contract*): the
 methods the kit calls on the module it trains (``Drafter``, held to before the first step by ``check_drafter``) and
-the metric every family records, its held-out top-1 agreement per draft step (``AGREEMENT``, ``checked_agreement``)."""
+the metrics every family records: its held-out top-1 agreement per draft step (``AGREEMENT``, ``checked_agreement``)
+and its trainable parameters by component (``parameter_components``: the models table's column)."""
 
 from __future__ import annotations
 
@@ -34,6 +35,27 @@ def check_drafter(module: object, method: str) -> None:
     if missing:
         raise DraftcountError(f"{method}: drafter class {name} lacks {', '.join(missing)}, which the drafter kit calls "
                               f"(harness.training.drafter_contract.Drafter; docs/extending.md, *The drafter kit's contract*)")
+
+
+COMPONENTS = "parameter_components"  # the metric: trainable parameters by component, adding up to the count
+COMPONENT_OF = {  # a drafter's (or LM's) top-level parameter name -> its component; any other: the backbone
+    "embed_tokens": "embedding", "embedding": "embedding", "model.embed_tokens": "embedding",
+    "parent_embed": "injection", "parent_norm": "injection", "parent_up": "injection", "inject_mlp": "injection",
+    "lm_head": "heads", "lm_heads": "heads", "head": "heads", "markov_head": "heads", "confidence_head": "heads",
+}
+
+
+def parameter_components(module: nn.Module) -> dict[str, int]:
+    """Trainable parameters by component (``COMPONENT_OF``; a tied weight counted once, under its first name): the
+    backbone (layers, input fusion and projections, norms, a block drafter's mask inputs), the token-information
+    injection, a trainable token embedding, the output heads. Only the components a drafter has, in that order."""
+    counts = dict.fromkeys(("backbone", "injection", "embedding", "heads"), 0)
+    for name, parameter in module.named_parameters():
+        if parameter.requires_grad:
+            parts = name.split(".")
+            top = ".".join(parts[:2]) if parts[0] == "model" else parts[0]
+            counts[COMPONENT_OF.get(top, "backbone")] += parameter.numel()
+    return {component: count for component, count in counts.items() if count}
 
 
 AGREEMENT = "heldout_top1_agreement_by_step"  # the metric of the module docstring's contract

@@ -34,7 +34,9 @@ from torch import nn
 from transformers import LlamaConfig, PretrainedConfig
 
 from harness.errors import DraftcountError
-from harness.training.drafter_contract import AGREEMENT, check_drafter, checked_agreement
+from harness.training.drafter_contract import (
+    AGREEMENT, COMPONENTS, check_drafter, checked_agreement, parameter_components,
+)
 from harness.training import distributed
 from harness.training.distributed import Shard
 from harness.training.draft_vocab import MAP_WEIGHTS, DraftVocab, vocab_from_maps
@@ -349,7 +351,8 @@ def train_drafter(request: DrafterTrainRequest, options: DrafterLoopOptions, tar
     check_drafter(module, request.method)  # a fit without fit_drafter: at least before anything is evaluated
     vocab = getattr(module, "draft_vocab", None)
     metrics = {"method": request.method, "trainable_parameters": module.trainable_parameters(),
-               "options": asdict(options), "train": fitted.result.as_dict(), "target": request.target,
+               COMPONENTS: parameter_components(module), "options": asdict(options), "train": fitted.result.as_dict(),
+               "target": request.target,
                "data": str(request.data), **(vocab.describe() if vocab is not None else {}), **fitted.metrics,
                "trained_on": trained_on(str(target.device))}  # the report's models table names the CPU type
     calibration = {}

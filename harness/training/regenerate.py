@@ -10,21 +10,32 @@ drafter trains on with features computed on the fly (``drafters.<name>.data: reg
 
 A chat target answers chat prompts instead (``regenerate_chat``): each question rendered with its chat template
 (``harness.data.prompts.encode_turn``, as the benchmark renders its turns), answered until the end-of-turn token or
-``new_tokens``, in left-padded batches; the stream holds [rendered question, answer] of every prompt.
+``new_tokens``, in left-padded batches; the stream holds [rendered question, answer] of every prompt. At scale the
+answers are written in shards a killed run keeps and a rerun continues from (``harness.training.answer_shards``).
 """
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 from tqdm import tqdm
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from harness.backend.kv_cache import cache_argument
+from harness.data.chat_prompts import source_of
 from harness.data.prompts import Prompt, encode_turn
 from harness.data.token_streams import random_windows
 from harness.errors import DraftcountError
+from harness.training.answer_shards import (
+    open_shards,
+    plan_shards,
+    run_key,
+    shard_seed,
+    write_shard,
+)
 from harness.verify.sampling import SamplingConfig, make_generator, next_token
 
 
@@ -36,10 +47,11 @@ class RegenerateOptions:
     greedy_share: float = 0.5  # the share of sequences continued greedily (T = 0); the rest are sampled at T = 1
     batch_size: int = 16
     seed: int = 0
+    shard_size: int = 64  # chat answers: questions per resumable shard (whole batches, at least one)
 
     def __post_init__(self) -> None:
-        if min(self.sequences, self.prompt_len, self.new_tokens, self.batch_size) < 1:
-            raise DraftcountError("regenerate needs sequences, prompt_len, new_tokens and batch_size >= 1")
+        if min(self.sequences, self.prompt_len, self.new_tokens, self.batch_size, self.shard_size) < 1:
+            raise DraftcountError("regenerate needs sequences, prompt_len, new_tokens, batch_size and shard_size >= 1")
         if not 0.0 <= self.greedy_share <= 1.0:
             raise DraftcountError(f"regenerate's greedy_share must be in [0, 1], got {self.greedy_share}")
 
@@ -114,34 +126,50 @@ def _through_stop(tokens: list[int], stop_ids: frozenset[int]) -> list[int]:
 
 
 def regenerate_chat(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[Prompt],
-                    options: RegenerateOptions, stop_ids: frozenset[int],
-                    progress: bool = True) -> tuple[torch.Tensor, dict[str, float]]:
+                    options: RegenerateOptions, stop_ids: frozenset[int], progress: bool = True,
+                    shard_dir: Path | None = None) -> tuple[torch.Tensor, dict[str, float]]:
     """(the stream of [question, answer] of every prompt in order, what it holds): the first
-    ``options.greedy_share`` of ``prompts`` answered greedily, the rest sampled at T = 1 from ``options.seed``;
-    each part batched ``options.batch_size`` at a time in order of length (less padding)."""
+    ``options.greedy_share`` of ``prompts`` answered greedily, the rest sampled at T = 1; each part batched
+    ``options.batch_size`` at a time in order of length (less padding), in shards of about ``options.shard_size``
+    questions, each sampled from its own seed (``harness.training.answer_shards``). With ``shard_dir`` finished
+    shards are kept there and a rerun answers only the missing ones (the same stream as an uninterrupted run)."""
     if not stop_ids:
         raise DraftcountError("the target names no end-of-turn token (eos_token_id): its answers would never stop")
     questions = [encode_turn(tokenizer, [], prompt.turns[0]) for prompt in prompts]
     split = round(options.greedy_share * len(prompts))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(stop_ids)
-    draws = make_generator(options.seed + 1, model.device)
-    answers: dict[int, list[int]] = {}
-    parts = ((range(split), 0.0), (range(split, len(prompts)), 1.0))
-    batches = [(chunk, SamplingConfig(temperature)) for indices, temperature in parts
-               for chunk in _length_batches(list(indices), questions, options.batch_size)]
-    for chunk, sampling in tqdm(batches, desc="regenerate", unit="batch", disable=not progress):
-        for index, answer in zip(chunk, answer_batch(model, [questions[i] for i in chunk], options.new_tokens,
-                                                     stop_ids, pad_id, sampling, draws)):
-            answers[index] = answer
+    shards = plan_shards([len(ids) for ids in questions], split, options.batch_size, options.shard_size)
+    finished = {} if shard_dir is None else open_shards(shard_dir, run_key(questions, options, stop_ids, pad_id, model))
+    answers = {index: answer for shard in finished.values() for index, answer in shard.items()}
+    bar = tqdm(total=len(prompts), initial=len(answers), desc="regenerate", unit="q", disable=not progress)
+    started, written = time.perf_counter(), 0
+    for shard in (shard for shard in shards if shard.index not in finished):
+        shard_started, draws = time.perf_counter(), make_generator(shard_seed(options.seed, shard.index), model.device)
+        done: dict[int, list[int]] = {}
+        for batch in shard.batches:
+            done.update(zip(batch, answer_batch(model, [questions[i] for i in batch], options.new_tokens, stop_ids,
+                                                pad_id, SamplingConfig(shard.temperature), draws)))
+            written += sum(len(done[index]) for index in batch)
+            bar.update(len(batch))
+            bar.set_postfix({"answer tok/s": f"{written / max(time.perf_counter() - started, 1e-9):.1f}"})
+        if shard_dir is not None:
+            write_shard(shard_dir, shard, done, time.perf_counter() - shard_started)
+        answers.update(done)
+    bar.close()
     rows = [torch.tensor(questions[index] + answers[index], dtype=torch.int32)  # host: rows of the saved stream
             for index in range(len(prompts))]
     lengths = [len(answers[index]) for index in range(len(prompts))]
     stats = {"prompts": len(prompts), "greedy": split, "answer_tokens": sum(lengths),
              "mean_answer_tokens": sum(lengths) / max(len(lengths), 1),
-             "ended_share": sum(bool(answers[i]) and answers[i][-1] in stop_ids for i in answers) / max(len(answers), 1)}
+             "ended_share": sum(bool(answers[i]) and answers[i][-1] in stop_ids for i in answers) / max(len(answers), 1),
+             "shards": len(shards), "shards_resumed": len(finished), "answer_tokens_written": written,
+             "answer_tokens_by_source": tokens_by_source(prompts, lengths)}
     return torch.cat(rows), stats
 
 
-def _length_batches(indices: list[int], questions: list[list[int]], batch_size: int) -> list[list[int]]:
-    ordered = sorted(indices, key=lambda index: (len(questions[index]), index))
-    return [ordered[start:start + batch_size] for start in range(0, len(ordered), batch_size)]
+def tokens_by_source(prompts: list[Prompt], lengths: list[int]) -> dict[str, int]:
+    """Answer tokens per source of the questions (``harness.data.chat_prompts.source_of``)."""
+    counts: dict[str, int] = {}
+    for prompt, length in zip(prompts, lengths):
+        counts[source_of(prompt)] = counts.get(source_of(prompt), 0) + length
+    return dict(sorted(counts.items()))

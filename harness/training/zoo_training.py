@@ -17,6 +17,7 @@ from harness.data.prompts import Prompt, encode_turn
 from harness.store.provenance import imported_source
 from harness.store.records import environment
 from harness.verify.sampling import SamplingConfig, make_generator
+from harness.training.drafter_contract import COMPONENTS, parameter_components
 from harness.training.distill import distillation_step_loss
 from harness.training.features import FeatureSource
 from harness.training.gates import apply_gates
@@ -143,6 +144,7 @@ def train_zoo_lm(role: str, tokenizer_dir: Path, train_tokens: Path, heldout_tok
     metrics = {
         "role": role,
         "parameters": sum(p.numel() for p in model.parameters()),
+        COMPONENTS: parameter_components(model),
         **({"grown_from": grown["base"]} if grown else {}),
         "training": result.as_dict(),
         "tokens_per_second": result.tokens / result.seconds if result.seconds else 0.0,

@@ -13,7 +13,7 @@ import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import ClassVar, Literal
 
 from harness.catalog import method_names, options_type
 from harness.errors import DraftcountError
@@ -44,6 +44,9 @@ class ChainOptions:
 
     CHAIN_LENGTH: ClassVar[str] = ""
     length_file: str = ""  # a measured chain length (measure chain-length): it replaces the CHAIN_LENGTH option
+    # at T > 0: sampled (each draft drawn from the drafter's warped distribution, carrying it: SD's convention) or
+    # topk (the drafter's argmax, verified as q = 1: EAGLE's); at T = 0 both are greedy (harness.trees.beam)
+    drafts: Literal["sampled", "topk"] = "sampled"
 
     def as_run(self) -> ChainOptions:
         """These options with the length a run uses (the file's in place of the option's)."""

@@ -56,6 +56,7 @@ class DFlashAdapter(AdapterBase):
         self.device, self.dtype = target.device, target.dtype
         self.block_size = options.block_size or drafter.block_size
         self.drafts = drafter.drafts_per_block(self.block_size)
+        self.convention = getattr(options, "drafts", "sampled")  # a chain at T > 0: sampled (q carried) or topk (q = 1)
         self.shape = tree_shape(options, self.drafts)
         # the slots the LM head reads: a chain's drafts verified (a tree's: every slot; its options allow no cut)
         self.verified = min(options.as_run().verify_length or self.drafts, self.drafts)
@@ -137,8 +138,9 @@ class DFlashAdapter(AdapterBase):
 
     def chain(self, ctx: StepContext, root: torch.Tensor, logits: torch.Tensor) -> TokenTree:
         """The block as a chain: argmax per position, or a draw from each position's warped distribution (which the
-        verifier gets over the target's vocabulary, zero outside the draft vocabulary)."""
-        if ctx.sampling.is_greedy:
+        verifier gets over the target's vocabulary, zero outside the draft vocabulary); the ``topk`` convention: the
+        argmax at every temperature (q = 1)."""
+        if ctx.sampling.is_greedy or self.convention == "topk":
             tokens = self.vocab.to_target(logits.argmax(-1))
             return TokenTree(torch.cat([root.reshape(1), tokens.to(root.device)]), tuple(range(-1, logits.shape[0])))
         probs = logits_to_probs(logits, ctx.sampling)

@@ -1,6 +1,7 @@
 """DFlash's cost model for the projection: one drafter forward per step over the block (and the context rows the
 last step accepted), measured at the target's shape with z-lab's released drafter shape (5 layers, block 16).
-The step is timed eager whatever the timing asked (the drafter's cache is transformers' DynamicCache)."""
+The step is timed eager whatever the timing asked (the drafter's cache is transformers' DynamicCache). ``random_adapter``:
+the adapter over a random drafter of that shape (the engine-efficiency oracle's drafter)."""
 
 from __future__ import annotations
 
@@ -9,11 +10,14 @@ from transformers import PreTrainedModel
 
 from harness.backend.forward import positions
 from harness.backend.kv_cache import crop_cache, new_cache
+from harness.backend.models import LoadedModel
 from harness.backend.timed import timed_seconds
 from harness.engine.method_spec import CostModel, Latencies
-from harness.training.draft_vocab import sized_vocab
+from harness.training.draft_vocab import DraftVocab, sized_vocab
+from methods.dflash import DFlashOptions
+from methods.dflash.adapter import DFlashAdapter
 from methods.dflash.checkpoint import new_drafter
-from methods.dflash.model import default_target_layers
+from methods.dflash.model import DFlashDrafter, default_target_layers
 
 COMPONENT = "dflash_step"
 RELEASED_LAYERS, RELEASED_BLOCK = 5, 16  # z-lab's Qwen3-8B drafter
@@ -27,11 +31,9 @@ def step_latency(target: PreTrainedModel, top_k: int, prefix: int, repeats: int,
     context of ``prefix`` positions, then the target's LM head on the drafting slots, over ``draft_vocab`` tokens
     (0: the whole vocabulary; ``top_k`` is unused: the block is drafted in one forward whatever the tree)."""
     device = next(target.parameters()).device
-    total = int(target.config.num_hidden_layers)
     lm_head = target.get_output_embeddings()
     vocab = sized_vocab(int(lm_head.weight.shape[0]), draft_vocab)
-    drafter = new_drafter(target, RELEASED_LAYERS, RELEASED_BLOCK, default_target_layers(total, RELEASED_LAYERS),
-                          None, seed=0, draft_vocab=vocab).to(device, target.dtype).eval()
+    drafter = released_drafter(target, vocab).to(device, target.dtype).eval()
     width = target.config.hidden_size
     cache = new_cache(drafter.config)
     drafter(torch.randn(1, prefix, width, device=device, dtype=target.dtype),
@@ -49,8 +51,22 @@ def step_latency(target: PreTrainedModel, top_k: int, prefix: int, repeats: int,
     return timed_seconds(step, device, repeats, "eager")
 
 
+def released_drafter(target: PreTrainedModel, vocab: DraftVocab | None = None) -> DFlashDrafter:
+    """A fresh drafter of z-lab's released shape (``RELEASED_LAYERS`` layers, block ``RELEASED_BLOCK``, their choice
+    of target layers) for ``target``, built on its device."""
+    total = int(target.config.num_hidden_layers)
+    with torch.device(next(target.parameters()).device):
+        return new_drafter(target, RELEASED_LAYERS, RELEASED_BLOCK, default_target_layers(total, RELEASED_LAYERS),
+                           None, seed=0, draft_vocab=vocab)
+
+
+def random_adapter(options: DFlashOptions, target: LoadedModel) -> DFlashAdapter:
+    """The `dflash` adapter drafting as ``options`` say with a random drafter of the released shape."""
+    return DFlashAdapter(released_drafter(target.model), target, options)
+
+
 def drafting_seconds(options: dict, latencies: Latencies) -> float:
     return latencies.step(COMPONENT)
 
 
-COST = CostModel(drafting_seconds, step_latency, COMPONENT)
+COST = CostModel(drafting_seconds, step_latency, COMPONENT, random_adapter)

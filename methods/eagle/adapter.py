@@ -11,8 +11,10 @@ prefix: entries of tree nodes (built on predicted features) are dropped after
 verification, and the accepted tokens are re-fed with the target's features
 next round, as EAGLE does.
 
-Drafter FLOPs count as useful for the catch-up forward and for a tree node
-whose children included an accepted token.
+Drafter FLOPs count as useful for the catch-up forward's context positions,
+for its last position (whose output drafts depth 1) when a depth-1 node is
+accepted, and for a tree node whose children included an accepted token
+(``book_drafting_forward``).
 """
 
 from __future__ import annotations
@@ -27,12 +29,13 @@ from transformers import DynamicCache
 
 from harness.analysis.metrics import PREFILL_TOKENS
 from harness.engine.adapter import AdapterBase, StepContext
-from harness.engine.drafting import parallel_chain
+from harness.engine.drafting import beam_draws, parallel_chain
 from harness.errors import DraftcountError
 from harness.trees.beam import (
     BeamTree, Frontier, frontier_attention_bias, grow_beam_tree,
 )
-from harness.engine.counters import DrafterWork, count_useful_drafter_flops
+from harness.engine.counters import (DRAFTING_POSITION, DrafterWork, book_drafting_forward,
+                                     count_useful_drafter_flops)
 from harness.backend.forward import LMOutput, positions, run_drafter
 from harness.backend.kv_cache import crop_cache
 from harness.backend.models import LoadedModel, ModelCost
@@ -78,7 +81,7 @@ class EagleAdapter(AdapterBase):
         self.target_hidden_layers = feature_indices(head.features)
         self.shape = shape
         self.max_draft_nodes = shape.max_nodes
-        self.details = {"top_k": shape.top_k, "depth": shape.depth, "budget": shape.budget,
+        self.details = {"top_k": shape.top_k, "depth": shape.depth, "budget": shape.budget, "drafts": shape.drafts,
                         "fusion": head.features.fusion, "feature_layers": list(head.features.layers),
                         "drafter_parameters": head.trainable_parameters(), "visual_tokens": visual_tokens,
                         "step_residuals": getattr(head, "residual_steps", 0), **head.draft_vocab.describe()}
@@ -193,7 +196,7 @@ class EagleAdapter(AdapterBase):
             ctx, self.pending, tokens, positions(self.fed_len, count, self.runner.device), None, logits_rows=1, step=1,
             embeds=self.head_embeds(self.fed_len + 1, tokens),
         )
-        count_useful_drafter_flops(ctx.counters, flops)
+        book_drafting_forward(ctx.counters, self.work, flops, count)  # its last position drafts depth 1
         self.fed_len += count
         root_hidden = hidden[-1]
         outputs: list[torch.Tensor] = []  # per expanded depth: the head's outputs for that frontier
@@ -214,15 +217,24 @@ class EagleAdapter(AdapterBase):
 
         with ctx.counters.phase("drafter"):
             root_logprobs = self.runner.logprobs(root_hidden)
-        self.beam = grow_beam_tree(sequence[0, -1], root_logprobs, expand, self.shape, self.runner.token_map)
+        self.beam = grow_beam_tree(sequence[0, -1], root_logprobs, expand, self.shape, self.runner.token_map,
+                                   beam_draws(ctx, self.shape))
         return self.beam.tree
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
-        slots = self.beam.parent_slots  # nodes past them were added to the tree by a composing method (reader)
-        self.work.settle(ctx.counters, [slots[node] for node in verdict.path[1:] if node < len(slots)])
+        self.work.settle(ctx.counters, beam_useful(self.beam, verdict))
         crop_cache(self.cache, self.fed_len)  # drop the tree nodes' entries: they were built on predicted features
         index = index_on(verdict.path, target_out.logits.device)
         self.pending = self._features(target_out.hidden_states, index)
+
+
+def beam_useful(beam: BeamTree, verdict: Verdict) -> list:
+    """The work units a beam round's verdict made useful: the expanded frontier slot of every accepted node's parent,
+    and the drafting position (``book_drafting_forward``) once a depth-1 node is accepted. Nodes past the beam's were
+    added to the tree by a composing method (reader): their drafter's work is not this one's."""
+    slots = beam.parent_slots
+    useful = [slots[node] for node in verdict.path[1:] if node < len(slots)]
+    return useful + [DRAFTING_POSITION] if len(verdict.path) > 1 and verdict.path[1] < len(slots) else useful
 
 
 def image_token_of(target: LoadedModel) -> int:
@@ -258,7 +270,8 @@ class ParallelEagleAdapter(EagleAdapter):
                                                                             self.runner.device),
                                       None, logits_rows=self.k, step=1, masks=masks)
         per_slot = flops / (count + masks)
-        count_useful_drafter_flops(ctx.counters, per_slot * count)  # the accepted tokens' entries: kept
+        count_useful_drafter_flops(ctx.counters, per_slot * (count - 1))  # the accepted tokens' entries: kept
+        self.work.charge([1], per_slot)  # the last one's output is draft 1: useful iff it is accepted
         self.fed_len += count
         crop_cache(self.cache, self.fed_len)  # the mask slots' entries go
         with ctx.counters.phase("drafter"):

@@ -16,7 +16,8 @@ import torch
 from harness.engine.batch_adapters import SharedCacheRows
 from harness.engine.adapter import BatchRow
 from harness.engine.batch_slots import PAD_TOKEN, causal, pending_block
-from harness.engine.counters import count_useful_drafter_flops
+from harness.engine.counters import book_drafting_forward
+from harness.engine.drafting import beam_draws
 from harness.trees.beam import Frontier, frontier_attention_bias, grow_beam_trees
 from harness.trees.tree import TokenTree
 
@@ -43,8 +44,9 @@ class EagleRows(SharedCacheRows):
             return list(self.runner.logprobs(out))
 
         roots = [torch.tensor(row.root, device=row.prompt.device) for row in rows]
-        beams = grow_beam_trees(roots, root_logprobs, expand_rows, self.adapters[0].shape,
-                                self.runner.token_map)
+        shape = self.adapters[0].shape
+        beams = grow_beam_trees(roots, root_logprobs, expand_rows, shape, self.runner.token_map,
+                                [beam_draws(row.ctx, shape) for row in rows])
         for copy, beam in zip(self.adapters, beams):
             copy.beam = beam
             beam.tree.resolve()  # the batch's tree mask and positions are built on the host
@@ -68,7 +70,7 @@ class EagleRows(SharedCacheRows):
         for copy, row, count in zip(copies, rows, counts):
             flops = self.runner.cost.forward_flops(count, copy.fed_len + count, 1)
             row.ctx.counters.drafter.add(count, flops)
-            count_useful_drafter_flops(row.ctx.counters, flops)
+            book_drafting_forward(row.ctx.counters, copy.work, flops, count)  # its last position drafts depth 1
             copy.fed_len += count
         return hidden[:, -1]
 

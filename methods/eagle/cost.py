@@ -1,5 +1,6 @@
 """EAGLE's cost model for the projection: a catch-up forward on the accepted tokens, then one expansion of top-k
-nodes per depth (depth + 1 head steps), each measured as one head step over ``top_k`` frontier nodes."""
+nodes per depth (depth + 1 head steps), each measured as one head step over ``top_k`` frontier nodes; and the adapter
+over a random head of the shape it times (``random_adapter``: the engine-efficiency oracle's drafter)."""
 
 from __future__ import annotations
 
@@ -9,10 +10,13 @@ import torch
 from transformers import PreTrainedModel
 
 from harness.backend.kv_cache import crop_cache
-from harness.engine.method_spec import CostModel, Latencies, option
+from harness.backend.models import LoadedModel
 from harness.backend.timed import timed_seconds, timing_cache
-from harness.training.draft_vocab import sized_vocab
+from harness.engine.method_spec import CostModel, Latencies, option
+from harness.training.draft_vocab import DraftVocab, sized_vocab
 from harness.training.features import FeatureSpec
+from methods.eagle import EagleOptions
+from methods.eagle.adapter import EagleAdapter
 from methods.eagle.head import new_head
 
 COMPONENT = "eagle_step"
@@ -24,8 +28,18 @@ def step_latency(target: PreTrainedModel, top_k: int, prefix: int, repeats: int,
     """One EAGLE-2 expansion: the head on ``top_k`` frontier nodes (tree mask over its cache) + their logits (over
     ``draft_vocab`` tokens; 0: the whole vocabulary)."""
     vocab = sized_vocab(int(target.get_output_embeddings().weight.shape[0]), draft_vocab)
-    return head_step_latency(new_head(target, FeatureSpec("none", ("last",)), seed=0, draft_vocab=vocab), target,
-                             top_k, prefix, repeats, timing)
+    return head_step_latency(random_head(target, vocab), target, top_k, prefix, repeats, timing)
+
+
+def random_head(target: PreTrainedModel, vocab: DraftVocab | None = None) -> torch.nn.Module:
+    """A fresh EAGLE-2 head (the last layer's features, no fusion) for ``target``, built on its device."""
+    with torch.device(next(target.parameters()).device):
+        return new_head(target, FeatureSpec("none", ("last",)), seed=0, draft_vocab=vocab)
+
+
+def random_adapter(options: EagleOptions, target: LoadedModel) -> EagleAdapter:
+    """The `eagle` adapter drafting ``options``' trees with a random head of the shape ``step_latency`` times."""
+    return EagleAdapter(random_head(target.model), target, options.shape(), options.visual_tokens)
 
 
 def head_step_latency(head: torch.nn.Module, target: PreTrainedModel, top_k: int, prefix: int, repeats: int,
@@ -72,4 +86,4 @@ def drafting_seconds(options: dict, latencies: Latencies) -> float:
     return (int(option(options, "depth", 5)) + 1) * latencies.step(COMPONENT)
 
 
-COST = CostModel(drafting_seconds, step_latency, COMPONENT)
+COST = CostModel(drafting_seconds, step_latency, COMPONENT, random_adapter)

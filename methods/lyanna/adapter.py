@@ -32,7 +32,8 @@ from transformers import DynamicCache
 
 from harness.engine.adapter import AdapterBase, StepContext
 from harness.trees.beam import BeamTree, Frontier, grow_beam_tree
-from harness.engine.counters import DrafterWork, count_useful_drafter_flops
+from harness.engine.counters import DrafterWork, book_drafting_forward
+from harness.engine.drafting import beam_draws
 from harness.backend.forward import LMOutput, positions, run_drafter
 from harness.backend.kv_cache import append_entries, crop_cache
 from harness.backend.models import LoadedModel
@@ -136,7 +137,8 @@ class LyannaAdapter(AdapterBase):
         previous = self.previous
         count = self.pending.shape[0]
         out, flops = self._step(ctx, self.pending, self.fed_len)
-        count_useful_drafter_flops(ctx.counters, flops)
+        # its context positions: useful; its last one drafts the first depth: useful iff a node there is accepted
+        book_drafting_forward(ctx.counters, self.work, flops, count, ("state", first_position))
         self.fed_len += count
         states = {first_position: out[-1]}
         self.computed = {first_position}
@@ -209,7 +211,7 @@ class LyannaAdapter(AdapterBase):
             return node_logprobs(frontier.depth + 1, frontier.tokens)
 
         self.beam = grow_beam_tree(root, node_logprobs(1, root.reshape(1))[0], expand, self.shape,
-                                   self.drafter.draft_vocab.token_map)
+                                   self.drafter.draft_vocab.token_map, beam_draws(ctx, self.shape))
         if self.options.overlap == "on":
             self._run_ahead(ctx, states)
         return self.beam.tree

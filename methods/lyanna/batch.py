@@ -17,7 +17,7 @@ import torch
 from harness.engine.batch_adapters import SharedCacheRows
 from harness.engine.adapter import BatchRow
 from harness.engine.batch_slots import causal, pending_block
-from harness.engine.counters import count_useful_drafter_flops
+from harness.engine.counters import book_drafting_forward
 from harness.trees.tree import TokenTree
 
 
@@ -41,7 +41,8 @@ class LyannaRows(SharedCacheRows):
 
     def catch_up(self, rows: list[BatchRow]) -> list[dict[int, torch.Tensor]]:
         """One forward over every row's pending inputs; each row's last output is the state of its first depth
-        (the root's children). Each row charged its own tokens, as useful work."""
+        (the root's children). Each row charged its own tokens (``book_drafting_forward``: its context positions
+        useful, its last, drafting one charged to that first state)."""
         copies = self.adapters
         inputs, position_ids, real = pending_block([copy.pending for copy in copies],
                                                    [copy.fed_len for copy in copies])
@@ -55,7 +56,7 @@ class LyannaRows(SharedCacheRows):
             count = copy.pending.shape[0]
             flops = copy.cost.forward_flops(count, copy.fed_len + count, 0)
             row.ctx.counters.drafter.add(count, flops)
-            count_useful_drafter_flops(row.ctx.counters, flops)
+            book_drafting_forward(row.ctx.counters, copy.work, flops, count, ("state", first))  # as batch-1's
             copy.fed_len += count
             copy.computed = {first}
             states.append({first: out[index, -1]})

@@ -16,12 +16,15 @@ method's main variant, named after it, unless said otherwise):
   drafter over tau of the feature-injection drafter (``inject=feature``), at the same tree shape.
 - ``overhead``: "the design's hidden overhead is removed": lyanna with verification fusion against without
   (``verify_fusion=off``), the paired speedup ratio.
-- ``sd``: "up to 3.3x over standard speculative decoding": lyanna's paired speedup over sd's, per prompt set (the
-  best set's row is the "up to"). Reproduced when the best set's interval reaches 3.3 and lies above 1; partly when
-  it lies above 1 but below 3.3.
-- ``eagle`` (ours, not the paper's claim): lyanna against EAGLE, the paired speedup ratio and the tau ratio. Equal
-  drafter parameters and training positions are the configs' (``match_eagle``, one ``budget_tokens``), not checked
-  here: the models table shows both.
+- ``sd``: "up to 3.3x over standard speculative decoding": lyanna's paired speedup over the better of calibrated sd
+  and calibrated tree_sd at that temperature (``better_standard_sd``; the other one's row stands beside, and the
+  draft LM's perplexity and agreement with the target below the table), per prompt set (the best set's row is the
+  "up to"). Reproduced when the best set's interval reaches 3.3 and lies above 1; partly when it lies above 1 but
+  below 3.3.
+- ``eagle`` (ours, not the paper's claim): lyanna against EAGLE, the paired speedup ratio and the tau ratio, the two
+  drafters trained on equal positions (the configs' budgets). The note says "equal parameters" only where the two
+  drafters' parameter counts in the records differ by at most 2% (``methods.lyanna.parity``), else "parameters
+  differ", with both counts; the models table shows them by component.
 
 An ablation is compared with the lyanna variant of the same tree shape (top_k, depth, budget) and the default
 switches (reuse=logits, verify_fusion=on, inject=token_info, the main variant's drafter), when the run has one; else
@@ -29,6 +32,21 @@ with the main variant, and the row says the shapes differ. A claim whose variant
 Verdicts: reproduced (the interval on the paper's side of the threshold), partly, not at this scale (the interval
 holds the threshold), contradicted (the interval on the other side), not measured; our own rows say which drafter is
 ahead (lyanna ahead, eagle ahead, no difference).
+
+Before a verdict stands (``methods.lyanna.claims_checks``; column ``exercised``, ``leave_one_out``, ``seeds``):
+
+- Exercised. A reuse or tree-building claim (``reuse``, ``injection``) needs every variant of its row to draft
+  deeper than one step (the depth in the records' options: a calibrated shape's); the fusion ablation (``overhead``)
+  needs tau without fusion within 2% of tau with it. Where the run does not meet it the row keeps its figure and
+  reads **not exercised here**. ``waste``, ``sd`` and ``eagle`` are end to end: always exercised.
+- Deep shape (column ``regime``). Where the run has ``lyanna_deep`` and ``eagle_deep`` (study ``claims``: both at
+  top_k 4, depth 5, budget 24, lyanna's default switches), the reuse and ``eagle`` rows are measured again between
+  them, marked ``deep shape``; the other rows' regime is ``calibrated`` (each variant's own shape).
+- Leave one prompt out. Each row's statistic and interval again without each prompt in turn (the same bootstrap);
+  a verdict that any one prompt's removal changes reads **fragile**.
+- Seeds. Where the run has ``<variant>_seed<s>`` variants (the seeds study: the same recipe, another seed), every row
+  reading ``<variant>`` is measured again with the seed's model in its place; the verdict stands only where every
+  seed gives it, otherwise the row reads **not decided** (column ``seeds``: each seed's verdict and figure).
 """
 
 from __future__ import annotations
@@ -39,39 +57,64 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from harness.analysis.regime import cost_ratios, target_metrics
 from harness.analysis.summary import paired_with_ar
-from harness.analysis.timing import cluster_bootstrap, geometric_mean, paired_ratios, prompt_bootstrap_interval
+from harness.analysis.timing import paired_ratios
+from methods.lyanna.claims_checks import (
+    NOT_EXERCISED,
+    Measured,
+    combine_seeds,
+    depth_exercised,
+    is_exercised,
+    leave_one_out_check,
+    seed_frames,
+    tau_exercised,
+)
+from methods.lyanna.parity import parameter_note
 
 METHOD = "lyanna"
 PAPER_SPEEDUP_OVER_SD = 3.3
 DEFAULT_SWITCHES = {"reuse": "logits", "verify_fusion": "on", "inject": "token_info", "overlap": "off"}
 ABLATIONS = (("reuse", "reuse", "off"), ("injection", "inject", "feature"), ("overhead", "verify_fusion", "off"))
-COLUMNS = ["claim", "measure", "variant", "against", "dataset", "temperature", "turns", "value", "ci_low", "ci_high",
-           "threshold", "verdict", "note"]
+COLUMNS = ["claim", "measure", "variant", "against", "regime", "dataset", "temperature", "turns", "value", "ci_low",
+           "ci_high", "threshold", "exercised", "leave_one_out", "seeds", "verdict", "note"]
 TURN_KEY = ["dataset", "pair_id", "sample", "repeat"]
+CALIBRATED = "calibrated"
+DEEP_SHAPE = {"top_k": 4, "depth": 5, "budget": 24}
+DEEP = "deep shape (top_k 4, depth 5, budget 24)"
+DEEP_VARIANTS = {METHOD: "lyanna_deep", "eagle": "eagle_deep"}  # study `claims` in the configs
+END_TO_END = "yes: end to end"
+TRAINED_APART = "drafters trained apart: their budgets are in the models table"
 
 
 def claims_table(frame: pd.DataFrame) -> pd.DataFrame:
-    """Every claim's rows at every temperature of the run (``COLUMNS``); empty without a lyanna main variant."""
+    """Every claim's rows at every temperature of the run (``COLUMNS``), each seed's verdicts combined; empty
+    without a lyanna main variant."""
     methods = frame[frame.role == "method"] if "role" in frame else frame
     if METHOD not in set(methods.get("variant", ())):
         return pd.DataFrame(columns=COLUMNS)
+    frames = seed_frames(frame)
+    per_seed = {seed: seed_rows(seed_frame) for seed, (seed_frame, _) in frames.items()}
+    return pd.DataFrame(combine_seeds(per_seed, {seed: names for seed, (_, names) in frames.items()}), columns=COLUMNS)
+
+
+def seed_rows(frame: pd.DataFrame) -> list[dict]:
+    """The rows of one seed's frame (``claims_checks.seed_frames``), each with its own verdict."""
+    methods = frame[frame.role == "method"]
     baseline = frame[frame.role == "baseline"].set_index(["run", "pair_id"])
     rows: list[dict] = []
     for temperature in sorted(methods.temperature.unique()):
         turns = methods[methods.temperature == temperature]
         rows += waste_rows(turns) + reuse_rows(turns) + ablation_rows(turns, baseline)
-        rows += sd_rows(turns, baseline) + eagle_rows(turns, baseline)
+        rows += sd_rows(turns, baseline) + eagle_rows(turns, baseline) + deep_rows(turns, baseline)
     variants = lyanna_variants(methods)
     for claim, switch, value in ABLATIONS:  # a claim no variant of the run can judge: said once
         if not any(details.get(switch) == value for _, details in variants.values()):
-            rows.append(row(claim, f"needs a lyanna variant with {switch}={value}", METHOD, "", 0, np.nan,
-                            (np.nan, np.nan), 1.0, note="not in this run"))
-    if "sd" not in set(methods.variant):
-        rows.append(row("sd", "paired speedup, lyanna over sd", METHOD, "sd", 0, np.nan, (np.nan, np.nan), 1.0,
-                        PAPER_SPEEDUP_OVER_SD, "sd did not run"))
-    return pd.DataFrame(rows, columns=COLUMNS)
+            rows.append(row(claim, f"needs a lyanna variant with {switch}={value}", METHOD, "", 0, None, 1.0,
+                            note="not in this run"))
+    if not set(STANDARD_SD) & set(methods.variant):
+        rows.append(row("sd", "paired speedup, lyanna over sd", METHOD, "sd", 0, None, 1.0, PAPER_SPEEDUP_OVER_SD,
+                        "neither sd nor tree_sd ran"))
+    return rows
 
 
 def verdict(low: float, high: float, threshold: float, reach: float | None = None) -> str:
@@ -84,18 +127,36 @@ def verdict(low: float, high: float, threshold: float, reach: float | None = Non
     return "contradicted" if high < threshold else "not at this scale"
 
 
-def row(claim: str, measure: str, variant: str, against: str, turns: pd.DataFrame | int, value: float,
-        interval: tuple[float, float], threshold: float, reach: float | None = None, note: str = "",
-        dataset: str = "all") -> dict:
-    count = turns if isinstance(turns, int) else len(turns)
-    temperature = float(turns.temperature.iloc[0]) if not isinstance(turns, int) and count else np.nan
-    judged = verdict(*interval, threshold, reach)
-    if claim == "eagle":  # ours: which drafter is ahead, not a verdict on the paper
+def claim_verdict(claim: str, low: float, high: float, threshold: float, reach: float | None) -> str:
+    """``verdict``, in our own rows' words for ``eagle`` (which drafter is ahead, not a verdict on the paper)."""
+    judged = verdict(low, high, threshold, reach)
+    if claim == "eagle":
         judged = {"reproduced": "lyanna ahead", "contradicted": "eagle ahead",
                   "not at this scale": "no difference"}.get(judged, judged)
-    return {"claim": claim, "measure": measure, "variant": variant, "against": against, "dataset": dataset,
-            "temperature": temperature, "turns": count, "value": value, "ci_low": interval[0], "ci_high": interval[1],
-            "threshold": threshold, "verdict": judged, "note": note}
+    return judged
+
+
+def row(claim: str, measure: str, variant: str, against: str, turns: pd.DataFrame | int, measured: Measured | None,
+        threshold: float, reach: float | None = None, note: str = "", dataset: str = "all",
+        exercised: str = END_TO_END, regime: str = CALIBRATED) -> dict:
+    """One row: the statistic, its interval and verdict (``not exercised here`` where ``exercised`` says no), the
+    leave-one-prompt-out check (``fragile``: whether one prompt's removal flips it); ``measured`` None: not measured."""
+    count = turns if isinstance(turns, int) else len(turns)
+    temperature = float(turns.temperature.iloc[0]) if not isinstance(turns, int) and count else np.nan
+    value, interval, loo, fragile = np.nan, (np.nan, np.nan), "-", False
+    judged = "not measured"
+    if measured is not None:
+        value, interval = measured.value(), measured.interval()
+        judged = claim_verdict(claim, *interval, threshold, reach)
+        if judged != "not measured":
+            loo, fragile = leave_one_out_check(measured, judged,
+                                               lambda low, high: claim_verdict(claim, low, high, threshold, reach))
+        if not is_exercised(exercised):
+            judged = NOT_EXERCISED
+    return {"claim": claim, "measure": measure, "variant": variant, "against": against, "regime": regime,
+            "dataset": dataset, "temperature": temperature, "turns": count, "value": value, "ci_low": interval[0],
+            "ci_high": interval[1], "threshold": threshold, "exercised": exercised if measured is not None else "-",
+            "leave_one_out": loo, "fragile": fragile, "verdict": judged, "note": note}
 
 
 def clusters(turns: pd.DataFrame) -> np.ndarray:
@@ -103,8 +164,8 @@ def clusters(turns: pd.DataFrame) -> np.ndarray:
     return (turns.dataset.astype(str) + "/" + turns.prompt_id.astype(str)).to_numpy()
 
 
-def share_interval(numerator: np.ndarray, denominator: np.ndarray, keys: np.ndarray) -> tuple[float, float]:
-    return cluster_bootstrap({"num": numerator, "den": denominator}, keys, lambda sums: sums["num"] / sums["den"])
+def share_of_sums(numerator: np.ndarray, denominator: np.ndarray, keys: np.ndarray) -> Measured:
+    return Measured({"num": numerator, "den": denominator}, keys, lambda sums: sums["num"] / sums["den"])
 
 
 def waste_rows(turns: pd.DataFrame) -> list[dict]:
@@ -114,16 +175,15 @@ def waste_rows(turns: pd.DataFrame) -> list[dict]:
         if mine.empty or not mine.drafted_tokens.sum():
             continue
         rejected = (mine.drafted_tokens - mine.accepted_tokens).to_numpy(float)
-        value = rejected.sum() / mine.drafted_tokens.sum()
-        rows.append(row("waste", "share of drafted tokens rejected", variant, "", mine, value,
-                        share_interval(rejected, mine.drafted_tokens.to_numpy(float), clusters(mine)), 0.5))
+        rows.append(row("waste", "share of drafted tokens rejected", variant, "", mine,
+                        share_of_sums(rejected, mine.drafted_tokens.to_numpy(float), clusters(mine)), 0.5))
     return rows
 
 
 def two_share_statistic(mine: pd.DataFrame, theirs: pd.DataFrame, numerator: str, denominator: str,
-                        combine: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> tuple[float, tuple[float, float]]:
+                        combine: Callable[[np.ndarray, np.ndarray], np.ndarray]) -> Measured:
     """``combine(mine's share, theirs')`` of two variants' ratios of sums (sum of ``numerator`` over sum of
-    ``denominator``), and its interval: both variants' turns resampled together, prompt by prompt."""
+    ``denominator``): both variants' turns resampled together, prompt by prompt."""
     both = pd.concat([mine, theirs])
     side = np.r_[np.ones(len(mine)), np.zeros(len(theirs))]
     top, bottom = both[numerator].to_numpy(float), both[denominator].to_numpy(float)
@@ -133,20 +193,25 @@ def two_share_statistic(mine: pd.DataFrame, theirs: pd.DataFrame, numerator: str
     def statistic(sums: dict[str, np.ndarray]) -> np.ndarray:
         return combine(sums["top_m"] / sums["bottom_m"], sums["top_o"] / sums["bottom_o"])
 
-    value = float(statistic({name: np.array([values.sum()]) for name, values in columns.items()})[0])
-    return value, cluster_bootstrap(columns, clusters(both), statistic)
+    return Measured(columns, clusters(both), statistic)
 
 
-def reuse_rows(turns: pd.DataFrame) -> list[dict]:
-    """Drafter-FLOP waste, eagle minus lyanna (both prompt sets' turns resampled together)."""
-    mine, theirs = turns[turns.variant == METHOD], turns[turns.variant == "eagle"]
-    if theirs.empty or not mine.drafter_flops.sum() or not theirs.drafter_flops.sum():
+def reuse_rows(turns: pd.DataFrame, variant: str = METHOD, against: str = "eagle", regime: str = CALIBRATED,
+               note: str = "") -> list[dict]:
+    """Drafter-FLOP waste, eagle minus lyanna (both prompt sets' turns resampled together); exercised where both
+    drafted deeper than one step."""
+    mine, theirs = turns[turns.variant == variant], turns[turns.variant == against]
+    if mine.empty or theirs.empty or not mine.drafter_flops.sum() or not theirs.drafter_flops.sum():
         return []
+    exercised = depth_exercised(turns, [variant, against], "reuse (keeping deeper drafts)")
+    if not is_exercised(exercised) and regime == CALIBRATED:
+        note = "; ".join(filter(None, [note, f"the {DEEP} row measures it"]))
     mine, theirs = (rows.assign(drafter_wasted_flops=rows.drafter_flops - rows.drafter_useful_flops)
                     for rows in (mine, theirs))
-    value, interval = two_share_statistic(mine, theirs, "drafter_wasted_flops", "drafter_flops",
-                                          lambda lyanna, eagle: eagle - lyanna)
-    return [row("reuse", "drafter-FLOP waste, eagle minus lyanna", METHOD, "eagle", mine, value, interval, 0.0)]
+    measured = two_share_statistic(mine, theirs, "drafter_wasted_flops", "drafter_flops",
+                                   lambda lyanna, eagle: eagle - lyanna)
+    return [row("reuse", "drafter-FLOP waste, eagle minus lyanna", variant, against, mine, measured, 0.0, note=note,
+                exercised=exercised, regime=regime)]
 
 
 def ablation_rows(turns: pd.DataFrame, baseline: pd.DataFrame) -> list[dict]:
@@ -159,13 +224,19 @@ def ablation_rows(turns: pd.DataFrame, baseline: pd.DataFrame) -> list[dict]:
                 continue
             reference, note = reference_of(ablation, variants)
             if claim == "injection":  # the two drafters' training budgets may differ: the models table says
+                exercised = depth_exercised(turns, [reference, ablation], "tree-building (the injection's trees)")
                 rows.append(tau_ratio_row(claim, "tau, token-info over feature injection", turns, reference, ablation,
-                                          "; ".join(filter(None, [note, "drafters trained apart: their budgets are "
-                                                                        "in the models table"]))))
-            else:
-                measure = {"reuse": "paired speedup, reuse=logits over reuse=off",
-                           "overhead": "paired speedup, verification fusion on over off"}[claim]
-                rows.append(speedup_ratio_row(claim, measure, turns, baseline, reference, ablation, 1.0, note=note))
+                                          "; ".join(filter(None, [note, TRAINED_APART])), exercised))
+                continue
+            if claim == "reuse":
+                exercised = depth_exercised(turns, [reference, ablation], "reuse (keeping deeper drafts)")
+            else:  # fusion must leave the drafts alone: tau without it over tau with it
+                tau_ratio = tau_measured(turns, ablation, reference)
+                exercised = tau_exercised(tau_ratio.value() if tau_ratio is not None else np.nan)
+            measure = {"reuse": "paired speedup, reuse=logits over reuse=off",
+                       "overhead": "paired speedup, verification fusion on over off"}[claim]
+            rows.append(speedup_ratio_row(claim, measure, turns, baseline, reference, ablation, 1.0, note=note,
+                                          exercised=exercised))
     return rows
 
 
@@ -199,95 +270,91 @@ def turn_speedups(turns: pd.DataFrame, baseline: pd.DataFrame, variant: str) -> 
 
 def speedup_ratio_row(claim: str, measure: str, turns: pd.DataFrame, baseline: pd.DataFrame, variant: str,
                       against: str, threshold: float, reach: float | None = None, note: str = "",
-                      dataset: str = "all") -> dict:
+                      dataset: str = "all", exercised: str = END_TO_END, regime: str = CALIBRATED) -> dict:
     """The geometric mean over shared turns of variant's paired speedup over against's, with its interval."""
     mine, theirs = turn_speedups(turns, baseline, variant), turn_speedups(turns, baseline, against)
     shared = mine.join(theirs[["speedup"]], rsuffix="_against", how="inner").reset_index()
     if shared.empty:
-        return row(claim, measure, variant, against, 0, np.nan, (np.nan, np.nan), threshold, reach,
-                   note or "no shared turns", dataset)
-    ratios = (shared.speedup / shared.speedup_against).to_numpy(float)
-    return row(claim, measure, variant, against, shared, geometric_mean(ratios),
-               prompt_bootstrap_interval(ratios, clusters(shared)), threshold, reach, note, dataset)
+        return row(claim, measure, variant, against, 0, None, threshold, reach, note or "no shared turns", dataset,
+                   regime=regime)
+    logs = np.log((shared.speedup / shared.speedup_against).to_numpy(float))
+    measured = Measured({"log": logs, "turns": np.ones(len(logs))}, clusters(shared),
+                        lambda sums: sums["log"] / sums["turns"], np.exp)
+    return row(claim, measure, variant, against, shared, measured, threshold, reach, note, dataset, exercised, regime)
 
 
-def tau_ratio_row(claim: str, measure: str, turns: pd.DataFrame, variant: str, against: str, note: str) -> dict:
-    """Tau of ``variant`` over tau of ``against`` on the turns both ran (the same prompts of the same sets)."""
+def shared_turns(turns: pd.DataFrame, variant: str, against: str) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The two variants' turns on the prompts both ran (the same prompts of the same sets)."""
     mine, theirs = turns[turns.variant == variant], turns[turns.variant == against]
-    mine, theirs = mine.merge(theirs[TURN_KEY], on=TURN_KEY), theirs.merge(mine[TURN_KEY], on=TURN_KEY)
-    if mine.empty:
-        return row(claim, measure, variant, against, 0, np.nan, (np.nan, np.nan), 1.0, note=note or "no shared turns")
-    value, interval = two_share_statistic(mine, theirs, "accept_length_sum", "verify_steps", np.divide)
-    return row(claim, measure, variant, against, mine, value, interval, 1.0, note=note)
+    return mine.merge(theirs[TURN_KEY], on=TURN_KEY), theirs.merge(mine[TURN_KEY], on=TURN_KEY)
+
+
+def tau_measured(turns: pd.DataFrame, variant: str, against: str) -> Measured | None:
+    """Tau of ``variant`` over tau of ``against`` on their shared turns (None without any)."""
+    mine, theirs = shared_turns(turns, variant, against)
+    return None if mine.empty else two_share_statistic(mine, theirs, "accept_length_sum", "verify_steps", np.divide)
+
+
+def tau_ratio_row(claim: str, measure: str, turns: pd.DataFrame, variant: str, against: str, note: str,
+                  exercised: str = END_TO_END, regime: str = CALIBRATED) -> dict:
+    """Tau of ``variant`` over tau of ``against`` on the turns both ran."""
+    measured = tau_measured(turns, variant, against)
+    if measured is None:
+        return row(claim, measure, variant, against, 0, None, 1.0, note=note or "no shared turns", regime=regime)
+    return row(claim, measure, variant, against, shared_turns(turns, variant, against)[0], measured, 1.0, note=note,
+               exercised=exercised, regime=regime)
+
+
+STANDARD_SD = ("sd", "tree_sd")  # standard speculative decoding: a draft LM's chain, or its Sequoia tree
+
+
+def better_standard_sd(turns: pd.DataFrame, baseline: pd.DataFrame) -> tuple[str, str]:
+    """(the better of calibrated sd and calibrated tree_sd on these turns: the higher geometric mean of paired
+    speedups over ar; the other one, or "" when only one ran); ("", "") when neither ran."""
+    ran = [variant for variant in STANDARD_SD if not turns[turns.variant == variant].empty]
+    ran.sort(key=lambda variant: -np.mean(np.log(turn_speedups(turns, baseline, variant).speedup.to_numpy(float))))
+    return (ran + ["", ""])[0], (ran + ["", ""])[1]
 
 
 def sd_rows(turns: pd.DataFrame, baseline: pd.DataFrame) -> list[dict]:
-    """Lyanna over sd per prompt set, the best set first (the paper's "up to"), then pooled."""
-    if turns[turns.variant == "sd"].empty:
+    """Lyanna over the better of sd and tree_sd (``better_standard_sd``) per prompt set, the best set first (the
+    paper's "up to"), then pooled; then pooled over the other one, shown beside."""
+    against, other = better_standard_sd(turns, baseline)
+    if not against:
         return []
-    measure = "paired speedup, lyanna over sd"
-    per_set = [speedup_ratio_row("sd", measure, turns[turns.dataset == dataset], baseline, METHOD, "sd", 1.0,
+    measure = f"paired speedup, lyanna over {against}"
+    chosen = f"the better of sd and tree_sd at this T ({other}: the next row)" if other else ""
+    per_set = [speedup_ratio_row("sd", measure, turns[turns.dataset == dataset], baseline, METHOD, against, 1.0,
                                  PAPER_SPEEDUP_OVER_SD, dataset=dataset) for dataset in sorted(turns.dataset.unique())]
     per_set.sort(key=lambda item: -item["value"] if np.isfinite(item["value"]) else np.inf)
     if per_set:
         per_set[0]["note"] = "the best prompt set (the paper's 'up to')"
-    return per_set + [speedup_ratio_row("sd", measure, turns, baseline, METHOD, "sd", 1.0, PAPER_SPEEDUP_OVER_SD)]
+    rows = per_set + [speedup_ratio_row("sd", measure, turns, baseline, METHOD, against, 1.0, PAPER_SPEEDUP_OVER_SD,
+                                        note=chosen)]
+    if other:
+        rows.append(speedup_ratio_row("sd", f"paired speedup, lyanna over {other}", turns, baseline, METHOD, other,
+                                      1.0, PAPER_SPEEDUP_OVER_SD, note=f"shown beside: {against} is the better"))
+    return rows
 
 
-def eagle_rows(turns: pd.DataFrame, baseline: pd.DataFrame) -> list[dict]:
-    if turns[turns.variant == "eagle"].empty:
+def eagle_rows(turns: pd.DataFrame, baseline: pd.DataFrame, variant: str = METHOD, against: str = "eagle",
+               regime: str = CALIBRATED, note: str = "") -> list[dict]:
+    if turns[turns.variant == against].empty or turns[turns.variant == variant].empty:
         return []
-    return [speedup_ratio_row("eagle", "paired speedup, lyanna over eagle", turns, baseline, METHOD, "eagle", 1.0),
-            tau_ratio_row("eagle", "tau, lyanna over eagle", turns, METHOD, "eagle", "")]
+    note = "; ".join(filter(None, [note, parameter_note(turns, variant, against)]))
+    return [speedup_ratio_row("eagle", "paired speedup, lyanna over eagle", turns, baseline, variant, against, 1.0,
+                              note=note, regime=regime),
+            tau_ratio_row("eagle", "tau, lyanna over eagle", turns, variant, against, note, regime=regime)]
 
 
-CLAIM_TEXT: dict[str, str] = {
-    "waste": "Most drafts fail verification and are wasted",
-    "reuse": "Hidden-state drafts stay uncontaminated and are reused; resampling from failures recovers them",
-    "injection": "The token-information injection builds high-quality draft trees",
-    "overhead": "The design's hidden overhead is removed (verification fusion)",
-    "sd": "Up to 3.3x over standard speculative decoding",
-    "eagle": "Ours, not the paper's: Lyanna against EAGLE (equal parameters and positions: the models table)",
-}
-
-
-def claims_section(table: pd.DataFrame, caveat: Callable[[], str] = lambda: "") -> str:
-    """The report's section: one line per measured row, the claims in the abstract's order, ours last."""
-    if table.empty:
-        return ""
-    lines = ["| claim | measure | T | prompt set | turns | ours | 95% interval | verdict | note |",
-             "|---|---|---|---|---|---|---|---|---|"]
-    for claim, text in CLAIM_TEXT.items():
-        for item in table[table.claim == claim].itertuples():
-            value = "-" if not np.isfinite(item.value) else f"{item.value:.3g}"
-            interval = "-" if not np.isfinite(item.ci_low) else f"[{item.ci_low:.3g}, {item.ci_high:.3g}]"
-            against = f" ({item.variant} vs {item.against})" if isinstance(item.against, str) and item.against \
-                else f" ({item.variant})"
-            temperature = "-" if not np.isfinite(item.temperature) else f"{item.temperature:g}"
-            note = item.note if isinstance(item.note, str) else ""
-            lines.append(f"| {text} | {item.measure}{against} | {temperature} | {item.dataset} | {item.turns} | "
-                         f"{value} | {interval} | **{item.verdict}** | {note} |")
-    text = caveat()
-    return "\n".join(lines) + (f"\n\n{text}" if text else "")
-
-
-def regime_caveat(metrics_paths: list, summary: pd.DataFrame) -> str:
-    """One sentence from the regime card: what this target is, beside the paper's 7B-and-up targets on GPUs."""
-    target = target_metrics(metrics_paths)
-    forward_over_step, verify_over_one, span, _ = cost_ratios(summary)
-    parts = []
-    if target.get("parameters"):
-        origin = "imported" if target.get("imported") else "trained here"
-        parts.append(f"a {target['parameters'] / 1e6:.0f}M-parameter target ({origin})")
-    repetition = (target.get("degeneracy") or {}).get("repetition_rate")
-    if repetition is not None:
-        parts.append(f"greedy 4-gram repetition {repetition:.2f}")
-    entropy = (target.get("sampling") or {}).get("entropy_nats")
-    if entropy is not None:
-        parts.append(f"T = 1 entropy {entropy:.2f} nats")
-    if np.isfinite(forward_over_step):
-        parts.append(f"a 1-token forward costs {forward_over_step:.1f} drafter steps")
-    if not parts:
-        return ""
-    return ("Regime (the card above): " + ", ".join(parts) + ". The paper measures 7B-and-up targets on GPUs, where a "
-            "drafter step is a far smaller share of a target forward: a verdict here is about this regime.")
+def deep_rows(turns: pd.DataFrame, baseline: pd.DataFrame) -> list[dict]:
+    """The reuse and lyanna-against-eagle rows again between ``lyanna_deep`` and ``eagle_deep`` (``DEEP_SHAPE``);
+    a variant of another shape is said in the note."""
+    mine, theirs = DEEP_VARIANTS[METHOD], DEEP_VARIANTS["eagle"]
+    if turns[turns.variant == mine].empty or turns[turns.variant == theirs].empty:
+        return []
+    shapes = {variant: json.loads(turns[turns.variant == variant].options.iloc[0]) for variant in (mine, theirs)}
+    off = [f"{variant} ran " + ", ".join(f"{key} {options.get(key)}" for key in DEEP_SHAPE)
+           for variant, options in shapes.items() if any(options.get(k) != v for k, v in DEEP_SHAPE.items())]
+    note = "; ".join(off)
+    return reuse_rows(turns, mine, theirs, DEEP, note) + eagle_rows(turns, baseline, mine, theirs, DEEP, note)

@@ -8,10 +8,19 @@ backbone's own previous output. No token embedding enters it, so the K states of
 a round are shared by every branch of the tree and stay valid whichever tokens
 are accepted.
 
+The backbone's layer (``backbone: eagle``) is the EAGLE head's decoder layer (``methods.eagle.head``: no input norm,
+q/k/v biases for a Qwen2-family target) at its width (``head_config``: the target's attention shape, GQA included,
+and MLP width); ``intermediate_size`` may set another MLP width, no rule shrinks it. ``backbone: llama``: a plain
+Llama layer with an input norm (drafters written before).
+
 Injection (``inject``):
 - ``token_info`` (the paper's): logits of a node = LM-head logits of its
   depth's state + a low-rank vocabulary bias of its parent token: parent ->
-  r-dim trainable embedding -> RMS-normalised -> r x |V| up-projection.
+  r-dim trainable embedding -> RMS-normalised -> r x N up-projection (N: the
+  draft vocabulary). With ``parent_vocab: draft`` the embedding has a row per
+  draft-vocabulary token and one row shared by every token outside it (a
+  node's parent is a drafted token, so only a round's root can be outside);
+  ``full``: a row per target token (drafters written before).
 - ``feature``: the LM head applied to state + MLP([state; embedding(parent)]).
 
 Vocabulary compression: a draft vocabulary (``draft_vocab``,
@@ -40,6 +49,7 @@ from harness.training.drafters import (
     check_target_fit, check_weights, head_config, init_linear_layers, read_drafter, write_drafter,
 )
 from harness.training.features import FeatureSpec
+from methods.eagle.head import head_decoder_layer
 
 
 @dataclass(frozen=True)
@@ -48,7 +58,9 @@ class LyannaArch:
     rank: int = 64  # token-info embedding width r
     fusion: Literal["none", "eagle3"] = "none"
     feature_layers: tuple[int | str, ...] = ("last",)
-    intermediate_size: int = 0  # backbone MLP width; 0 = the target's
+    intermediate_size: int = 0  # backbone MLP width; 0 = the target's (the EAGLE head's)
+    parent_vocab: Literal["draft", "full"] = "draft"  # token-info rows: draft vocabulary (+1) or every token
+    backbone: Literal["eagle", "llama"] = "eagle"  # the EAGLE head's decoder layer, or a plain Llama one (before)
 
     def __post_init__(self) -> None:
         FeatureSpec(self.fusion, self.feature_layers)
@@ -71,7 +83,8 @@ class LyannaModel(nn.Module):
         hidden = config.hidden_size
         self.fuse = nn.Linear(3 * hidden, hidden, bias=False) if arch.fusion == "eagle3" else None
         self.proj = nn.Linear(hidden, hidden, bias=True)
-        self.layers = nn.ModuleList([LlamaDecoderLayer(config, layer_idx=0)])
+        layer = head_decoder_layer(config) if arch.backbone == "eagle" else LlamaDecoderLayer(config, layer_idx=0)
+        self.layers = nn.ModuleList([layer])
         self.rotary_emb = LlamaRotaryEmbedding(config)
         self.full_vocab = int(lm_head_weight.shape[0])
         self.draft_vocab = draft_vocab or DraftVocab(self.full_vocab)
@@ -79,7 +92,8 @@ class LyannaModel(nn.Module):
                              persistent=False)
         kept = self.draft_vocab.size
         if arch.inject == "token_info":
-            self.parent_embed = nn.Embedding(self.full_vocab, arch.rank)
+            self.register_buffer("parent_rows", parent_row_map(self.draft_vocab, arch.parent_vocab), persistent=False)
+            self.parent_embed = nn.Embedding(parent_row_count(self.draft_vocab, arch.parent_vocab), arch.rank)
             self.parent_norm = nn.RMSNorm(arch.rank, eps=1e-6)
             self.parent_up = nn.Linear(arch.rank, kept, bias=False)
         else:
@@ -115,7 +129,7 @@ class LyannaModel(nn.Module):
         """
         if self.arch.inject == "token_info":
             base = self.state_logits(states) if base is None else base
-            return base + self.parent_up(self.parent_norm(self.parent_embed(parents)))
+            return base + self.parent_up(self.parent_norm(self.parent_embed(self.parent_rows[parents])))
         states = states.expand(*parents.shape, states.shape[-1])
         mixed = states + self.inject_mlp(torch.cat([states, self.token_embed[parents].to(states.dtype)], dim=-1))
         return self.state_logits(mixed)
@@ -135,6 +149,21 @@ class LyannaModel(nn.Module):
             return 2.0 * nodes * self.arch.rank * kept + nodes * kept
         mlp = sum(p.numel() for p in self.inject_mlp.parameters())
         return 2.0 * nodes * (mlp + kept * hidden)
+
+
+def parent_row_count(vocab: DraftVocab, parent_vocab: str) -> int:
+    """Token-info rows: one per target token (``full``, or no draft vocabulary), else one per draft token + 1."""
+    return vocab.target_vocab if parent_vocab == "full" or not vocab.reduced else vocab.size + 1
+
+
+def parent_row_map(vocab: DraftVocab, parent_vocab: str) -> torch.Tensor:
+    """Target id -> token-info row: the identity for ``full`` or an unreduced vocabulary; for ``draft``, a draft
+    token's draft index, every other token the one shared row after them."""
+    if parent_vocab == "full" or not vocab.reduced:
+        return torch.arange(vocab.target_vocab)  # host: a buffer, moved with the module
+    rows = torch.full((vocab.target_vocab,), vocab.size, dtype=torch.long)  # host: a buffer, moved with the module
+    rows[vocab.token_map.cpu()] = torch.arange(vocab.size)  # host: a buffer, moved with the module
+    return rows
 
 
 def lyanna_config(target_config, vocab_size: int, intermediate_size: int) -> LlamaConfig:
@@ -166,7 +195,8 @@ def save_drafter(drafter: LyannaModel, out_dir: Path, provenance: dict) -> None:
 def load_drafter(source: str | Path, target_model) -> LyannaModel:
     """A Lyanna drafter trained here for ``target_model``, in eval mode (the target's LM head and embedding)."""
     files = read_drafter(source, "lyanna")
-    arch = LyannaArch(**{**files.meta["arch"], "feature_layers": tuple(files.meta["arch"]["feature_layers"])})
+    stored = {"parent_vocab": "full", "backbone": "llama", **files.meta["arch"]}  # drafters written before: their own
+    arch = LyannaArch(**{**stored, "feature_layers": tuple(stored["feature_layers"])})
     config, label = files.llama_config(), f"Lyanna drafter {files.directory}"
     check_target_fit(label, config.hidden_size, config.vocab_size, target_model)
     ids = files.state.pop("vocab_ids", None)  # drafters written before the shared d2t/t2d map kept their ids

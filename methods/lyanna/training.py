@@ -52,8 +52,8 @@ class LyannaTrainOptions(GtoTrainOptions):
     rank: int = 64
     fusion: Literal["none", "eagle3"] = "none"
     feature_layers: tuple[str, ...] = ()
-    intermediate_size: int = 0  # 0 = the target's (or sized by match_eagle)
-    match_eagle: bool = False  # size the backbone MLP so the drafter has an EAGLE head's trainable parameters
+    intermediate_size: int = 0  # backbone MLP width; 0 = the target's (the EAGLE head's)
+    parent_vocab: Literal["draft", "full"] = "draft"  # token-info rows: the draft vocabulary (+1 shared) or every token
     vocab_fraction: float = 1.0  # < 1: draft_vocab as a share of the target's vocabulary (round(V x fraction))
     unroll_steps: int = 5
     step_decay: float = 0.8
@@ -67,23 +67,6 @@ class LyannaTrainOptions(GtoTrainOptions):
             raise ValueError("give draft_vocab or vocab_fraction, not both")
         if self.unroll_steps < 1:
             raise ValueError(f"unroll_steps must be >= 1, got {self.unroll_steps}")
-
-
-def eagle_head_parameters(hidden: int, intermediate: int) -> int:
-    """Trainable parameters of an EAGLE-1 head of this width: fc (2H -> H, bias) + one decoder layer."""
-    return 2 * hidden * hidden + hidden + 4 * hidden * hidden + 3 * hidden * intermediate + hidden
-
-
-def matched_intermediate(options: LyannaTrainOptions, hidden: int, target_intermediate: int, vocab: int,
-                         kept: int) -> int:
-    """The backbone MLP width that gives the drafter an EAGLE head's parameter count."""
-    budget = eagle_head_parameters(hidden, target_intermediate)
-    fixed = hidden * hidden + hidden + 4 * hidden * hidden + 2 * hidden  # proj + attention + norms
-    if options.inject == "token_info":
-        fixed += vocab * options.rank + options.rank + options.rank * kept
-    else:
-        fixed += 2 * hidden * hidden + hidden + hidden * hidden + hidden
-    return max(8, (budget - fixed) // (3 * hidden))
 
 
 def unrolled_states(drafter: LyannaModel, batch: dict[str, torch.Tensor], steps: int) -> list[torch.Tensor]:
@@ -174,11 +157,8 @@ def fresh_drafter(options: LyannaTrainOptions, target: LoadedModel, source: Feat
     vocab = target.vocab_size
     size = options.draft_vocab or (max(1, round(vocab * options.vocab_fraction)) if options.vocab_fraction < 1 else 0)
     draft_vocab = choose_draft_vocab(size, source, target)
-    intermediate = options.intermediate_size
-    if options.match_eagle:
-        intermediate = matched_intermediate(options, target.config.hidden_size, target.config.intermediate_size,
-                                            vocab, draft_vocab.size)
-    arch = LyannaArch(options.inject, options.rank, options.fusion, layers, intermediate)
+    arch = LyannaArch(options.inject, options.rank, options.fusion, layers, options.intermediate_size,
+                      options.parent_vocab)
     return new_drafter(target.model, arch, draft_vocab, options.seed).to(target.device)
 
 
@@ -200,9 +180,7 @@ def train_lyanna(request: DrafterTrainRequest) -> dict:
     lm_head = target.model.get_output_embeddings()
     batch_loss = with_gto(lambda batch: lyanna_loss(drafter, lm_head, batch, options), LYANNA_GTO, drafter, target,
                           options)
-    own = {"eagle_head_parameters": eagle_head_parameters(target.config.hidden_size, target.config.intermediate_size),
-           "backbone_intermediate_size": drafter.config.intermediate_size,
-           "kept_vocabulary": drafter.draft_vocab.size}
+    own = {"backbone_intermediate_size": drafter.config.intermediate_size, "kept_vocabulary": drafter.draft_vocab.size}
     return train_drafter(request, options, target, source,
                          lambda: Fitted(drafter, fit_drafter(drafter, batch_loss, source, target, request, options), own),
                          lambda module, batch: depth_agreement(module, lm_head, batch, options.unroll_steps),

@@ -7,7 +7,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from harness.analysis.view import Inputs, Scope, View
-from methods.lyanna.claims import claims_section, claims_table, regime_caveat
+from methods.lyanna.claims import claims_table
+from methods.lyanna.claims_section import (
+    claims_section,
+    draft_lm_sentence,
+    regime_caveat,
+)
 
 if TYPE_CHECKING:
     import matplotlib.pyplot as plt
@@ -19,9 +24,21 @@ def plot_ablation(data: Inputs) -> plt.Figure:
     """Tau, speedup and drafter-FLOP waste of every lyanna variant on the ablation datasets (mean over them): one
     labelled row per variant (the figures' fixed order: the default first, then the others by name), one bar per
     temperature (plain at the first, hatched at the others)."""
-    from harness.analysis.plot_rows import (group_legend, group_slots, grouped_hbars, hatch_map, label_rows,
-                                            row_positions, rows_figure, slot_count)
-    from harness.analysis.plotting import temperature_label, variant_colors, variant_order
+    from harness.analysis.plot_rows import (
+        group_legend,
+        group_slots,
+        grouped_hbars,
+        hatch_map,
+        label_rows,
+        row_positions,
+        rows_figure,
+        slot_count,
+    )
+    from harness.analysis.plotting import (
+        temperature_label,
+        variant_colors,
+        variant_order,
+    )
 
     summary = data.summary
     table = summary[summary.method == METHOD]
@@ -60,11 +77,15 @@ def _runs_lyanna(scope: Scope) -> bool:
 
 VIEWS = (
     View("claims", applies=_runs_lyanna, table=claims_table, head=True, after="regime", title="The paper's claims",
-         section=lambda data: claims_section(data.table("claims"), lambda: regime_caveat(data.metrics, data.summary)),
+         section=lambda data: claims_section(data.table("claims"), lambda: " ".join(filter(None, [
+             regime_caveat(data.metrics, data.summary), draft_lm_sentence(data.metrics)]))),
          intro="Each claim of the abstract of arXiv 2602.21224 (Lyanna), judged on this run's records: our figure, "
                "its 95% interval (percentile bootstrap over prompts) and a verdict (reproduced / partly / not at this "
-               "scale / contradicted / not measured). How each is measured: `methods/lyanna/claims.py`. The last rows "
-               "are ours, not the paper's claim."),
+               "scale / contradicted / not measured), called only where the run exercised the claim (else **not "
+               "exercised here**: a reuse or tree claim needs drafts deeper than one step, the deep-shape rows measure "
+               "it at top_k 4, depth 5, budget 24), every seed agrees (else **not decided**) and no single prompt "
+               "flips it (else **fragile**). How each is measured: `methods/lyanna/claims.py`, its columns: "
+               "`docs/claims.md`. The `eagle` rows are ours, not the paper's claim."),
     View("ablation", applies=_has_ablations, has_data=_ablation_rows, figure="methods.lyanna.view:plot_ablation",
          after="depth", caption="The lyanna ablation: tau, speedup and drafter-FLOP waste of each switch against the "
                                 "default, one row per variant (plain bars: T = 0, hatched: T = 1)."),

@@ -20,6 +20,7 @@ from harness.backend.forward import LMOutput
 from harness.backend.models import LoadedModel
 from harness.engine.adapter import AdapterBase, StepContext
 from harness.engine.counters import DrafterWork
+from harness.engine.drafting import beam_draws
 from harness.engine.method_spec import BuildInputs
 from harness.errors import DraftcountError
 from harness.trees.beam import BeamTree, Frontier, grow_beam_tree
@@ -101,7 +102,8 @@ class MedusaAdapter(AdapterBase):
             self.work.charge([(frontier.depth, row) for row in range(rows)], cost)
             return logprobs
 
-        self.beam = grow_beam_tree(root, root_logprobs[0], expand, self.shape, self.heads.draft_vocab.token_map)
+        self.beam = grow_beam_tree(root, root_logprobs[0], expand, self.shape, self.heads.draft_vocab.token_map,
+                                   beam_draws(ctx, self.shape))
         return self.beam.tree
 
     def _propose_static(self, ctx: StepContext, root: torch.Tensor) -> TokenTree:

@@ -26,6 +26,7 @@ from harness.backend.forward import LMOutput
 from harness.backend.models import LoadedModel
 from harness.engine.adapter import AdapterBase, StepContext
 from harness.engine.counters import DrafterWork
+from harness.engine.drafting import beam_draws
 from harness.engine.method_spec import BuildInputs
 from harness.retrieval.context_index import ContextIndex, Match
 from harness.trees.beam import BeamTree, Frontier, grow_beam_tree
@@ -113,7 +114,8 @@ class OwlAdapter(AdapterBase):
             states.append(stepped)
             return logprobs
 
-        self.beam = grow_beam_tree(root, root_logprobs[0], expand, self.shape, self.drafter.draft_vocab.token_map)
+        self.beam = grow_beam_tree(root, root_logprobs[0], expand, self.shape, self.drafter.draft_vocab.token_map,
+                                   beam_draws(ctx, self.shape))
         return self.beam.tree
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:

@@ -37,12 +37,13 @@ class PardAdapter(AdapterBase):
 
     wants_target_hidden_states = False
 
-    def __init__(self, drafter: LoadedModel, k: int, mask_token: int) -> None:
+    def __init__(self, drafter: LoadedModel, k: int, mask_token: int, drafts: str = "sampled") -> None:
         self.drafter = drafter
         self.k = k
+        self.drafts = drafts  # at T > 0: sampled drafts carrying q, or the argmax with q = 1 (``parallel_chain``)
         self.mask_token = mask_token
         self.max_draft_nodes = k
-        self.details = {"k": k, "pard_token": mask_token}
+        self.details = {"k": k, "pard_token": mask_token, "drafter_parameters": drafter.num_parameters}
         self.cache = new_cache(drafter.config)
         self.graphs = None
         self.cached_len = 0
@@ -61,10 +62,11 @@ class PardAdapter(AdapterBase):
         out = run_model(self.drafter, ids, self.cache, positions(self.cached_len, ids.shape[-1], device),
                         ctx.counters.drafter, logits_to_keep=self.k, graphs=self.graphs)
         per_token = out.flops / ids.shape[-1]
-        count_useful_drafter_flops(ctx.counters, per_token * unseen.shape[-1])  # the accepted text's KV: kept
+        count_useful_drafter_flops(ctx.counters, per_token * (unseen.shape[-1] - 1))  # the accepted text's KV: kept
+        self.work.charge([1], per_token)  # the last text token's output is draft 1: useful iff it is accepted
         self.cached_len = sequence.shape[-1]
         crop_cache(self.cache, self.cached_len)  # the masks' keys go: the cache holds accepted text only
-        return parallel_chain(sequence[0, -1], out.logits[0], ctx, self.work, per_token)
+        return parallel_chain(sequence[0, -1], out.logits[0], ctx, self.work, per_token, self.drafts)
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
         self.work.settle(ctx.counters, verdict.path[1:])  # accepted drafts reach the cache as unseen text next step
@@ -73,4 +75,4 @@ class PardAdapter(AdapterBase):
 def build(options: PardOptions, inputs: BuildInputs) -> PardAdapter:
     assert inputs.drafter_dir is not None  # build_adapter checked the catalog's needs
     drafter = load_like_target(str(inputs.drafter_dir), inputs.target, "pard's drafter")
-    return PardAdapter(drafter, options.as_run().k, mask_token_of(drafter, inputs.target.vocab_size))
+    return PardAdapter(drafter, options.as_run().k, mask_token_of(drafter, inputs.target.vocab_size), options.drafts)

@@ -28,6 +28,7 @@ from harness.backend.models import LoadedModel
 from harness.data.token_streams import even_windows, load_tokens, random_windows
 from harness.errors import DraftcountError
 from harness.options import parse_options
+from harness.training.drafter_contract import COMPONENTS, parameter_components
 from harness.training.drafters import (
     budgeted, fingerprint_options,
     AGREEMENT, META_FILE, DrafterTrainRequest, checked_agreement, drafter_provenance, frozen_target, write_metrics,
@@ -178,6 +179,7 @@ def train_pard(request: DrafterTrainRequest) -> dict:
     result = train(model, loss_fn, config, request.checkpoint, fingerprint, "train pard drafter", request.progress)
     model.eval()
     metrics = {"method": "pard", "trainable_parameters": sum(p.numel() for p in model.parameters()),
+               COMPONENTS: parameter_components(model),
                "target_parameters": target.num_parameters, "options": asdict(options), "train": result.as_dict(),
                "target": request.target, "data": str(request.data), "pard_token": mask_token}
     if request.heldout is not None:

@@ -22,6 +22,7 @@ from harness.backend.models import LoadedModel
 from harness.data.token_streams import even_windows, load_tokens
 from harness.errors import DraftcountError
 from harness.options import parse_options
+from harness.training.drafter_contract import COMPONENTS, parameter_components
 from harness.training.drafters import (
     budgeted, fingerprint_options,
     AGREEMENT, META_FILE, DrafterTrainRequest, checked_agreement, drafter_provenance, feature_source, frozen_target,
@@ -115,6 +116,7 @@ def train_mid(request: DrafterTrainRequest) -> dict:
     mid.eval()
     parameters = sum(parameter.numel() for parameter in mid.parameters())
     metrics = {"method": "polybasic", "shape": asdict(shape), "trainable_parameters": parameters,
+               COMPONENTS: parameter_components(mid),
                "target_parameters": target.num_parameters, "options": asdict(options), "train": result.as_dict(),
                "target": request.target, "data": str(request.data)}
     if request.heldout is not None:

@@ -23,6 +23,7 @@ class TreeSpeculativeDecodingOptions:
     branching: tuple[int, ...] = (4, 2, 2, 1)
     tree_file: str = ""
     replacement: Literal["auto", "with", "without"] = "auto"
+    drafts: Literal["sampled", "topk"] = "sampled"  # at T > 0: sampled children carrying q, or top-k with q = 1
 
     def __post_init__(self) -> None:
         if self.policy == "sequoia" and not self.tree_file:

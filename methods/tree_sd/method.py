@@ -15,6 +15,7 @@ from harness.engine.method_spec import BuildInputs, CostModel, Latencies, Method
 from harness.trees.tree import depths_of
 from harness.trees.tree_file import load_tree_file
 from harness.engine.draft_lm import DraftLMAdapter
+from harness.engine.drafting import CHOOSERS
 
 
 def _build(options: TreeSpeculativeDecodingOptions, inputs: BuildInputs) -> DraftLMAdapter:
@@ -25,7 +26,7 @@ def _build(options: TreeSpeculativeDecodingOptions, inputs: BuildInputs) -> Draf
     else:
         shape = load_tree_file(options.tree_file)
     replacement = {"with": True, "without": False, "auto": options.policy == "specinfer"}[options.replacement]
-    return DraftLMAdapter(inputs.draft, shape, replacement)
+    return DraftLMAdapter(inputs.draft, shape, replacement, CHOOSERS[options.drafts])
 
 
 def tree_level_widths(options: dict) -> list[int] | None:

@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 
 from harness.analysis.learning_curves import (chain_columns, curve_rows, kendall_tau, lr_rows, plot_learning_curves,
-                                              ranking_stability, stability_table)
+                                              ranking_stability, stability_table, stale_rates)
 from harness.cli import main
 from tests.workflow.test_workflow import overrides, snakemake
 
@@ -42,7 +42,7 @@ def test_the_table_and_the_rankings_stability():
     found, rungs = study_metrics()
     curves = curve_rows(found, rungs)
     assert len(curves) == 9 and list(curves[curves.family == "a"].tokens) == [500, 1000, 2000]
-    assert curves.set_index("drafter").loc["b_lc2", "agreement_mean3"] == pytest.approx((0.5 + 0.25 + 0.125) / 3)
+    assert curves.set_index("drafter").loc["b_lc2", "agreement_mean"] == pytest.approx((0.5 + 0.25 + 0.125) / 3)
     stability = ranking_stability(curves)
     assert list(stability.kendall_tau) == pytest.approx([1.0, 1 / 3])  # a, b, c; then b overtakes a
     with pytest.raises(Exception, match="no heldout_top1_agreement_by_step"):
@@ -112,6 +112,21 @@ def test_the_lr_study_chooses_each_familys_rate_by_heldout_agreement():
     assert bool(table.loc["b", "chosen"]) and not table.loc["b_lr0003", "chosen"]  # a tie keeps the smaller rate
 
 
+def test_the_lr_studys_mean_averages_the_same_draft_steps_for_every_family():
+    """Issue 79: a family recording two steps (eagle's) once made its "steps 1-3" mean average two steps against
+    the others' three; the mean now covers the steps every family records, and the choice follows it."""
+    found = {"a": metrics(1000, [0.40, 0.30, 0.00]), "a_lr0003": metrics(1000, [0.38, 0.28, 0.30]),
+             "e": metrics(1000, [0.5, 0.2]), "e_lr0003": metrics(1000, [0.4, 0.4])}
+    rates = {"a": ("a", 0.001), "a_lr0003": ("a", 0.003), "e": ("e", 0.001), "e_lr0003": ("e", 0.003)}
+    table = lr_rows(found, rates).set_index("drafter")
+    assert set(table.agreement_steps) == {2}  # e records two steps: every family's mean covers steps 1-2
+    assert table.loc["a", "agreement_mean"] == pytest.approx(0.35) and table.loc["e_lr0003", "agreement_mean"] == 0.4
+    assert bool(table.loc["a", "chosen"]) and bool(table.loc["e_lr0003", "chosen"])  # over 1-3, a_lr0003 would win
+    assert json.loads(table.loc["a", "agreement_by_step"]) == [0.40, 0.30, 0.00]  # every step kept, re-derivable
+    three = lr_rows({name: found[name] for name in ("a", "a_lr0003")}, {"a": rates["a"], "a_lr0003": rates["a_lr0003"]})
+    assert list(three.agreement_steps) == [3, 3] and bool(three.set_index("drafter").loc["a_lr0003", "chosen"])
+
+
 def test_the_workflow_plans_the_lr_studys_drafters(tmp_path):
     plan = snakemake("-n", "-p", "study_lr", "--profile", "workflow/profiles/smoke", *overrides(tmp_path))
     assert plan.returncode == 0, plan.stderr
@@ -154,3 +169,10 @@ def test_the_figure_is_redrawn_from_the_written_tables_with_labelled_log_ticks(t
     figure.canvas.draw()
     labels = [label.get_text() for label in figure.axes[0].get_xticklabels() if label.get_text()]
     assert len(labels) > 2, labels  # more than the two rungs' own positions: round values between them
+
+
+def test_a_configured_rate_the_lr_study_did_not_choose_is_said():
+    table = pd.DataFrame({"family": ["a", "a", "b", "b"], "lr": [0.001, 0.003, 0.001, 0.003],
+                          "chosen": [False, True, True, False]})
+    drafters = {"a": {"options": {"lr": 0.003}}, "b": {"options": {"lr": 0.003}}, "c": {"options": {"lr": 1.0}}}
+    assert stale_rates(table, drafters) == ["family 'b' trains at lr 0.003, the lr study chose 0.001"]

@@ -86,3 +86,19 @@ def test_the_summarys_interval_resamples_prompts_when_a_prompts_turns_are_correl
     by_turn = prompt_bootstrap_interval(ratios, np.arange(len(ratios)))
     prompt_width = np.log(row.speedup_ci_high / row.speedup_ci_low)
     assert prompt_width > 1.6 * np.log(by_turn[1] / by_turn[0])
+
+
+def test_leave_one_cluster_out_is_the_bootstrap_without_that_cluster():
+    from harness.analysis.timing import cluster_bootstrap, leave_one_cluster_out
+
+    rng = np.random.default_rng(3)
+    clusters = np.repeat(np.array(["a", "b", "c", "d", "e"]), 3)
+    columns = {"num": rng.random(15), "den": 1 + rng.random(15)}
+    ratio = lambda sums: sums["num"] / sums["den"]
+    dropped = leave_one_cluster_out(columns, clusters, ratio)
+    assert sorted(dropped) == ["a", "b", "c", "d", "e"]
+    kept = clusters != "c"
+    rest = {name: values[kept] for name, values in columns.items()}
+    assert dropped["c"] == (pytest.approx(rest["num"].sum() / rest["den"].sum()),
+                            *cluster_bootstrap(rest, clusters[kept], ratio))
+    assert dropped["c"][0] != pytest.approx(columns["num"].sum() / columns["den"].sum())

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from harness import SamplingConfig, generate
+from harness.analysis.metrics import USEFUL_DRAFTER_FLOPS
 from harness.backend.phases import PHASES
 from harness.engine.loop import trim_output
 from harness.engine.method_spec import BuildInputs, build_adapter
@@ -79,3 +80,22 @@ def test_max_new_tokens_is_exact_and_counters_are_consistent(trained_pair, tempe
             elif max_new_tokens > 1:  # one token comes from the prefill alone
                 assert counters.drafter.forwards > 0 and counters.drafter.flops > 0
                 assert phases["drafter"] > 0 and phases["target"] > 0
+
+
+def test_a_rejected_depth_one_draft_books_waste(trained_pair):
+    """sd with gamma 1 drafts its one token from the forward that also feeds the accepted text (the context): that
+    forward's drafting position is wasted when the draft is rejected, its context positions are useful; a step whose
+    draft is accepted wastes nothing (book_drafting_forward)."""
+    target, draft = trained_pair
+    adapter = build_adapter("sd", {"gamma": 1}, BuildInputs(target, draft, None))[0]
+    rejected = 0
+    for index, prompt in enumerate(PROMPTS):
+        counters = generate(target, adapter, prompt, 24, SamplingConfig(1.0),
+                            generator=torch.Generator().manual_seed(index)).counters
+        wasted = counters.drafter.flops - counters.extra[USEFUL_DRAFTER_FLOPS]
+        rejected += counters.step_accepted.count(0)
+        if counters.step_accepted.count(0):
+            assert wasted > 0.01 * counters.drafter.flops, index
+        else:
+            assert wasted == pytest.approx(0, abs=1e-6 * counters.drafter.flops), index
+    assert rejected > 0  # the check above ran

@@ -109,3 +109,29 @@ def test_a_choice_at_the_largest_shape_calibrated_is_a_warning_in_its_file(tmp_p
                  {"depth": 6, "budget": 24})
     assert json.loads((tmp_path / "shape.json").read_text())["at_largest"] == ["depth"]
     assert "chose the largest depth calibrated" in capsys.readouterr().err
+
+
+def test_the_drafting_convention_comes_from_the_options_or_the_shape_file(tmp_path):
+    """drafts: auto takes the shape file's convention (a file without one: topk, as before issue 79); an explicit
+    option wins; the options column (as_run) shows what ran."""
+    shape = tmp_path / "shape.json"
+    shape.write_text(json.dumps({"depth": 2, "budget": 3, "top_k": 4, "drafts": "sampled"}))
+    assert EagleOptions(shape_file=str(shape)).shape() == BeamShape(4, 2, 3, "sampled")
+    assert EagleOptions(shape_file=str(shape)).as_run().drafts == "sampled"
+    assert EagleOptions(shape_file=str(shape), drafts="topk").shape().drafts == "topk"
+    assert EagleOptions().shape().drafts == "topk" and LyannaOptions(drafts="sampled").shape().drafts == "sampled"
+    shape.write_text(json.dumps({"depth": 2, "budget": 3, "top_k": 4, "drafts": "greedy"}))
+    with pytest.raises(DraftcountError, match="chose drafts 'greedy'"):
+        EagleOptions(shape_file=str(shape)).shape()
+
+
+def test_the_calibration_chooses_the_faster_convention_at_t_above_zero():
+    from harness.measure.tree_shape import conventions, faster_convention
+
+    assert conventions("both", "auto", 0.0) == ["topk"]  # greedy: one convention
+    assert conventions("both", "auto", 1.0) == ["topk", "sampled"]
+    assert conventions(None, "sampled", 1.0) == ["sampled"] and conventions(None, "auto", 1.0) == ["topk"]
+    assert faster_convention({"topk": {"estimated_tokens_per_s": 10.0},
+                              "sampled": {"estimated_tokens_per_s": 12.0}}) == "sampled"
+    assert faster_convention({"topk": {"estimated_tokens_per_s": 9.8},  # within the tie tolerance: top-k stays
+                              "sampled": {"estimated_tokens_per_s": 10.0}}) == "topk"

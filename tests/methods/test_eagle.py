@@ -8,6 +8,7 @@ import pytest
 import torch
 
 from harness import SamplingConfig, wrap_model
+from harness.analysis.metrics import USEFUL_DRAFTER_FLOPS
 from harness.engine.adapter import NoDrafts
 from harness.cli import main
 from harness.trees.beam_shape import BeamShape
@@ -63,6 +64,23 @@ def test_greedy_lossless(eagle_setup, head):
     if head != "random":
         assert accepted_deep > 0  # paths deeper than one node were accepted, so the tree mechanics were exercised
 
+
+
+def test_a_rejected_depth_one_draft_books_waste(eagle_setup):
+    """A depth-1 head drafts from the catch-up forward that also feeds the accepted tokens' true features (context
+    work): that forward's drafting position counts as wasted when its draft is rejected (drafter-FLOP waste read
+    0.00 by construction before issue 79), its context positions as useful."""
+    target, root, _ = eagle_setup
+    shape = {"top_k": 1, "depth": 1, "budget": 1}
+    adapter, _ = build_adapter("eagle", shape, BuildInputs(target, None, root / "random"))
+    rejected = 0
+    for prompt in _prompts(4):
+        counters = generate(target, adapter, prompt, 16, SamplingConfig()).counters
+        wasted = counters.drafter.flops - counters.extra[USEFUL_DRAFTER_FLOPS]
+        rejected += counters.step_accepted.count(0)
+        assert (wasted > 0.01 * counters.drafter.flops) == (counters.step_accepted.count(0) > 0)
+        assert wasted <= counters.drafter.flops
+    assert rejected > 0  # a random head's drafts: mostly rejected
 
 
 @pytest.mark.parametrize("switch", list(ENGINE_SWITCHES))

@@ -1,8 +1,14 @@
 """`lyanna`: lossless for every switch combination (greedy) and by enumeration (sampling, reuse=logits),
-training beats a fresh drafter, reuse keeps drafter work, vocabulary compression, parameter matching."""
+training beats a fresh drafter, reuse keeps drafter work, vocabulary compression, the backbone at the EAGLE head's
+kind and width and the token-info rows over the draft vocabulary (the parameter counts on the zoo's and the real
+target's shapes)."""
+
+import json
 
 import pytest
 import torch
+import yaml
+from transformers import LlamaConfig, LlamaForCausalLM
 
 from harness import SamplingConfig, wrap_model
 from harness.engine.adapter import NoDrafts
@@ -12,9 +18,15 @@ from harness.errors import DraftcountError
 from harness.backend.models import load_model
 from harness.engine.method_spec import BuildInputs, build_adapter
 from methods.lyanna.adapter import LyannaAdapter, LyannaOptions
-from methods.lyanna.model import LyannaArch, new_drafter
+from harness.store.drafter_meta import META_FILE
+from harness.training.draft_vocab import sized_vocab
+from harness.training.drafter_contract import parameter_components
+from harness.training.features import FeatureSpec
+from methods.eagle.head import new_head
+from methods.lyanna.model import LyannaArch, load_drafter, new_drafter, save_drafter
 from methods.lyanna.training import train_lyanna
 from tests.helpers import (
+    ROOT,
     ENGINE_SWITCHES, chi_square_pvalue, engine_runtime, exact_distribution, make_llama, markov_batches,
     sampled_distribution, save_markov_target,
 )
@@ -31,8 +43,7 @@ def lyanna_setup(tmp_path_factory):
     metrics = {}
     for name, steps, extra in [("fresh", 0, {}), ("token_info", 80, {}), ("feature", 60, {"inject": "feature"}),
                                ("token_info_vocab", 60, {"vocab_fraction": "0.5"}),
-                               ("feature_vocab", 40, {"inject": "feature", "vocab_fraction": "0.5"}),
-                               ("matched", 0, {"match_eagle": "true"})]:
+                               ("feature_vocab", 40, {"inject": "feature", "vocab_fraction": "0.5"})]:
         request = DrafterTrainRequest(
             method="lyanna", target=str(root / "target"), data=root / "tokens.pt", out=root / name, steps=steps,
             progress=False, heldout=root / "tokens.pt",
@@ -145,13 +156,77 @@ def test_reuse_keeps_drafter_work(lyanna_setup):
     assert totals["states"][1] < totals["off"][1]
 
 
-def test_vocabulary_compression_and_matching(lyanna_setup):
+def test_vocabulary_compression(lyanna_setup):
     _, _, metrics = lyanna_setup
     compressed = metrics["token_info_vocab"]
     assert compressed["kept_vocabulary"] == 24
     assert 0.5 <= compressed["heldout_vocabulary_coverage"] <= 1.0  # the kept half covers at least half the tokens
-    matched = metrics["matched"]
-    assert abs(matched["trainable_parameters"] - matched["eagle_head_parameters"]) < 0.05 * matched["eagle_head_parameters"]
+
+
+def test_token_info_rows_over_the_draft_vocabulary(lyanna_setup):
+    """A drafter with a draft vocabulary has a token-info row per kept token and one shared by every other token;
+    the components (backbone, injection) add up to its trainable parameters, as its metrics record them."""
+    target, root, metrics = lyanna_setup
+    drafter = load_drafter(root / "token_info_vocab", target.model)
+    assert drafter.parent_embed.num_embeddings == 24 + 1
+    kept = drafter.draft_vocab.token_map
+    outside = [token for token in range(48) if token not in set(kept.tolist())]
+    assert drafter.parent_rows[kept].tolist() == list(range(24)) and set(drafter.parent_rows[outside].tolist()) == {24}
+    assert load_drafter(root / "token_info", target.model).parent_embed.num_embeddings == 48  # no draft vocabulary
+    for name in ("token_info", "token_info_vocab", "feature"):
+        components = metrics[name]["parameter_components"]
+        assert set(components) == {"backbone", "injection"} and min(components.values()) > 0
+        assert sum(components.values()) == metrics[name]["trainable_parameters"]
+
+
+def test_backbone_is_the_eagle_heads_layer_at_its_width(lyanna_setup):
+    """The backbone's decoder layer has the EAGLE head's parameters, name for name and shape for shape."""
+    target, root, metrics = lyanna_setup
+    drafter = load_drafter(root / "token_info", target.model)
+    head = new_head(target.model, FeatureSpec("none", ("last",)), 0)
+    assert {name: p.shape for name, p in drafter.layers.named_parameters()} == \
+        {name: p.shape for name, p in head.layers.named_parameters()}
+    assert metrics["token_info"]["backbone_intermediate_size"] == target.config.intermediate_size
+
+
+def test_drafter_written_before_loads_with_its_own_layout(lyanna_setup, tmp_path):
+    """A drafter whose metadata predates ``parent_vocab`` and ``backbone`` (a token-info row per target token, a
+    Llama layer with an input norm) loads as it was trained."""
+    target, _, _ = lyanna_setup
+    old = new_drafter(target.model, LyannaArch(parent_vocab="full", backbone="llama"), sized_vocab(48, 24), 0)
+    save_drafter(old, tmp_path / "old", {})
+    meta_path = tmp_path / "old" / META_FILE
+    meta = json.loads(meta_path.read_text())
+    for key in ("parent_vocab", "backbone"):
+        del meta["arch"][key]
+    meta_path.write_text(json.dumps(meta))
+    loaded = load_drafter(tmp_path / "old", target.model)
+    assert loaded.parent_embed.num_embeddings == 48 and loaded.arch.backbone == "llama"
+    assert not isinstance(loaded.layers[0].input_layernorm, torch.nn.Identity)
+
+
+SMOLLM2 = {"vocab_size": 49152, "hidden_size": 576, "num_hidden_layers": 30, "num_attention_heads": 9,
+           "num_key_value_heads": 3, "intermediate_size": 1536, "tie_word_embeddings": True}
+ZOO = {"vocab_size": 4096, "hidden_size": 256, "num_hidden_layers": 16, "num_attention_heads": 8,
+       "num_key_value_heads": 8, "intermediate_size": 704, "tie_word_embeddings": False}
+
+
+@pytest.mark.parametrize(("shape", "draft_vocab", "eagle", "lyanna"), [
+    (SMOLLM2, 8192, 4_203_648, {"backbone": 3_871_872, "injection": 1_048_704}),  # GQA: 3 KV heads of 9
+    (ZOO, 0, 934_400, {"backbone": 868_864, "injection": 524_352}),
+])
+def test_parameter_counts_on_the_configs_shapes(shape, draft_vocab, eagle, lyanna):
+    """The main lyanna and eagle drafters' trainable parameters on the real target's shape (SmolLM2-135M, draft
+    vocabulary 8,192) and the zoo's (workflow/config/default.yaml), counted on modules built without weights."""
+    vocab = sized_vocab(shape["vocab_size"], draft_vocab)
+    with torch.device("meta"):
+        target_model = LlamaForCausalLM(LlamaConfig(**shape))
+        head = new_head(target_model, FeatureSpec("none", ("last",)), 0, vocab)
+        drafter = new_drafter(target_model, LyannaArch(), vocab, 0)
+    assert head.trainable_parameters() == eagle
+    assert parameter_components(drafter) == lyanna
+    assert drafter.trainable_parameters() == sum(lyanna.values())
+    assert drafter.config.intermediate_size == head.config.intermediate_size == shape["intermediate_size"]
 
 
 def test_bad_inputs(lyanna_setup, tmp_path):
@@ -228,3 +303,18 @@ def test_a_state_counts_as_useful_only_once_a_chain_drafts_with_it(fusion):
         settled.pop()  # a generation's last round marks states for a round that never comes
     useful = [state for round_states in settled for state in round_states]
     assert len(useful) > 50 and all(id(state) in drafted_from for state in useful)
+
+
+def training_positions(entry: dict) -> int:
+    """A drafter entry's supervised target positions: its budget, or steps x batch x window."""
+    options = entry["options"]
+    return entry.get("budget_tokens") or entry["steps"] * options.get("batch_size", 8) * options.get("seq_len", 256)
+
+
+@pytest.mark.parametrize("config", ["default.yaml", "smollm2.yaml"])
+def test_lyanna_and_eagle_train_on_equal_positions(config):
+    """The main comparison's two drafters see as many target positions (the claims rows' "equal training positions"),
+    and lyanna's backbone is not narrowed (no intermediate_size: the target's MLP width, the EAGLE head's)."""
+    drafters = yaml.safe_load((ROOT / "workflow" / "config" / config).read_text())["drafters"]
+    assert training_positions(drafters["lyanna"]) == training_positions(drafters["eagle"])
+    assert "intermediate_size" not in drafters["lyanna"]["options"]

@@ -10,7 +10,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from methods.lyanna.claims import claims_section, claims_table, verdict
+from methods.lyanna.claims import claims_table, verdict
+from methods.lyanna.claims_section import claims_section
 
 SHAPE = {"top_k": 4, "depth": 5, "budget": 24}
 DEFAULTS = {"reuse": "logits", "verify_fusion": "on", "inject": "token_info", "overlap": "off"}
@@ -83,3 +84,94 @@ def test_no_lyanna_no_claims_and_the_section_lists_every_row():
                                       + turns("lyanna", "lyanna", 2.0, seed=1)))
     section = claims_section(table)
     assert section.count("\n| ") == len(table) and "**partly**" in section and "**not measured**" in section
+
+
+def test_over_standard_sd_is_judged_against_the_better_of_sd_and_tree_sd_and_shows_both(tmp_path):
+    """Issue 79: tree_sd runs at 1.5x ar, sd at 0.6x: lyanna (3x) is judged over tree_sd (2x, partly), and its ratio
+    over sd (5x) stands beside; the draft LM's quality stands beside the verdict."""
+    from methods.lyanna.claims import better_standard_sd, sd_rows
+    from methods.lyanna.claims_section import draft_lm_sentence
+
+    frame = pd.DataFrame(turns("sd", "sd", 0.6, drafted=10, accepted=2) + turns("tree_sd", "tree_sd", 1.5, seed=2)
+                         + turns("lyanna", "lyanna", 3.0, seed=1))
+    methods, baseline = frame[frame.role == "method"], frame[frame.role == "baseline"].set_index(["run", "pair_id"])
+    assert better_standard_sd(methods, baseline) == ("tree_sd", "sd")
+    assert better_standard_sd(methods[methods.variant != "tree_sd"], baseline) == ("sd", "")
+    rows = pd.DataFrame(sd_rows(methods, baseline))
+    judged, beside = rows[rows.dataset == "all"].iloc[0], rows[rows.dataset == "all"].iloc[1]
+    assert judged.against == "tree_sd" and judged.value == pytest.approx(2.0, rel=0.03) and judged.verdict == "partly"
+    assert beside.against == "sd" and beside.value == pytest.approx(5.0, rel=0.03) and "tree_sd is the better" in \
+        beside.note
+    assert set(rows[rows.dataset != "all"].against) == {"tree_sd"}  # the "up to" rows: over the better one
+    draft = tmp_path / "draft.json"
+    draft.write_text(json.dumps({"heldout_perplexity": 388.2, "top1_agreement_with_target": 0.31,
+                                 "training": {"tokens": 122880}}))
+    assert draft_lm_sentence([tmp_path / "target.json", draft]) == (
+        "The draft LM of sd and tree_sd: held-out perplexity 388.2, top-1 agreement with the target 0.310, trained on "
+        "122,880 positions.")
+    assert draft_lm_sentence([]) == ""
+
+
+def scaled(frame: pd.DataFrame, variant: str, prompt: str, factor: float) -> pd.DataFrame:
+    """``variant``'s turns of ``prompt`` taking ``factor`` times as long (its speed over ar divided by it)."""
+    rows = (frame.variant == variant) & (frame.prompt_id == prompt)
+    return frame.assign(wall_seconds=frame.wall_seconds.where(~rows, frame.wall_seconds * factor))
+
+
+def test_a_reuse_row_from_depth_1_is_not_exercised_and_the_deep_shape_rows_measure_it():
+    depth_1 = {"top_k": 4, "depth": 1, "budget": 1}
+    frame = pd.DataFrame(turns("lyanna", "lyanna", 1.2, options=depth_1) + turns("eagle", "eagle", 1.2, options=depth_1,
+                                                                                  seed=1)
+                         + turns("lyanna_deep", "lyanna", 1.5, seed=2) + turns("eagle_deep", "eagle", 1.0, seed=3))
+    frame.loc[frame.variant == "eagle", "drafter_useful_flops"] = 10.0  # eagle wastes 90% of its drafter's work
+    rows = claims_table(frame)
+    calibrated = rows[(rows.claim == "reuse") & (rows.regime == "calibrated")].iloc[0]
+    assert calibrated.verdict == "not exercised here" and calibrated.value == pytest.approx(0.4)  # the figure stays
+    assert calibrated.exercised.startswith("no: lyanna depth 1, eagle depth 1") and "deep shape" in calibrated.note
+    deep = rows[rows.regime.str.startswith("deep shape")]
+    assert set(deep.claim) == {"reuse", "eagle"} and set(deep.variant) == {"lyanna_deep"}
+    assert deep[deep.claim == "reuse"].iloc[0].exercised == "yes: lyanna_deep depth 5, eagle_deep depth 5"
+    speed = deep[deep.measure == "paired speedup, lyanna over eagle"].iloc[0]
+    assert speed.verdict == "lyanna ahead" and speed.value == pytest.approx(1.5, rel=0.03)
+    assert deep[deep.claim == "reuse"].iloc[0].verdict not in ("not exercised here", "not measured")
+    ends = rows[rows.claim.isin(["waste", "sd", "eagle"]) & (rows.regime == "calibrated") & (rows.turns > 0)]
+    assert (ends.exercised == "yes: end to end").all()  # end-to-end claims need no particular shape
+
+
+def test_the_fusion_ablation_is_judged_only_where_tau_equals_the_fused_variants():
+    fused = turns("lyanna", "lyanna", 1.3, options={"depth": 1, "budget": 1}) + turns("lyanna_b24", "lyanna", 1.2, seed=1)
+    unfused = turns("lyanna_unfused", "lyanna", 1.1, details={"verify_fusion": "off"}, seed=2)
+    frame = pd.DataFrame(fused + unfused)
+    overhead = claims_table(frame).query("claim == 'overhead'").iloc[0]
+    assert overhead.verdict == "not exercised here" and "fusion changed the drafts" in overhead.exercised
+    same_tau = frame.verify_steps.where(frame.variant != "lyanna_unfused",
+                                        float(frame[frame.variant == "lyanna_b24"].verify_steps.iloc[0]))
+    overhead = claims_table(frame.assign(verify_steps=same_tau)).query("claim == 'overhead'").iloc[0]
+    assert overhead.exercised.startswith("yes: tau equal") and overhead.verdict == "reproduced"
+
+
+def test_a_verdict_one_prompt_carries_reads_fragile():
+    """Eleven prompts where lyanna is 1.1x eagle and one where it is half as fast: pooled, the interval holds 1;
+    without that prompt, lyanna is ahead."""
+    frame = pd.DataFrame(turns("lyanna", "lyanna", 1.1) + turns("eagle", "eagle", 1.0, seed=1))
+    rows = claims_table(scaled(frame, "lyanna", "p0", 2.2))
+    speed = rows[rows.measure == "paired speedup, lyanna over eagle"].iloc[0]
+    assert speed.verdict == "fragile" and speed.ci_low < 1 < speed.ci_high
+    assert speed.leave_one_out.startswith("flips to 'lyanna ahead' without set_b/p0")
+    steady = claims_table(frame)
+    speed = steady[steady.measure == "paired speedup, lyanna over eagle"].iloc[0]
+    assert speed.verdict == "lyanna ahead" and speed.leave_one_out == "stable (12 prompts)"
+
+
+@pytest.mark.parametrize("eagle_seed1,expected", [(1.0, "lyanna ahead"), (1.2, "not decided")])
+def test_a_verdict_stands_only_where_every_seed_gives_it(eagle_seed1, expected):
+    frame = pd.DataFrame(turns("lyanna", "lyanna", 1.2) + turns("eagle", "eagle", 1.0, seed=1)
+                         + turns("lyanna_seed1", "lyanna", 1.2, seed=2)
+                         + turns("eagle_seed1", "eagle", eagle_seed1, seed=3) + turns("sd", "sd", 1.0, seed=4))
+    rows = claims_table(frame)
+    speed = rows[rows.measure == "paired speedup, lyanna over eagle"].iloc[0]
+    assert speed.verdict == expected and speed.seeds.startswith("seed 0: lyanna ahead (1.1")
+    assert "seed 1: " + ("lyanna ahead" if eagle_seed1 == 1.0 else "no difference") in speed.seeds
+    assert not rows.variant.str.contains("_seed").any()  # the seeds' variants stand in for the main ones
+    sd = rows[(rows.claim == "sd") & (rows.dataset == "all")].iloc[0]  # lyanna's seeds, sd's one model
+    assert "seed 1: partly" in sd.seeds and sd.verdict == "partly"

@@ -77,6 +77,8 @@ def test_adapting_teaches_the_masks_and_one_forward_drafts_k_tokens(pard_setup):
     adapted, unadapted = (metrics[name]["heldout_top1_agreement_by_step"] for name in ("adapted", "unadapted"))
     assert len(adapted) == 4 and sum(adapted[1:]) > 1.5 * sum(unadapted[1:]) + 0.3, (adapted, unadapted)
     adapter, _ = build_adapter("pard", {}, BuildInputs(target, None, root / "adapted"))
+    assert adapter.details["drafter_parameters"] == metrics["adapted"]["trainable_parameters"] > 0  # the records' count
+    assert sum(metrics["adapted"]["parameter_components"].values()) == metrics["adapted"]["trainable_parameters"]
     accepted = 0
     for prompt in [row[None] for row in next(markov_batches(48, 4, 10, seed=7))]:
         result = generate(target, adapter, prompt, 24, GREEDY)

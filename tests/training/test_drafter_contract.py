@@ -14,7 +14,7 @@ from harness.engine import method_spec as method_spec_module
 from harness.engine.method_spec import MethodSpec
 from harness.errors import DraftcountError
 from harness.options import parse_options
-from harness.training.drafter_contract import DRAFTER_METHODS, Drafter, check_drafter
+from harness.training.drafter_contract import DRAFTER_METHODS, Drafter, check_drafter, parameter_components
 from harness.training.drafters import (
     DrafterLoopOptions, DrafterTrainRequest, Fitted, feature_source, fit_drafter, frozen_target, train_drafter,
 )
@@ -118,3 +118,17 @@ def test_a_feature_batch_holds_int64_ids_and_float32_features(target_and_tokens,
     assert {key: (value.dtype, tuple(value.shape)) for key, value in batches[0].items()} == {
         "input_ids": (torch.int64, (4, 16)), "last": (torch.float32, (4, 16, 16)),
         "layer1": (torch.float32, (4, 16, 16))}
+
+
+def test_parameters_by_component_add_up_to_the_trainable_ones():
+    """The models table's components: a tied weight counted once, a frozen one not at all, the families' names
+    sorted into backbone, injection, embedding and heads."""
+    lm = make_llama(vocab=40, hidden=16, layers=1)
+    lm.lm_head.weight = lm.model.embed_tokens.weight  # tied, as the zoo's draft LM
+    components = parameter_components(lm)
+    assert list(components) == ["backbone", "embedding"] and components["embedding"] == 40 * 16
+    assert sum(components.values()) == sum(p.numel() for p in lm.parameters())
+    drafter = nn.ModuleDict({"proj": nn.Linear(4, 4), "parent_up": nn.Linear(4, 8, bias=False),
+                             "embed_tokens": nn.Embedding(8, 4), "markov_head": nn.Linear(4, 2)})
+    drafter["embed_tokens"].weight.requires_grad_(False)  # the target's, frozen (EAGLE's)
+    assert parameter_components(drafter) == {"backbone": 20, "injection": 32, "heads": 10}

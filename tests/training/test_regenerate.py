@@ -14,6 +14,7 @@ import torch
 from harness import SamplingConfig, generate, wrap_model
 from harness.cli import main
 from harness.data.prompts import Prompt, encode_turn
+from harness.training import regenerate as regenerate_module
 from harness.training.regenerate import RegenerateOptions, regenerate, regenerate_chat
 from harness.data.token_streams import load_tokens, save_tokens
 from harness.engine.method_spec import BuildInputs, build_adapter
@@ -113,3 +114,57 @@ def test_the_command_answers_a_question_file(tmp_path, chat_target):
     summary = json.loads((tmp_path / "regen.json").read_text())
     assert summary["prompts"] == 2 and summary["tokens"] == load_tokens(tmp_path / "regen.pt").numel()
     assert summary["answer_tokens"] <= 12 and summary["seconds"] >= 0
+    by_source = summary["answer_tokens_by_source"]  # ids without a source prefix: each its own
+    assert set(by_source) == {"0", "1"} and sum(by_source.values()) == summary["answer_tokens"]
+    assert not (tmp_path / "regen.pt.shards").exists()  # the shards go once the stream is written
+
+
+def test_a_killed_generation_keeps_its_finished_shards_and_continues_to_the_same_stream(chat_target, tmp_path,
+                                                                                        monkeypatch):
+    """Ten questions, half greedy, half sampled, in batches of 2 and shards of two batches: shards [2, 2] and [1]
+    greedy, [2, 2] and [1] sampled. A run killed in the third shard's second batch leaves two shards on disk; the rerun
+    answers only the two shards left (three batches) and writes the stream an uninterrupted run writes."""
+    model, tokenizer = chat_target
+    texts = ["def add(a, b):", "for i in range(10):", "The quick brown fox", "Speculative decoding drafts tokens",
+             "print(i * i)", "return a + b", "The lazy dog", "the target verifies them", "def f(x):", "jumps over"]
+    questions = [Prompt(str(index), "test", (text,)) for index, text in enumerate(texts)]
+    options = RegenerateOptions(new_tokens=8, greedy_share=0.5, batch_size=2, seed=3, shard_size=4)
+    stop = frozenset({tokenizer.eos_token_id, tokenizer.encode("e")[0]})
+    whole, whole_stats = regenerate_chat(model, tokenizer, questions, options, stop, progress=False)
+    assert whole_stats["shards"] == 4 and whole_stats["shards_resumed"] == 0
+    calls = []
+    real_answer_batch = regenerate_module.answer_batch
+
+    def killed_in_third_shard(*args, **kwargs):
+        calls.append(len(args[1]))
+        if len(calls) == 5:  # the third shard's second batch
+            raise KeyboardInterrupt
+        return real_answer_batch(*args, **kwargs)
+
+    monkeypatch.setattr(regenerate_module, "answer_batch", killed_in_third_shard)
+    shards = tmp_path / "regenerated.pt.shards"
+    with pytest.raises(KeyboardInterrupt):
+        regenerate_chat(model, tokenizer, questions, options, stop, progress=False, shard_dir=shards)
+    assert sorted(path.name for path in shards.glob("shard-*.json")) == ["shard-00000.json", "shard-00001.json"]
+    assert not list(shards.glob("*.partial"))
+    counted = []
+    monkeypatch.setattr(regenerate_module, "answer_batch", lambda *args, **kwargs: counted.append(1) or
+                        real_answer_batch(*args, **kwargs))
+    resumed, stats = regenerate_chat(model, tokenizer, questions, options, stop, progress=False, shard_dir=shards)
+    assert torch.equal(resumed, whole) and stats["answer_tokens"] == whole_stats["answer_tokens"]
+    assert stats["shards_resumed"] == 2 and len(counted) == 3  # only the two shards left: three batches
+    assert stats["answer_tokens_written"] < whole_stats["answer_tokens_written"]
+
+
+def test_shards_of_another_run_are_not_reused(chat_target, tmp_path):
+    model, tokenizer = chat_target
+    questions = [Prompt(str(index), "test", (text,)) for index, text in enumerate(["def add(a, b):", "for i in"])]
+    stop = frozenset({tokenizer.eos_token_id})
+    shards = tmp_path / "shards"
+    first, _ = regenerate_chat(model, tokenizer, questions, RegenerateOptions(new_tokens=4, batch_size=1, shard_size=1),
+                               stop, progress=False, shard_dir=shards)
+    longer = RegenerateOptions(new_tokens=6, batch_size=1, shard_size=1)
+    stream, stats = regenerate_chat(model, tokenizer, questions, longer, stop, progress=False, shard_dir=shards)
+    assert stats["shards_resumed"] == 0 and torch.equal(stream, regenerate_chat(model, tokenizer, questions, longer,
+                                                                                stop, progress=False)[0])
+    assert stream.numel() == first.numel() + 4  # two answers, each 2 tokens longer (no stop token in these)

@@ -177,3 +177,64 @@ def test_depth_and_budget_map_to_eagles_depth_and_total_token(top_k, depth, budg
     ours = {path for node, path in paths.items() if node}
     assert len(frontiers) == depth - 1  # head forwards after the catch-up: EAGLE's --depth
     assert ours == eagle_top_k_generate(top_k, depth - 1, budget + 1)
+
+
+def _sampled_draws(vocab, seed):
+    from functools import partial
+
+    from harness.trees.beam import BeamDraws
+    from harness.verify.sampling import SamplingConfig, logits_to_probs
+
+    generator = torch.Generator().manual_seed(seed)
+    return BeamDraws(partial(logits_to_probs, sampling=SamplingConfig(1.0)), generator, vocab), generator
+
+
+def test_a_sampled_tree_takes_every_draw_in_a_fixed_order_each_carrying_its_q():
+    """The sampled convention: depth by depth every expanded node's draws (sampled_quota, sampled_order), siblings
+    in draw order, each with the q it was drawn from (earlier siblings removed); frontier rows are tree nodes."""
+    from harness.trees.beam import sampled_order, sampled_quota
+
+    assert sampled_quota(BeamShape(3, 4, 10), 3) == [3, 7] and sampled_quota(BeamShape(1, 4, 9), 1) == [1, 1, 1, 1]
+    assert sampled_order(2) == [0, 1, 2, 3] and sampled_order(3)[:4] == [0, 1, 3, 2]
+    for seed in range(10):
+        draws, generator = _sampled_draws(20, seed)
+        expand, calls, _ = _random_expand(20, seed)
+        shape = BeamShape(top_k=3, depth=3, budget=10, drafts="sampled")
+        root_logprobs = torch.log_softmax(torch.randn(20, generator=generator), dim=-1)
+        beam = grow_beam_tree(torch.tensor(7), root_logprobs, expand, shape, None, draws)
+        tree = beam.tree
+        tree.resolve()
+        assert tree.num_drafts == 10 and list(tree.depths) == sorted(tree.depths) and len(calls) == 1
+        for kids in tree.children:
+            seen = set()
+            for kid in kids:  # each later sibling drawn from q without the earlier ones, renormalised
+                q, token = tree.draft_probs[kid], int(tree.tokens[kid])
+                assert q.shape == (20,) and q[token] > 0 and float(q.sum()) == pytest.approx(1.0, abs=1e-5)
+                assert all(float(q[earlier]) == 0 for earlier in seen)
+                seen.add(token)
+            assert len(seen) == len(kids)
+        for node in range(1, tree.size):  # the frontier expanded at depth 1 is made of tree nodes
+            assert beam.pool_of_node[tree.parents[node]] == int(beam.pool_parents[beam.pool_of_node[node]])
+
+
+def test_a_sampled_tree_verifies_to_the_targets_distribution():
+    """The first token a sampled tree yields (accepted or bonus) follows the target's distribution: the draws'
+    inclusion never depends on their own tokens (chi-square over 1000 trees at p > 1e-3)."""
+    from collections import Counter
+
+    from harness.verify.sampling import SamplingConfig, logits_to_probs
+    from harness.verify.token_level import verify_tree
+    from tests.helpers import chi_square_test
+
+    vocab, trials = 6, 1000
+    target = torch.log_softmax(torch.tensor([2.0, 1.5, 0.5, 0.0, -1.0, 0.3]), dim=-1)
+    draft = torch.log_softmax(torch.tensor([0.0, 2.0, 1.0, 1.0, 0.5, -2.0]), dim=-1)
+    draws, generator = _sampled_draws(vocab, 0)
+    counts = Counter()
+    for _ in range(trials):
+        beam = grow_beam_tree(torch.tensor(0), draft, lambda frontier: draft.expand(frontier.tokens.shape[0], -1),
+                              BeamShape(top_k=2, depth=2, budget=3, drafts="sampled"), None, draws)
+        verdict = verify_tree(beam.tree, target.expand(beam.tree.size, -1), SamplingConfig(1.0), generator)
+        counts[verdict.new_tokens[0]] += 1
+    probabilities = dict(enumerate(logits_to_probs(target, SamplingConfig(1.0)).tolist()))
+    assert chi_square_test(counts, probabilities).pvalue > 1e-3

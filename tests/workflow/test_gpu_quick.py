@@ -39,10 +39,10 @@ def test_quick_plan_on_the_gpu_config(tmp_path):
     assert counts["lossless_run"] == len(method_names()) - 1  # every catalog method but ar, its reference
     assert counts["bench"] == 4 * 2 and "bench_pass" not in counts  # 4 variants x T 0, 1 under graphs; no eager pass
     assert counts["train_drafter"] == 11 and counts["cuda_tests"] == 1
-    assert counts["quick_bare_loop"] == counts["quick_dispatch"] == 1
+    assert counts["quick_bare_loop"] == counts["quick_dispatch"] == counts["quick_engine_efficiency"] == 1
     assert not CALIBRATION_RULES & set(counts), counts  # fixed tree shapes: no calibration job
     gpu = gpu_resources(result.stdout)
-    for timed in ("bench", "quick_bare_loop", "quick_dispatch", "cuda_tests"):  # they hold the GPU alone
+    for timed in ("bench", "quick_bare_loop", "quick_dispatch", "quick_engine_efficiency", "cuda_tests"):  # alone
         assert gpu[timed] == {"1"}, timed
     assert gpu["train_target"] == gpu["train_drafter"] == gpu["lossless_run"] == {"0"}  # the rest share it
 
@@ -96,7 +96,9 @@ def test_entry_script_runs_the_quick_check_on_cpu(tmp_path):
     assert "(replay floor)" in readme and "pld" in readme.split("Ops and launches per decoding step")[1]
     assert (out / "checks" / "lossless.csv").is_file() and (out / "report.md").is_file()
     log = (out / "snakemake.log").read_text()
-    assert log.index("stage quick_timed") < log.index("stage quick_lossless") < log.index("stage quick_cuda")
+    assert "| eagle_tree | 2 | 2 |" in readme.split("## Engine efficiency")[1]  # tau 2 held exactly
+    assert (log.index("stage quick_timed") < log.index("stage quick_engine") < log.index("stage quick_lossless")
+            < log.index("stage quick_cuda"))
 
 
 def test_entry_script_refuses_a_bad_argument():

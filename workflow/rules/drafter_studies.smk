@@ -82,13 +82,16 @@ def learning_rate(rate):
     return change
 
 
-def add_study_variant(name, settings):
-    """Bench variant `name` of a drafter study; a config that runs `bench.only` runs it too (the study asks for it)."""
+def add_study_variant(name, settings, family=None):
+    """Bench variant `name` of a drafter study; a config that runs `bench.only` runs it too (the study asks for it),
+    unless it is a `family`'s variant and `bench.only` leaves that family's main variant out (a hybrid or GPU config
+    that runs no eagle runs no eagle seed either)."""
     if name in config["bench"]["methods"]:
         raise ValueError(f"a drafter study's bench variant {name!r} is already a bench.methods entry")
     config["bench"]["methods"][name] = settings
-    if config["bench"].get("only"):
-        config["bench"]["only"] = [*config["bench"]["only"], name]
+    only = config["bench"].get("only")
+    if only and (family is None or family in only):
+        config["bench"]["only"] = [*only, name]
 
 
 def drafter_seed(seed):
@@ -103,7 +106,8 @@ def add_seed_variant(family, drafter):
     main = config["bench"]["methods"].get(family)
     if main is None or main.get("study") or main.get("ablation"):
         raise ValueError(f"seeds_study names family {family!r}, which has no main bench variant of that name")
-    add_study_variant(drafter, {**main, "method": main.get("method", family), "drafter": drafter, "study": "seeds"})
+    add_study_variant(drafter, {**main, "method": main.get("method", family), "drafter": drafter, "study": "seeds"},
+                      family)
 
 
 def rung_table():
@@ -211,6 +215,20 @@ if LEARNING_CURVES:
             rules.learning_curves.input.metrics,
             chain_records,
             rules.learning_curves.output,
+
+
+def warn_stale_rates():
+    """At plan time: a family whose configured rate is not the one the written lr table chose, said on stderr."""
+    table = Path(results("studies/tables/lr.csv"))
+    if LR_STUDY and table.is_file():
+        from harness.analysis.learning_curves import stale_rates
+        import pandas as pd
+
+        for line in stale_rates(pd.read_csv(table), config["drafters"]):
+            print(f"warning: {table}: {line} (set drafters.<family>.options.lr, or rerun study_lr)", file=sys.stderr)
+
+
+warn_stale_rates()
 
 
 if LR_STUDY:

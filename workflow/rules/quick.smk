@@ -1,10 +1,12 @@
-# The quick GPU check (workflow/config/gpu-quick.yaml; entry: bash workflow/scripts/gpu_quick.sh), in three stages
+# The quick GPU check (workflow/config/gpu-quick.yaml; entry: bash workflow/scripts/gpu_quick.sh), in four stages
 # that the entry script runs in turn, each with the time the earlier ones left (docs/gpu.md#the-quick-check):
 #   quick_timed:    the zoo's training, then alone on the GPU the timed paired runs (ar_control first), their summary
 #                   and report, `measure bare-loop` on the trained target and `measure dispatch`;
+#   quick_engine:   `measure engine-efficiency` at Llama-3.1-8B's shape (random weights, an oracle fixing tau), with
+#                   a deadline of its own;
 #   quick_lossless: every catalog method's float32 greedy lossless run and its table;
 #   quick_cuda:     the CUDA tests, with whatever time is left.
-# `quick` is all three. Each stage writes into results_dir as it finishes; the entry script writes the folder's
+# `quick` is all four. Each stage writes into results_dir as it finishes; the entry script writes the folder's
 # README.md before and after.
 
 
@@ -70,12 +72,38 @@ rule quick_dispatch:
         " --out {output.table} > {output.log} 2>&1"
 
 
+rule quick_engine_efficiency:
+    # each method's measured speedup over ar against the speedup its measured forwards predict, at tau 2-6, on random
+    # models of real shapes (no zoo: it needs no trained model); the table is rewritten after every trial and the
+    # measurement stops at its own --deadline, so the stage ends with what it measured
+    output:
+        table=check_path("engine_efficiency.csv"),
+        log=check_path("engine_efficiency.txt"),
+    params:
+        arguments=QUICK.get("engine_efficiency", "--shape llama-3.1-8b --trials 2 --new-tokens 96 --deadline 150"),
+        device=config["bench"].get("device", "cpu"),
+        dtype=config["bench"].get("dtype", "float32"),
+    threads: config["bench"].get("threads", config["threads"])
+    resources:
+        mem_mb=8000,
+        runtime=10,
+        gpu=gpus_per_job(timed=True),
+    shell:
+        "python -m harness measure engine-efficiency --device {params.device} --dtype {params.dtype}"
+        " --threads {threads} {params.arguments} --out {output.table} > {output.log} 2>&1"
+
+
 rule quick_timed:
     input:
         results("tables/summary.csv"),
         results("report.md"),
         check_path("bare_loop.txt"),
         check_path("dispatch.csv"),
+
+
+rule quick_engine:
+    input:
+        check_path("engine_efficiency.csv"),
 
 
 rule quick_lossless:
@@ -91,5 +119,6 @@ rule quick_cuda:
 rule quick:
     input:
         rules.quick_timed.input,
+        rules.quick_engine.input,
         rules.quick_lossless.input,
         rules.quick_cuda.input,

@@ -8,13 +8,20 @@ from harness.analysis import view as report_view, views as report_views
 # Two reports: the main comparison's (target `all`: results/tables, figures, report.md) over the variants in no
 # study, and the studies' (target `studies`: results/studies/...) over every variant, the main ones included, but
 # the learning curves' chain runs (drafter_studies.smk's CURVE_VARIANTS: their table is the learning curves').
-MAIN_RECORDS = bench_outputs(plan.main_variants(config))  # the main comparison's raw records
+# The main report also reads the runs its paper's-claims table needs (methods/lyanna/claims.py): study `claims`
+# (lyanna and eagle at one deep shape) and the seeds study's lyanna and eagle (each verdict per seed): rows beside
+# the main ones, not main rows.
+CLAIM_VARIANTS = plan.study_variants(config, "claims") + [
+    variant for variant in plan.study_variants(config, "seeds") if variant_method(variant) in ("lyanna", "eagle")]
+MAIN_RECORDS = bench_outputs(plan.main_variants(config) + CLAIM_VARIANTS)  # the main report's raw records
+# rule records: the same files gzip-compressed, committed (`python -m harness claims` re-derives the tables from them)
+PUBLISHED_RECORDS = [path.replace(results("raw/"), results("records/"), 1) + ".gz" for path in MAIN_RECORDS]
 SCOPE_DIRS = {"main": "", "studies": "studies/"}  # each report's folder under results/
 
 
 def scope_variants(scope):
     if scope == "main":
-        return plan.main_variants(config)
+        return plan.main_variants(config) + CLAIM_VARIANTS
     return [variant for variant in variant_names() if variant not in CURVE_VARIANTS]
 
 
@@ -62,6 +69,10 @@ def report_scope(scope):
 
 
 FIGURE_NAMES = {scope: report_views.figure_names(report_scope(scope)) for scope in SCOPE_DIRS}
+# rule studies_records: the studies report's records beyond the main report's, published the same way (with
+# results/records they re-derive the studies' tables: its claims rows read lyanna's ablations)
+STUDIES_PUBLISHED_RECORDS = [path.replace(results("raw/"), results("studies/records/"), 1) + ".gz"
+                             for path in bench_outputs(scope_variants("studies")) if path not in MAIN_RECORDS]
 
 
 def scope_tables(scope):
@@ -132,6 +143,25 @@ rule report:
         " --published {params.published} --out {output}"
 
 
+rule records:
+    # the published records (harness/analysis/published.py): one raw records file of the main report, gzip-compressed
+    # without a name or timestamp (the same bytes from the same records)
+    input:
+        results("raw/{variant}/{name}.jsonl"),
+    output:
+        results("records/{variant}/{name}.jsonl.gz"),
+    resources:
+        mem_mb=200,
+        runtime=1,
+    shell:
+        "gzip -9 -n -c {input} > {output}"
+
+
+use rule records as studies_records with:
+    output:
+        results("studies/records/{variant}/{name}.jsonl.gz"),
+
+
 rule export_specbench:
     # Spec-Bench's answer-file layout: specbench/<dataset>-t<T>/model_answer/<variant>.jsonl (+ .ar.jsonl), of the
     # main comparison
@@ -170,12 +200,21 @@ use rule figure as studies_figure with:
         main=scope_main("studies"),
 
 
+def drafter_study_outputs():
+    """The drafter studies' tables and figure the studies report shows (drafter_studies.smk's rules, where configured)."""
+    curves = [results(f"studies/{name}") for name in ("tables/learning_curves.csv",
+                                                      "tables/learning_curves_stability.csv",
+                                                      "figures/learning_curves.png")]
+    return (curves if LEARNING_CURVES else []) + ([results("studies/tables/lr.csv")] if LR_STUDY else [])
+
+
 use rule report as studies_report with:
     input:
         records=bench_outputs(scope_variants("studies")),
         tables=scope_tables("studies"),
         figures=scope_figures("studies"),
         metrics=training_metrics("studies"),
+        drafter_studies=drafter_study_outputs(),  # learning curves, their stability, the lr study (its section)
     output:
         results("studies/report.md"),
     params:
@@ -192,6 +231,7 @@ rule studies:
         zoo_outputs(),
         bench_outputs(),
         results("studies/report.md"),
+        STUDIES_PUBLISHED_RECORDS,
         lambda wildcards: list(rules.load.input),  # the load sweep and its projection (load.smk, included after)
         rules.learning_curves.output if LEARNING_CURVES else [],
         rules.lr_study.output if LR_STUDY else [],

@@ -2,12 +2,12 @@
 
 
 def zoo_outputs():
-    """What `snakemake zoo` builds: nothing for a config with its own checkpoints (`models:`); the converted target
-    and its regime figures for an imported one (`gguf:`)."""
+    """What `snakemake zoo` builds: nothing for a config with its own checkpoints (`models:`); the converted target,
+    its regime figures and its training data's table for an imported one (`gguf:`)."""
     if external_models():
         return []
     if imported_target():
-        return [work("models/target"), work("metrics/target.json")]
+        return [work("models/target"), work("metrics/target.json"), results("tables/data.csv")]
     return [
         work("models/target"),
         work("models/draft"),
@@ -228,7 +228,7 @@ if not external_models():
             metrics=work("metrics/draft.json"),
         params:
             role="draft",
-            model=config["draft"],
+            model=or_stop(lambda: jobs.draft_lm_settings(config)),  # budget: drafters -> its steps
             evaluation=config["evaluation"],
             checkpoint=work("checkpoints/draft.pt"),
             device=compute_device(),

@@ -4,11 +4,12 @@
 #   bash workflow/scripts/gpu_quick.sh [--cpu] [--out DIR] [--work DIR] [--wheels DIR] [--minutes N] [--cores N]
 #
 # 1. installs the carried wheels (made with `python -m harness gpu-wheels`) when Snakemake is missing;
-# 2. writes DIR/README.md (state: running), then runs Snakemake's three stages in turn with
+# 2. writes DIR/README.md (state: running), then runs Snakemake's four stages in turn with
 #    workflow/config/gpu-quick.yaml (with --cpu: workflow/config/gpu-quick-cpu.yaml over it, smoke size on a CPU):
-#    quick_timed (the zoo, the timed paired runs alone on the GPU, bare-loop and dispatch), quick_lossless, quick_cuda
-#    (the CUDA tests); each stage gets the time the earlier ones left of --minutes (default 8), so what finished is
-#    kept and a stage that fails does not stop the next;
+#    quick_timed (the zoo, the timed paired runs alone on the GPU, bare-loop and dispatch), quick_engine (engine
+#    efficiency at Llama-3.1-8B's shape, with its own deadline), quick_lossless, quick_cuda (the CUDA tests); each
+#    stage gets the time the earlier ones left of --minutes (default 8), so what finished is kept and a stage that
+#    fails does not stop the next;
 # 3. writes DIR/README.md again: what ran, on which device, with which versions, each stage's time and figures.
 # Exit status: Snakemake's (124 when it was stopped at the time limit).
 set -uo pipefail
@@ -23,7 +24,7 @@ while [ $# -gt 0 ]; do
         --wheels) wheels="$2"; shift ;;
         --minutes) minutes="$2"; shift ;;
         --cores) cores="$2"; shift ;;
-        -h|--help) sed -n '2,13p' "$0"; exit 0 ;;
+        -h|--help) sed -n '2,14p' "$0"; exit 0 ;;
         *) echo "gpu_quick.sh: unknown argument $1 (see --help)" >&2; exit 2 ;;
     esac
     shift
@@ -56,7 +57,7 @@ readme running
 deadline=$(( started + $(awk "BEGIN {print int($minutes * 60)}") ))
 state="finished"
 : > "$out/snakemake.log"
-for stage in quick_timed quick_lossless quick_cuda; do
+for stage in quick_timed quick_engine quick_lossless quick_cuda; do
     left=$(( deadline - $(date +%s) ))
     if [ "$left" -le 5 ]; then
         echo "gpu_quick.sh: no time left for $stage" | tee -a "$out/snakemake.log"

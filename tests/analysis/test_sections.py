@@ -1,0 +1,59 @@
+"""harness/analysis/sections.py: the studies report's drafter studies (issue 79, item 6): the learning curves, their
+stability and the lr study, from the tables their rules write, and the learning-curve figure beside them."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from harness.analysis.sections import drafter_studies_section
+from harness.analysis.view import Inputs
+from harness.analysis.views import all_views
+from harness.cli import main
+
+RESULTS = Path(__file__).resolve().parents[2] / "results"
+
+
+def write_metrics(folder: Path, agreement: dict[str, list[float]], tokens: dict[str, int]) -> list[str]:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, values in agreement.items():
+        (folder / f"drafter-{name}.json").write_text(json.dumps(
+            {"train": {"tokens": tokens[name], "flops": 6.0 * tokens[name]}, "heldout_top1_agreement_by_step": values}))
+    return [str(folder / f"drafter-{name}.json") for name in agreement]
+
+
+def test_the_studies_report_shows_the_curves_their_stability_the_lr_study_and_the_figure(tmp_path):
+    """The tables as the learning-curves and lr-study commands write them: eagle records two draft steps, so every
+    family's mean covers steps 1-2; the figure is linked where rule learning_curves drew it."""
+    tables, figures = tmp_path / "studies" / "tables", tmp_path / "studies" / "figures"
+    curves = {"eagle": [0.4, 0.3], "eagle_lc2": [0.5, 0.4], "dflash": [0.3, 0.2, 0.1], "dflash_lc2": [0.6, 0.5, 0.0]}
+    paths = write_metrics(tmp_path / "metrics", curves, {"eagle": 1000, "eagle_lc2": 2000, "dflash": 1000,
+                                                         "dflash_lc2": 2000})
+    assert main(["learning-curves", "--metrics", *paths, "--rungs",
+                 "eagle=eagle:1,eagle_lc2=eagle:2,dflash=dflash:1,dflash_lc2=dflash:2",
+                 "--out", str(tables / "learning_curves.csv"), "--figure", str(figures / "learning_curves")]) == 0
+    rates = write_metrics(tmp_path / "metrics", {"eagle_lr0003": [0.2, 0.1]}, {"eagle_lr0003": 1000})
+    assert main(["lr-study", "--metrics", paths[0], *rates, "--rates", "eagle=eagle:0.001,eagle_lr0003=eagle:0.003",
+                 "--out", str(tables / "lr.csv")]) == 0
+    text = drafter_studies_section(Inputs(pd.DataFrame(), tables))
+    assert "| dflash | 2x | 2,000 | 0.600 | 0.550 |" in text  # steps 1-2: (0.6 + 0.5) / 2, not (0.6 + 0.5 + 0) / 3
+    assert "agreement, steps 1-2 (mean)" in text
+    assert "| 1x -> 2x | 2 | -1.00 |" in text  # dflash below eagle at 1x, above it at 2x: the order reversed
+    assert "| eagle | 0.001 (chosen) | 1,000 | 0.400 | 0.350 |" in text and "| eagle | 0.003 | 1,000 |" in text
+    assert "![learning curves](figures/learning_curves.png)" in text
+    (figures / "learning_curves.png").unlink()
+    assert "![learning curves]" not in drafter_studies_section(Inputs(pd.DataFrame(), tables))
+    assert drafter_studies_section(Inputs(pd.DataFrame(), tmp_path / "nothing")) == ""
+    view = next(view for view in all_views() if view.name == "drafter_studies")
+    assert view.markdown(Inputs(pd.DataFrame(), tables))[0] == "### Learning curves and learning rates"
+
+
+def test_the_committed_real_target_tables_render():
+    """The real target's committed study tables (written before the mean covered shared steps): the curves' mean is
+    recomputed from their steps, the lr table's old mean is labelled as such."""
+    text = drafter_studies_section(Inputs(pd.DataFrame(), RESULTS / "smollm2" / "studies" / "tables"))
+    assert "agreement, steps 1-2 (mean)" in text  # eagle's two steps, for every family
+    assert "agreement, steps 1-3 (mean; steps differ)" in text and "0.003 (chosen)" in text
+    assert "by agreement, step 1" in text
