@@ -35,7 +35,7 @@ def test_run_sd_paired_with_ar(model_dirs, tmp_path, shared_data):
     for pair in by_pair.values():
         assert pair["sd"]["output_ids"] == pair["ar"]["output_ids"]  # greedy: lossless
         assert pair["sd"]["generation_seed"] == pair["ar"]["generation_seed"]
-        assert pair["sd"]["method_options"] == {"gamma": 3, "length_file": ""} and pair["ar"]["role"] == "baseline"
+        assert pair["sd"]["method_options"] == {"drafts": "sampled", "gamma": 3, "length_file": ""} and pair["ar"]["role"] == "baseline"
         assert pair["sd"]["method_details"]["tree_parents"] == [-1, 0, 1, 2]  # a chain of gamma drafts
         assert pair["sd"]["variant"] == "sd" and pair["ar"]["variant"] == "ar"
         assert pair["sd"]["verifier"] == "traversal" and pair["ar"]["verifier"] == "token_level"  # ar: as always

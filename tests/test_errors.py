@@ -47,7 +47,7 @@ def test_prompt_longer_than_context(model_dirs):
 def test_unknown_method_and_option():
     with pytest.raises(DraftcountError, match="unknown method 'nope'; known methods: ar, sd, tree_sd, eagle, lyanna"):
         method_spec("nope")
-    with pytest.raises(DraftcountError, match="unknown option 'gama' for method 'sd'; valid options: gamma"):
+    with pytest.raises(DraftcountError, match="unknown option 'gama' for method 'sd'; valid options: drafts, gamma, length_file"):
         parse_method_options("sd", {"gama": 3})
     with pytest.raises(DraftcountError, match="must be int"):
         parse_method_options("sd", {"gamma": "three"})

@@ -28,14 +28,16 @@ def test_every_figure_the_report_embeds_is_a_target_of_its_own(tmp_path):
     # the smoke main comparison runs eagle on the mixed-domain set (categories) but has no budget sweep, no
     # ablation, no several samples and no long-context set; its studies add eagle_b12 and lyanna's ablations
     assert embedded[results / "figures"] == MAIN_FIGURES
+    # and the learning curves (the smoke studies run eagle at two rungs), drawn by rule learning_curves
     assert embedded[results / "studies" / "figures"] == [
-        name for name in figure_names() if name in {*MAIN_FIGURES, "budget", "ablation"}]
+        name for name in figure_names() if name in {*MAIN_FIGURES, "budget", "ablation"}] + ["learning_curves"]
     targets = [str(folder / f"{name}.pdf") for folder, names in embedded.items() for name in names]
     figures = snakemake("-n", *targets, *args)
     assert figures.returncode == 0, figures.stdout[-3000:] + figures.stderr[-3000:]
     counts = job_counts(figures.stdout)
     assert counts["figure"] == len(MAIN_FIGURES)
-    assert counts["studies_figure"] == len(embedded[results / "studies" / "figures"])
+    assert counts["studies_figure"] == len(embedded[results / "studies" / "figures"]) - 1
+    assert counts["learning_curves"] == 1
     assert "report" not in counts and "studies_report" not in counts
     for folder, names in embedded.items():
         for name in figure_names():  # a view with no data here: neither a target nor drawn
