@@ -52,19 +52,22 @@ include: "workflow/rules/vlm.smk"
 # Target `real`: the real-model comparison (config `real`: workflow/config/smollm2.yaml, SmolLM2-135M-Instruct from
 # PyPI), this same workflow under that config as a module: its rules are named real_<rule>, its work and results
 # dirs are its own (results/smollm2), its target `all` is `real`. The config it names holds no `real` itself.
+# With a `learning_curves` section, `real` runs its learning curves too (issue 80: the curves are part of the run).
 if config.get("real"):
+    REAL_CONFIG = yaml.safe_load(Path(config["real"]).read_text())
 
     module real_model:
         snakefile:
             "Snakefile"
         config:
-            yaml.safe_load(Path(config["real"]).read_text())
+            REAL_CONFIG
 
     use rule * from real_model as real_*
 
     rule real:
         input:
             rules.real_all.input,
+            rules.real_study_learning_curves.input if "learning_curves" in REAL_CONFIG else [],
 
 
 rule all:

@@ -34,13 +34,27 @@ def dataset_limit(config: dict, dataset: str) -> int:
     return config["prompts"]["humaneval_limit"] if dataset == "humaneval" else config["bench"].get("limit", 0)
 
 
+def dataset_category(config: dict, dataset: str) -> str | None:
+    """The categories a bench job keeps of ``dataset``'s file (bench.categories: one Spec-Bench category as a set of
+    its own, say), comma-separated; None: every category."""
+    return config["bench"].get("categories", {}).get(dataset)
+
+
+def benchmark_spec(config: dict, dataset: str) -> str:
+    """``dataset`` as the bench jobs select it, for the rules that keep training questions apart from the benchmark:
+    ``NAME[:CATEGORIES][@LIMIT]``."""
+    category, limit = dataset_category(config, dataset), dataset_limit(config, dataset)
+    return dataset + (f":{category}" if category else "") + (f"@{limit}" if limit else "")
+
+
 def dataset_selection(config: dict, dataset: str, work_dir: Path) -> tuple[int, dict[str, int]] | None:
     """(turns, prompts per category) a bench job over ``dataset`` will run: its prompt file loaded at plan time with
-    the job's limit (stratified or not); None for a set the workflow builds or a file that is not there yet."""
+    the job's categories and limit (stratified or not); None for a set the workflow builds or a file that is not
+    there yet."""
     source = dataset_prompts(config, dataset, work_dir)
     if dataset in BUILTIN_DATASETS or not Path(source).expanduser().exists():
         return None
-    prompts = load_prompts(source, limit=dataset_limit(config, dataset) or None,
+    prompts = load_prompts(source, dataset_category(config, dataset), limit=dataset_limit(config, dataset) or None,
                            stratify=bool(config["bench"].get("stratify")))
     counts: dict[str, int] = {}
     for prompt in prompts:

@@ -12,7 +12,7 @@ from harness.catalog import entry
 from harness.errors import DraftcountError
 from harness.trees.beam_shape import SHAPE_FIELDS
 from harness.trees.chain_shape import chain_field
-from harness.workflow_datasets import dataset_limit, dataset_prompts
+from harness.workflow_datasets import benchmark_spec, dataset_category, dataset_limit, dataset_prompts
 from harness.workflow_plan import (DRAFT_LM, WORKFLOW_ONLY_KEYS, drafter_path, length_variant, local_source,
                                    shape_variant, variant_datasets, variant_drafter, variant_method, variant_names,
                                    variant_options, variant_settings, variant_table, variant_temperatures)
@@ -47,6 +47,8 @@ def run_arguments(config: dict, variant: str, dataset: str, temperature: str, wo
     if drafter:
         arguments += ["--drafter", drafter]
     limit = dataset_limit(config, dataset)
+    if dataset_category(config, dataset):
+        arguments += ["--category", dataset_category(config, dataset)]
     if limit:
         arguments += ["--limit", str(limit)] + (["--stratify"] if bench.get("stratify") else [])
     if bench.get("chat_template", "auto") != "auto":
@@ -225,8 +227,7 @@ def benchmark_arguments(config: dict) -> list[str]:
     arguments = [argument for name, path in bench.get("dataset_paths", {}).items()
                  for argument in ("--path", f"{name}={path}")]
     for dataset in benchmark_sets(config):
-        limit = dataset_limit(config, dataset)
-        arguments += ["--benchmark", f"{dataset}@{limit}" if limit else dataset]
+        arguments += ["--benchmark", benchmark_spec(config, dataset)]
     arguments += ["--stratify"] if bench.get("stratify") else []
     return arguments + ["--near", str(config["chat_prompts"].get("near_duplicate", 0.5))]
 

@@ -28,6 +28,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from harness.analysis.curve_fit import fit_table
 from harness.analysis.summary import records_frame, summarize, write_table
 from harness.errors import DraftcountError
 
@@ -264,10 +265,13 @@ def run(args: argparse.Namespace) -> int:
         chains = chain_columns(summarize(records_frame(args.records)), parse_chains(args.chains))
         curves = curves.merge(chains, on="drafter", how="left")
     stability = stability_table(curves)
+    fits = fit_table(curves)
     write_table(curves, args.out)
     write_table(stability, args.out.with_name(f"{args.out.stem}_stability.csv"))
+    write_table(fits, args.out.with_name(f"{args.out.stem}_fit.csv"))
     print(curves.drop(columns="agreement_by_step").to_string(index=False))
     print(stability.to_string(index=False))
+    print(fits.to_string(index=False))
     if args.figure:
         from harness.analysis.plotting import STYLE, plt, save_figure
 
@@ -317,7 +321,8 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
                         help="training metrics files work/metrics/drafter-<name>.json")
     curves.add_argument("--rungs", help="DRAFTER=FAMILY:RUNG,... (rung: the budget over the main one)")
     curves.add_argument("--out", type=Path,
-                        help="the table (CSV); the stability table is written beside it (<stem>_stability.csv)")
+                        help="the table (CSV); the stability table and the fitted lines are written beside it "
+                             "(<stem>_stability.csv, <stem>_fit.csv)")
     curves.add_argument("--table", type=Path,
                         help="instead: redraw --figure from this written table (and <stem>_stability.csv beside it)")
     curves.add_argument("--figure", type=Path, help="the figure's path without suffix (PDF and PNG)")

@@ -5,11 +5,14 @@ T = 1 samples), and its cost structure (a 1-token forward over one drafter step,
 used over a 1-token forward), with one sentence on what differs from an 8B model on an H100 (the committed H100
 latencies, when present). Torch-free: it reads the target's training metrics (or an imported target's, rule
 evaluate_target: where it came from, its figures on its own answers to held-out chat questions) and the summary
-table."""
+table. Below it, per calibrated variant (its drafter's learning-curve rung, where it is one) and temperature: the
+depth and budget (or chain length) rule tree_shape (chain_length) chose, the tokens a step that calibration
+expected, and the tau the run measured (``calibrated_shapes``: the shape files the summary's options name)."""
 
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pandas as pd
@@ -85,6 +88,70 @@ def _number(value: object, fmt: str) -> str:
     return fmt.format(value)
 
 
+SHAPE_COLUMNS = ["variant", "drafter", "rung", "temperature", "shape", "calibrated_accepted_per_step", "tau"]
+
+
+def drafter_rung(drafter: str) -> str:
+    """A drafter's learning-curve rung from its name (``eagle_lc025`` -> ``0.25x``; study drafter_studies.smk's
+    names, which drop the point: a rung of 1.5 would read 15x), ``1x`` (the main budget) for any other."""
+    found = re.search(r"_lc(\d+)$", drafter)
+    if not found:
+        return "1x"
+    digits = found.group(1)
+    value = float(digits) if not digits.startswith("0") else float(f"0.{digits[1:]}")
+    return f"{value:g}x"
+
+
+def read_shape(options: dict) -> tuple[str, float] | None:
+    """(the shape in words, the calibration's accepted tokens a step) from the shape or length file a bench row's
+    options name; None when they name neither or it cannot be read."""
+    path = options.get("shape_file") or options.get("length_file")
+    try:
+        chosen = json.loads(Path(str(path)).read_text()) if path else None
+    except (OSError, ValueError):
+        return None
+    if not isinstance(chosen, dict):
+        return None
+    if "depth" in chosen:
+        words = f"depth {chosen['depth']}, budget {chosen.get('budget', '-')}"
+    elif "length" in chosen:
+        words = f"{chosen.get('field', 'length')} {chosen['length']}"
+    else:
+        return None
+    return words, float(chosen.get("accepted_per_step", float("nan")))
+
+
+def calibrated_shapes(summary: pd.DataFrame) -> pd.DataFrame:
+    """One row per calibrated variant and temperature of ``summary``: its drafter and rung, the calibrated shape,
+    the accepted tokens a step the calibration expected, and the run's tau (its datasets' turns-weighted mean)."""
+    rows = []
+    if summary.empty or "options" not in summary:
+        return pd.DataFrame(columns=SHAPE_COLUMNS)
+    for (variant, temperature), group in summary.groupby(["variant", "temperature"], sort=True):
+        options = json.loads(group.options.iloc[0]) if isinstance(group.options.iloc[0], str) else {}
+        shape = read_shape(options)
+        if shape is None:
+            continue
+        weights = group.turns if "turns" in group else pd.Series(1.0, index=group.index)
+        tau = float((group.tau * weights).sum() / weights.sum()) if weights.sum() else float("nan")
+        drafter = str(options.get("drafter") or "-")
+        rows.append({"variant": variant, "drafter": drafter, "rung": drafter_rung(drafter),
+                     "temperature": float(temperature), "shape": shape[0], "calibrated_accepted_per_step": shape[1],
+                     "tau": tau})
+    return pd.DataFrame(rows, columns=SHAPE_COLUMNS)
+
+
+def shapes_table(shapes: pd.DataFrame) -> str:
+    """The calibrated shapes as a markdown table ("" without any)."""
+    if shapes.empty:
+        return ""
+    rows = [[row.variant, row.drafter, row.rung, f"{row.temperature:g}", row.shape,
+             _number(row.calibrated_accepted_per_step, "{:.2f}"), _number(row.tau, "{:.2f}")]
+            for row in shapes.itertuples()]
+    return markdown_table(["variant", "drafter", "rung", "T", "calibrated shape", "accepted a step (calibration)",
+                           "tau (run)"], rows)
+
+
 def regime_card(metrics_paths: list[Path], summary: pd.DataFrame) -> str:
     """The card as a markdown table and a sentence; empty when there is neither a target metrics file nor timing."""
     target = target_metrics(metrics_paths)
@@ -110,4 +177,7 @@ def regime_card(metrics_paths: list[Path], summary: pd.DataFrame) -> str:
     if not target and all(row[1] == "-" for row in rows[-2:]):  # no metrics file and no timing either
         return ""
     sentence = transfer_sentence(forward_over_step, verify_over_one, span, h100_reference())
-    return markdown_table(["regime", "value"], rows) + ("\n\n" + sentence if sentence else "")
+    shapes = shapes_table(calibrated_shapes(summary))
+    return (markdown_table(["regime", "value"], rows) + ("\n\n" + sentence if sentence else "")
+            + ("\n\nThe calibrated shapes (rules tree_shape and chain_length), per drafter's rung and temperature:\n\n"
+               + shapes if shapes else ""))

@@ -1,6 +1,7 @@
 """Report sections read from the summary and the samples table: the results table (the report's main tables and
 the ablations against their defaults), traversal against token-level verification, and samples by index; and the
-studies report's drafter studies (learning curves, their stability, the lr study) from their rules' tables."""
+studies report's drafter studies (learning curves, their stability and fitted lines, the lr study) from their rules'
+tables."""
 
 from __future__ import annotations
 
@@ -131,6 +132,30 @@ def stability_section(stability: pd.DataFrame) -> str:
     return markdown_table(header, rows)
 
 
+FIT_METRICS = {"agreement_step1": "step 1", "agreement_mean": "mean"}  # curve_fit.METRICS, in words
+
+
+def fit_section(fits: pd.DataFrame) -> str:
+    """The fitted lines (rule learning_curves' ``learning_curves_fit`` table): per family and metric, the agreement a
+    doubling of the positions adds with its 95% interval, R^2, the rungs and positions it rests on, and on the
+    meeting family's rows where its line meets the reference family's."""
+    if fits.empty:
+        return ""
+    rows = []
+    for _, row in fits.sort_values(["family", "metric"]).iterrows():
+        metric = FIT_METRICS.get(row["metric"], row["metric"])
+        if metric == "mean":
+            metric = f"mean, steps 1-{int(row['steps'])}" if int(row["steps"]) > 1 else "mean, step 1"
+        interval = (f" [{row['slope_ci_low']:+.3f}, {row['slope_ci_high']:+.3f}]"
+                    if pd.notna(row["slope_ci_low"]) else " (two rungs: no interval)")
+        meeting = f"{row['meeting']} ({row['meets']})" if isinstance(row["meets"], str) and row["meets"] else "-"
+        rows.append([row["family"], metric, cell(row["slope_per_doubling"], "{:+.3f}") + interval,
+                     cell(row["r2"], "{:.2f}"), str(int(row["rungs"])),
+                     f"{row['positions_min']:,.0f}-{row['positions_max']:,.0f}", meeting])
+    return markdown_table(["family", "agreement", "slope a doubling [95%]", "R^2", "rungs", "positions",
+                           "meets"], rows)
+
+
 def lr_section(lr: pd.DataFrame) -> str:
     """The lr study (rule lr_study's table): each family's rates, the agreement they reached, the one chosen."""
     if lr.empty:
@@ -158,6 +183,12 @@ def drafter_studies_section(data: Inputs) -> str:
     if stability:
         parts += [("**Stability of the ranking.** Kendall's tau between adjacent rungs' orders of the families (1: "
                   "the same order; -1: reversed):"), "", stability, ""]
+    fits = fit_section(data.table("learning_curves_fit"))
+    if fits:
+        parts += [("**Fitted lines.** Held-out agreement against log2 of the positions, least squares over each "
+                  "family's rungs: the agreement a doubling adds (95% t interval), and where lyanna's line would meet "
+                  "eagle's (an extrapolation; `does not meet within 100x` and `lines diverge` say it would not):"), "",
+                  fits, ""]
     figure = Path(data.tables_dir or ".").parent / "figures" / "learning_curves.png"
     if curves and figure.is_file():
         parts += ["![learning curves](figures/learning_curves.png)", ""]

@@ -20,8 +20,9 @@ from harness.options import parse_key_values
 def _benchmark_arguments(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--path", action="append", default=[], metavar="NAME=PATH",
                         help="a prompt file by name (bench.dataset_paths), repeatable")
-    parser.add_argument("--benchmark", action="append", default=[], metavar="NAME[@LIMIT]",
-                        help="a benchmark prompt set as the bench jobs select it (limit, --stratify), repeatable")
+    parser.add_argument("--benchmark", action="append", default=[], metavar="NAME[:CATEGORIES][@LIMIT]",
+                        help="a benchmark prompt set as the bench jobs select it (categories, limit, --stratify), "
+                             "repeatable")
     parser.add_argument("--stratify", action="store_true", help="the benchmark's limits are spread over categories")
     parser.add_argument("--near", type=float, default=0.5,
                         help="a question whose word 3-grams have a Jaccard similarity >= this with a kept one's is a "
@@ -131,9 +132,11 @@ def _benchmark(args: argparse.Namespace) -> tuple[dict[str, str], list]:
 
     paths = {name: str(value) for name, value in parse_key_values(args.path).items()}
     benchmark = []
-    for spec in args.benchmark:
-        name, _, limit = spec.partition("@")
-        benchmark += load_prompts(paths.get(name, name), limit=int(limit) if limit else None, stratify=args.stratify)
+    for spec in args.benchmark:  # NAME[:CATEGORIES][@LIMIT], as the bench jobs select the set
+        selection, _, limit = spec.partition("@")
+        name, _, category = selection.partition(":")
+        benchmark += load_prompts(paths.get(name, name), category or None, limit=int(limit) if limit else None,
+                                  stratify=args.stratify)
     return paths, benchmark
 
 

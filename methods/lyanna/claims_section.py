@@ -9,7 +9,7 @@ from collections.abc import Callable
 import numpy as np
 import pandas as pd
 
-from harness.analysis.regime import cost_ratios, target_metrics
+from harness.analysis.regime import calibrated_shapes, cost_ratios, target_metrics
 
 HEADER = ("| claim | measure | regime | T | prompt set | turns | ours | 95% interval | exercised | leave one prompt out | "
           "seeds | verdict | note |")
@@ -78,4 +78,18 @@ def regime_caveat(metrics_paths: list, summary: pd.DataFrame) -> str:
     if not parts:
         return ""
     return ("Regime (the card above): " + ", ".join(parts) + ". The paper measures 7B-and-up targets on GPUs, where a "
-            "drafter step is a far smaller share of a target forward: a verdict here is about this regime.")
+            "drafter step is a far smaller share of a target forward: a verdict here is about this regime."
+            + shapes_sentence(summary))
+
+
+def shapes_sentence(summary: pd.DataFrame, methods: tuple[str, ...] = ("lyanna", "eagle")) -> str:
+    """The calibrated shape of the paper's pair's variants (and their seeds') per rung and temperature, with the
+    accepted tokens a step the calibration expected and the run's tau ("" where none was calibrated)."""
+    shapes = calibrated_shapes(summary)
+    shapes = shapes[shapes.variant.str.split("_").str[0].isin(methods)]
+    if shapes.empty:
+        return ""
+    items = [f"{row.variant} ({row.rung}) at T = {row.temperature:g}: {row.shape}, "
+             f"{row.calibrated_accepted_per_step:.2f} accepted a step calibrated, tau {row.tau:.2f}"
+             for row in shapes.itertuples()]
+    return " Calibrated shapes: " + "; ".join(items) + "."

@@ -4,8 +4,10 @@ sentence against the committed H100 latencies."""
 import json
 
 import pandas as pd
+import pytest
 
-from harness.analysis.regime import H100_LATENCIES, cost_ratios, h100_reference, regime_card, transfer_sentence
+from harness.analysis.regime import (H100_LATENCIES, calibrated_shapes, cost_ratios, drafter_rung, h100_reference,
+                                     regime_card, transfer_sentence)
 
 TARGET = {"parameters": 14950656, "heldout_perplexity": 57.1,
           "degeneracy": {"repetition_rate": 0.31, "looping_share": 0.25},
@@ -68,3 +70,31 @@ def test_the_card_of_an_imported_target_says_where_it_came_from(tmp_path):
     assert "| repetition and sampling measured on | its answers to 8 held-out chat questions" in card
     assert "| held-out perplexity | - |" in card and "| greedy repetition rate (4-grams) | 0.04 |" in card
     assert "trained on" not in card
+
+
+def test_the_card_shows_each_calibrated_shape_per_rung_with_the_runs_tau(tmp_path):
+    """Issue 80 item 4: the shape files the summary's options name (rule tree_shape's, chain_length's), per drafter's
+    rung and temperature, with the accepted tokens a step the calibration expected and the run's tau (turns-weighted
+    over its prompt sets); a variant with no such file has no row."""
+    shape, length = tmp_path / "shape-eagle-eagle_lc025-t0.json", tmp_path / "length-sd-t1.json"
+    shape.write_text(json.dumps({"method": "eagle", "top_k": 4, "depth": 3, "budget": 7, "accepted_per_step": 2.31}))
+    length.write_text(json.dumps({"method": "sd", "field": "gamma", "length": 2, "accepted_per_step": 1.4}))
+    eagle = json.dumps({"drafter": "eagle_lc025", "shape_file": str(shape), "top_k": 4})
+    rows = [{"variant": "eagle_lc025", "temperature": 0.0, "turns": turns, "tau": tau, "options": eagle}
+            for turns, tau in ((16, 2.0), (4, 3.0))]
+    rows += [{"variant": "sd", "temperature": 1.0, "turns": 22, "tau": 1.5,
+              "options": json.dumps({"drafter": None, "length_file": str(length)})},
+             {"variant": "pld", "temperature": 0.0, "turns": 22, "tau": 1.2, "options": json.dumps({"max_n": 3})}]
+    shapes = calibrated_shapes(pd.DataFrame(rows))
+    assert list(shapes.variant) == ["eagle_lc025", "sd"]
+    first = shapes.iloc[0]
+    assert (first.rung, first.shape, first.calibrated_accepted_per_step) == ("0.25x", "depth 3, budget 7", 2.31)
+    assert first.tau == pytest.approx((16 * 2.0 + 4 * 3.0) / 20)
+    assert shapes.iloc[1].shape == "gamma 2" and shapes.iloc[1].rung == "1x"
+    path = tmp_path / "target.json"
+    path.write_text(json.dumps(TARGET))
+    card = regime_card([path], pd.concat([SUMMARY, pd.DataFrame(rows)], ignore_index=True))
+    assert "| eagle_lc025 | eagle_lc025 | 0.25x | 0 | depth 3, budget 7 | 2.31 | 2.20 |" in card
+    assert drafter_rung("lyanna_lc05") == "0.5x" and drafter_rung("eagle_lc2") == "2x" and drafter_rung("eagle") == "1x"
+    shape.unlink()  # a shape file that is gone: no row, no error
+    assert list(calibrated_shapes(pd.DataFrame(rows)).variant) == ["sd"]

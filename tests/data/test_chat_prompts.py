@@ -83,9 +83,12 @@ def test_the_real_model_configs_training_questions_share_no_turn_nor_8gram_with_
     benchmark = []
     for dataset in jobs.benchmark_sets(config):
         limit = datasets.dataset_limit(config, dataset)
-        benchmark += load_prompts(datasets.dataset_prompts(config, dataset, Path("work")), limit=limit or None,
+        benchmark += load_prompts(datasets.dataset_prompts(config, dataset, Path("work")),
+                                  datasets.dataset_category(config, dataset), limit=limit or None,
                                   stratify=bool(config["bench"].get("stratify")))
     assert len(benchmark) > 10 and {prompt.category for prompt in benchmark} >= {"writing", "gsm8k", "humaneval"}
+    # the decisive rows' Spec-Bench sets (issue 79 item 4), one category each: those prompts, not the file's first
+    assert sum(prompt.category in ("math_reasoning", "qa") for prompt in benchmark) == 40
     words = benchmark[0].turns[0].split()
     copied = "Please help: " + " ".join(words[:8]) + " thanks."  # the benchmark's first 8 words, inside a question
     synthesized = tmp_path / "synth.jsonl"

