@@ -88,7 +88,8 @@ def _number(value: object, fmt: str) -> str:
     return fmt.format(value)
 
 
-SHAPE_COLUMNS = ["variant", "drafter", "rung", "temperature", "shape", "calibrated_accepted_per_step", "tau"]
+SHAPE_COLUMNS = ["variant", "drafter", "rung", "temperature", "calibrated_shape", "calibrated_accepted_per_step",
+                 "tau"]
 
 
 def drafter_rung(drafter: str) -> str:
@@ -136,7 +137,7 @@ def calibrated_shapes(summary: pd.DataFrame) -> pd.DataFrame:
         tau = float((group.tau * weights).sum() / weights.sum()) if weights.sum() else float("nan")
         drafter = str(options.get("drafter") or "-")
         rows.append({"variant": variant, "drafter": drafter, "rung": drafter_rung(drafter),
-                     "temperature": float(temperature), "shape": shape[0], "calibrated_accepted_per_step": shape[1],
+                     "temperature": float(temperature), "calibrated_shape": shape[0], "calibrated_accepted_per_step": shape[1],
                      "tau": tau})
     return pd.DataFrame(rows, columns=SHAPE_COLUMNS)
 
@@ -145,7 +146,7 @@ def shapes_table(shapes: pd.DataFrame) -> str:
     """The calibrated shapes as a markdown table ("" without any)."""
     if shapes.empty:
         return ""
-    rows = [[row.variant, row.drafter, row.rung, f"{row.temperature:g}", row.shape,
+    rows = [[row.variant, row.drafter, row.rung, f"{row.temperature:g}", row.calibrated_shape,
              _number(row.calibrated_accepted_per_step, "{:.2f}"), _number(row.tau, "{:.2f}")]
             for row in shapes.itertuples()]
     return markdown_table(["variant", "drafter", "rung", "T", "calibrated shape", "accepted a step (calibration)",

@@ -89,7 +89,7 @@ def shapes_sentence(summary: pd.DataFrame, methods: tuple[str, ...] = ("lyanna",
     shapes = shapes[shapes.variant.str.split("_").str[0].isin(methods)]
     if shapes.empty:
         return ""
-    items = [f"{row.variant} ({row.rung}) at T = {row.temperature:g}: {row.shape}, "
+    items = [f"{row.variant} ({row.rung}) at T = {row.temperature:g}: {row.calibrated_shape}, "
              f"{row.calibrated_accepted_per_step:.2f} accepted a step calibrated, tau {row.tau:.2f}"
              for row in shapes.itertuples()]
     return " Calibrated shapes: " + "; ".join(items) + "."

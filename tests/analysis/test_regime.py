@@ -88,9 +88,10 @@ def test_the_card_shows_each_calibrated_shape_per_rung_with_the_runs_tau(tmp_pat
     shapes = calibrated_shapes(pd.DataFrame(rows))
     assert list(shapes.variant) == ["eagle_lc025", "sd"]
     first = shapes.iloc[0]
-    assert (first.rung, first.shape, first.calibrated_accepted_per_step) == ("0.25x", "depth 3, budget 7", 2.31)
+    assert (first.rung, first.calibrated_shape, first.calibrated_accepted_per_step) == ("0.25x", "depth 3, budget 7",
+                                                                                        2.31)
     assert first.tau == pytest.approx((16 * 2.0 + 4 * 3.0) / 20)
-    assert shapes.iloc[1].shape == "gamma 2" and shapes.iloc[1].rung == "1x"
+    assert shapes.iloc[1].calibrated_shape == "gamma 2" and shapes.iloc[1].rung == "1x"
     path = tmp_path / "target.json"
     path.write_text(json.dumps(TARGET))
     card = regime_card([path], pd.concat([SUMMARY, pd.DataFrame(rows)], ignore_index=True))
