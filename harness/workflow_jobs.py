@@ -198,7 +198,8 @@ def draft_lm_settings(config: dict) -> dict:
     return {**draft, "train": {**draft["train"], "steps": -(-max(budgets) // step)}}
 
 
-REGENERATE_FLAGS = ("sequences", "prompt_len", "new_tokens", "greedy_share", "batch_size", "seed", "shard_size")
+REGENERATE_FLAGS = ("sequences", "prompt_len", "new_tokens", "greedy_share", "batch_size", "seed", "shard_size",
+                    "workers")
 
 
 def regenerate_arguments(settings: dict) -> list[str]:

@@ -30,6 +30,7 @@ from harness.data.prompts import Prompt, encode_turn
 from harness.data.token_streams import random_windows
 from harness.errors import DraftcountError
 from harness.training.answer_shards import (
+    Shard,
     open_shards,
     plan_shards,
     run_key,
@@ -133,38 +134,72 @@ def regenerate_chat(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, 
     ``options.batch_size`` at a time in order of length (less padding), in shards of about ``options.shard_size``
     questions, each sampled from its own seed (``harness.training.answer_shards``). With ``shard_dir`` finished
     shards are kept there and a rerun answers only the missing ones (the same stream as an uninterrupted run)."""
+    plan = plan_chat_answers(model, tokenizer, prompts, options, stop_ids)
+    finished = {} if shard_dir is None else open_shards(shard_dir, plan.key)
+    answers, written = answer_shards(model, plan, options, finished, shard_dir, progress=progress)
+    rows = [torch.tensor(plan.questions[index] + answers[index], dtype=torch.int32)  # host: rows of the saved stream
+            for index in range(len(prompts))]
+    lengths = [len(answers[index]) for index in range(len(prompts))]
+    stats = {"prompts": len(prompts), "greedy": plan.greedy, "answer_tokens": sum(lengths),
+             "mean_answer_tokens": sum(lengths) / max(len(lengths), 1),
+             "ended_share": sum(bool(answers[i]) and answers[i][-1] in stop_ids for i in answers) / max(len(answers), 1),
+             "shards": len(plan.shards), "shards_resumed": len(finished), "answer_tokens_written": written,
+             "answer_tokens_by_source": tokens_by_source(prompts, lengths)}
+    return torch.cat(rows), stats
+
+
+@dataclass(frozen=True)
+class ChatAnswerPlan:
+    questions: list[list[int]]  # each prompt's first turn, rendered through the chat template
+    greedy: int  # the first ``greedy`` questions are answered greedily, the rest sampled
+    shards: list[Shard]
+    stop_ids: frozenset[int]
+    pad_id: int
+    key: str  # ``answer_shards.run_key``: what a shard folder's manifest must name to be resumed
+
+
+def plan_chat_answers(model: PreTrainedModel, tokenizer: PreTrainedTokenizerBase, prompts: list[Prompt],
+                      options: RegenerateOptions, stop_ids: frozenset[int]) -> ChatAnswerPlan:
+    """The questions rendered, split greedy / sampled and cut into shards, and the run's key."""
     if not stop_ids:
         raise DraftcountError("the target names no end-of-turn token (eos_token_id): its answers would never stop")
     questions = [encode_turn(tokenizer, [], prompt.turns[0]) for prompt in prompts]
-    split = round(options.greedy_share * len(prompts))
+    greedy = round(options.greedy_share * len(prompts))
     pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else min(stop_ids)
-    shards = plan_shards([len(ids) for ids in questions], split, options.batch_size, options.shard_size)
-    finished = {} if shard_dir is None else open_shards(shard_dir, run_key(questions, options, stop_ids, pad_id, model))
-    answers = {index: answer for shard in finished.values() for index, answer in shard.items()}
-    bar = tqdm(total=len(prompts), initial=len(answers), desc="regenerate", unit="q", disable=not progress)
+    shards = plan_shards([len(ids) for ids in questions], greedy, options.batch_size, options.shard_size)
+    return ChatAnswerPlan(questions, greedy, shards, stop_ids, pad_id,
+                          run_key(questions, options, stop_ids, pad_id, model))
+
+
+def answer_shards(model: PreTrainedModel, plan: ChatAnswerPlan, options: RegenerateOptions,
+                  finished: dict[int, dict[int, list[int]]], shard_dir: Path | None, part: tuple[int, int] = (0, 1),
+                  progress: bool = True) -> tuple[dict[int, list[int]], int]:
+    """(every answer known, answer tokens written now): the shards of ``part`` (index, count: those whose index
+    is ``index`` modulo ``count``, so that ``count`` workers share one folder) not in ``finished`` answered and,
+    with ``shard_dir``, each written as it ends."""
+    index, count = part
+    if not 0 <= index < count:
+        raise DraftcountError(f"answer part {index} of {count} does not exist")
+    answers = {question: answer for shard in finished.values() for question, answer in shard.items()}
+    todo = [shard for shard in plan.shards if shard.index not in finished and shard.index % count == index]
+    total = sum(len(shard.indices) for shard in todo)
+    label = "regenerate" if count == 1 else f"regenerate {index + 1}/{count}"
+    bar = tqdm(total=total, desc=label, unit="q", disable=not progress, position=index)
     started, written = time.perf_counter(), 0
-    for shard in (shard for shard in shards if shard.index not in finished):
+    for shard in todo:
         shard_started, draws = time.perf_counter(), make_generator(shard_seed(options.seed, shard.index), model.device)
         done: dict[int, list[int]] = {}
         for batch in shard.batches:
-            done.update(zip(batch, answer_batch(model, [questions[i] for i in batch], options.new_tokens, stop_ids,
-                                                pad_id, SamplingConfig(shard.temperature), draws)))
-            written += sum(len(done[index]) for index in batch)
+            done.update(zip(batch, answer_batch(model, [plan.questions[i] for i in batch], options.new_tokens,
+                                                plan.stop_ids, plan.pad_id, SamplingConfig(shard.temperature), draws)))
+            written += sum(len(done[question]) for question in batch)
             bar.update(len(batch))
             bar.set_postfix({"answer tok/s": f"{written / max(time.perf_counter() - started, 1e-9):.1f}"})
         if shard_dir is not None:
             write_shard(shard_dir, shard, done, time.perf_counter() - shard_started)
         answers.update(done)
     bar.close()
-    rows = [torch.tensor(questions[index] + answers[index], dtype=torch.int32)  # host: rows of the saved stream
-            for index in range(len(prompts))]
-    lengths = [len(answers[index]) for index in range(len(prompts))]
-    stats = {"prompts": len(prompts), "greedy": split, "answer_tokens": sum(lengths),
-             "mean_answer_tokens": sum(lengths) / max(len(lengths), 1),
-             "ended_share": sum(bool(answers[i]) and answers[i][-1] in stop_ids for i in answers) / max(len(answers), 1),
-             "shards": len(shards), "shards_resumed": len(finished), "answer_tokens_written": written,
-             "answer_tokens_by_source": tokens_by_source(prompts, lengths)}
-    return torch.cat(rows), stats
+    return answers, written
 
 
 def tokens_by_source(prompts: list[Prompt], lengths: list[int]) -> dict[str, int]:

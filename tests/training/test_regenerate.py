@@ -13,9 +13,17 @@ import torch
 
 from harness import SamplingConfig, generate, wrap_model
 from harness.cli import main
-from harness.data.prompts import Prompt, encode_turn
+from harness.backend.models import eos_ids
+from harness.data.prompts import Prompt, encode_turn, load_prompts
 from harness.training import regenerate as regenerate_module
-from harness.training.regenerate import RegenerateOptions, regenerate, regenerate_chat
+from harness.training.answer_shards import open_shards
+from harness.training.regenerate import (
+    RegenerateOptions,
+    answer_shards,
+    plan_chat_answers,
+    regenerate,
+    regenerate_chat,
+)
 from harness.data.token_streams import load_tokens, save_tokens
 from harness.engine.method_spec import BuildInputs, build_adapter
 from harness.errors import DraftcountError
@@ -117,6 +125,35 @@ def test_the_command_answers_a_question_file(tmp_path, chat_target):
     by_source = summary["answer_tokens_by_source"]  # ids without a source prefix: each its own
     assert set(by_source) == {"0", "1"} and sum(by_source.values()) == summary["answer_tokens"]
     assert not (tmp_path / "regen.pt.shards").exists()  # the shards go once the stream is written
+    assert main(["regenerate", "--target", str(tmp_path / "target"), "--prompts", str(questions), "--out",
+                 str(tmp_path / "workers.pt"), "--new-tokens", "6", "--batch-size", "1", "--shard-size", "1",
+                 "--workers", "2", "--threads", "2", "--no-progress"]) == 0  # two processes, a shard each
+    assert torch.equal(load_tokens(tmp_path / "workers.pt"), regenerate_chat(
+        model, tokenizer, load_prompts(str(questions)), RegenerateOptions(new_tokens=6, batch_size=1, shard_size=1),
+        eos_ids(wrap_model(model, tokenizer)), progress=False)[0])
+    assert main(["regenerate", "--target", str(tmp_path / "target"), "--tokens", str(tmp_path / "regen.pt"),
+                 "--out", str(tmp_path / "x.pt"), "--workers", "2"]) == 2  # one line: workers answer questions only
+
+
+def test_workers_sharing_a_shard_folder_write_the_stream_one_process_writes(chat_target, tmp_path):
+    """Two parts of the shards answered one after the other into one folder (as two workers do side by side): the
+    stream then read from the folder is the uninterrupted run's, and no shard is answered twice."""
+    model, tokenizer = chat_target
+    texts = ["def add(a, b):", "for i in range(10):", "The quick brown fox", "print(i * i)", "return a + b"]
+    questions = [Prompt(str(index), "test", (text,)) for index, text in enumerate(texts)]
+    options = RegenerateOptions(new_tokens=6, greedy_share=0.4, batch_size=1, seed=2, shard_size=1)
+    stop = frozenset({tokenizer.eos_token_id})
+    whole, _ = regenerate_chat(model, tokenizer, questions, options, stop, progress=False)
+    plan = plan_chat_answers(model, tokenizer, questions, options, stop)
+    shards = tmp_path / "shards"
+    for part in range(2):
+        answered, _ = answer_shards(model, plan, options, open_shards(shards, plan.key), shards, (part, 2),
+                                    progress=False)
+        assert len(answered) == len(texts) if part else len(answered) == 3  # shards 0, 2, 4 first
+    stream, stats = regenerate_chat(model, tokenizer, questions, options, stop, progress=False, shard_dir=shards)
+    assert torch.equal(stream, whole) and stats["shards_resumed"] == 5 and stats["answer_tokens_written"] == 0
+    with pytest.raises(DraftcountError, match="part 2 of 2"):
+        answer_shards(model, plan, options, {}, None, (2, 2), progress=False)
 
 
 def test_a_killed_generation_keeps_its_finished_shards_and_continues_to_the_same_stream(chat_target, tmp_path,
