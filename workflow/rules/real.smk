@@ -121,6 +121,7 @@ if GGUF:
             arguments=shlex.join(jobs.regenerate_arguments(config.get("regenerate", {}))),
             device=compute_device(),
         threads: config.get("regenerate", {}).get("threads", config["threads"])  # both cores: little else can run
+        priority: 60  # first: every drafter, the dump and the draft LM wait on it (a bench job must not take a core)
         resources:
             mem_mb=4000,
             runtime=240,
