@@ -7,6 +7,7 @@
 #   snakemake --cores all results/figures/speedup.pdf      # one figure (and what it needs)
 #   snakemake --cores all checks                            # lossless, divergence, overheads, host syncs, projection
 #   snakemake --cores all real                              # the real-model comparison: SmolLM2-135M (results/smollm2)
+#   snakemake --cores all zoo_seed                          # the zoo again from other seeds (in studies; results/zoo-seed1)
 #   snakemake --cores all load                              # batch sizes against throughput (bench.batch_sizes)
 #   snakemake --cores all study_vlm --configfile workflow/config/default.yaml workflow/config/vlm.yaml  # bar charts
 #   snakemake -n                                            # list what would run
@@ -20,6 +21,7 @@ import yaml
 from snakemake.utils import min_version
 
 from harness.store.workflow_config import checked_config, or_stop
+from harness.store.zoo_seeds import zoo_seed_config
 
 min_version("9.0")
 
@@ -32,6 +34,8 @@ if not workflow.overwrite_configfiles:
 
 # --config's true/false and numbers coerced to the schema's types; a bad config: one line, the section's keys
 or_stop(lambda: checked_config(config, Path(workflow.basedir) / "workflow" / "schemas" / "config.schema.yaml"))
+# the second zoo's config (`target_seeds`, workflow/rules/zoo_seed.smk), from the config before the rules add to it
+ZOO_SEED_CONFIG = or_stop(lambda: zoo_seed_config(config))
 
 
 include: "workflow/rules/common.smk"
@@ -42,6 +46,7 @@ include: "workflow/rules/model_free.smk"
 include: "workflow/rules/drafter_studies.smk"  # before drafters.smk: it adds the studies' drafter entries
 include: "workflow/rules/drafters.smk"
 include: "workflow/rules/bench.smk"
+include: "workflow/rules/zoo_seed.smk"  # before report.smk: the main report reads the second zoo's records
 include: "workflow/rules/report.smk"
 include: "workflow/rules/checks.smk"
 include: "workflow/rules/quick.smk"
@@ -70,6 +75,20 @@ if config.get("real"):
             rules.real_study_learning_curves.input if "learning_curves" in REAL_CONFIG else [],
 
 
+# Target `zoo_seed` (config `target_seeds`, part of `studies`): the zoo again with every training seed shifted, this
+# same workflow under that config as a module (rules zoo_seed_<rule>, work-zoo-seed<s>/, results/zoo-seed<s>/) running
+# the decisive variants only; rule target_seed_records copies their records as <variant>_target<s> (zoo_seed.smk).
+if ZOO_SEED_CONFIG:
+
+    module zoo_seed:
+        snakefile:
+            "Snakefile"
+        config:
+            ZOO_SEED_CONFIG
+
+    use rule * from zoo_seed as zoo_seed_*
+
+
 rule all:
     # the main comparison: every catalog method's main variant (no `study`), the control, the report
     default_target: True
@@ -77,6 +96,7 @@ rule all:
         zoo_outputs(),
         MAIN_RECORDS,
         PUBLISHED_RECORDS,
+        present_target_seed_records(published=True),  # the second zoo's, once `studies` made them (zoo_seed.smk)
         results("tables/summary.csv"),
         results("report.md"),
         results("specbench"),

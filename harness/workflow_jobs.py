@@ -155,6 +155,27 @@ def train_arguments(config: dict, drafter: str, target: str, data: str, heldout:
     ]
 
 
+def dump_precision_arguments(config: dict, target: str, tokens: str, heldout: str, work_dir: str) -> list[str]:
+    """Arguments of `python -m harness measure dump-precision` (study dump_precision; --out etc. left out): the
+    `drafters` entry it names (default eagle: its method, budget and options; one reading the feature dump) on
+    `sequences` windows (default features.sequences) of the dump's length and layers."""
+    study, features = config["dump_precision"], config.get("features", {})
+    family = study.get("family", "eagle")
+    settings = config["drafters"].get(family)
+    if settings is None or settings.get("data", "features") != "features" or {"path", "init_from"} & set(settings):
+        raise DraftcountError(f"dump_precision.family {family!r} is not a `drafters` entry trained on the feature dump")
+    length = (["--budget-tokens", str(settings["budget_tokens"])] if "budget_tokens" in settings
+              else ["--steps", str(settings.get("steps", 1000))])
+    return ["--target", target, "--tokens", tokens, "--heldout", heldout, "--family", settings.get("method", family),
+            *length, *_option_arguments(settings.get("options", {})),
+            *(["--opt", f"objective={settings['objective']}"] if "objective" in settings else []),
+            "--sequences", str(study.get("sequences", features.get("sequences", 256))),
+            "--seq-len", str(features.get("seq_len", 256)),
+            "--layers", ",".join(map(str, features.get("layers", ["last"]))),
+            "--shard-size", str(features.get("shard_size", 64)), "--seed", str(features.get("seed", 0)),
+            "--device", str(config["bench"].get("device", "cpu")), "--work-dir", work_dir]
+
+
 def init_path(config: dict, source: str, work_dir: Path) -> str:
     """Where a fine-tuning entry starts: the draft LM (`init_from: draft`) or a configured drafter's directory."""
     if source != DRAFT_LM:

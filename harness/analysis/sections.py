@@ -169,6 +169,30 @@ def lr_section(lr: pd.DataFrame) -> str:
                           rows)
 
 
+def dump_precision_section(table: pd.DataFrame) -> str:
+    """Study dump_precision (rule dump_precision's table): per draft step, the held-out agreement of the family
+    trained on the float32 feature dump and on its float16 copy, the difference with its paired bootstrap interval,
+    and the dumps' sizes on disk; empty without the table."""
+    if table.empty:
+        return ""
+    agreement = table.pivot(index="step", columns="precision", values="agreement")
+    half = table[table.precision == "float16"].set_index("step")
+    rows = [[str(step), f"{agreement.loc[step, 'float32']:.3f}", f"{agreement.loc[step, 'float16']:.3f}",
+             cell(half.loc[step, "diff_vs_float32"], "{:+.3f}") + ("" if pd.isna(half.loc[step, "diff_ci_low"]) else
+                                                                   f" [{half.loc[step, 'diff_ci_low']:+.3f}, "
+                                                                   f"{half.loc[step, 'diff_ci_high']:+.3f}]")]
+            for step in agreement.index]
+    sizes = "; ".join(f"{row.precision} {row.dump_bytes / 2**20:,.1f} MiB ({row.bytes_per_position:g} bytes a "
+                      f"position x {row.positions:,})" for row in table.drop_duplicates("precision").itertuples())
+    first = table.iloc[0]
+    return "\n".join([
+        f"**Feature dump precision.** {first.family} trained on a float32 feature dump and on its float16 copy (the "
+        f"same windows, seed, batches and {first.train_steps:,} steps; {first.train_tokens:,} positions), held-out "
+        f"top-1 agreement on the same windows, float16 - float32 with a paired bootstrap 95% interval over them. "
+        f"On disk: {sizes}.", "",
+        markdown_table(["draft step", "float32", "float16", "float16 - float32"], rows)])
+
+
 def drafter_studies_section(data: Inputs) -> str:
     """The drafter studies in the studies report: the learning curves, their stability, the lr study (each where
     its table was written into the report's tables folder), and the learning-curve figure where rule
@@ -196,4 +220,7 @@ def drafter_studies_section(data: Inputs) -> str:
     if lr:
         parts += [("**Learning rates.** Each family at the rates beside its own on the ladder, at its main budget; "
                   "the rate of highest mean held-out agreement chosen (never the benchmark prompts):"), "", lr, ""]
+    precision = dump_precision_section(data.table("dump_precision"))
+    if precision:
+        parts += [precision, ""]
     return "\n".join(parts).strip()

@@ -182,9 +182,10 @@ VIEWS: tuple[View, ...] = (
                "step, measured in the same runs. Speculation pays when a verify forward costs little more than a "
                "1-token forward and a drafter step a small fraction of it."),
     View("drafter_studies", title="Learning curves and learning rates", section=drafter_studies_section,
-         intro="The drafter studies (studies `learning_curves` and `lr`; rules learning_curves and lr_study write "
+         intro="The drafter studies (studies `learning_curves`, `lr` and `dump_precision`; their rules write "
                "their tables beside this report's): how each family's drafter improves with training positions, "
-               "whether the families' ranking holds from budget to budget, and the learning rate each one uses."),
+               "whether the families' ranking holds from budget to budget, the learning rate each one uses, and "
+               "whether a float16 feature dump trains the drafter a float32 one does."),
     View("traversal", title="Traversal verification", section=lambda data: verifier_comparison(data.summary),
          intro="The same method and options verified token by token and by Traversal Verification (leaf-to-root, "
                "sequence-level): tau should not fall, and the paper reports +2-6%."),

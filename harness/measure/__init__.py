@@ -35,4 +35,8 @@ MEASUREMENTS: dict[str, tuple[str, str]] = {
                               "a chat target's answer tokens/s per batch size (regenerate.batch_size)"),
     "draft-vocab": ("harness.measure.draft_vocab", "a drafter's drafting time per step over a reduced draft vocabulary "
                                                    "against the full one (SmolLM2's shape), with an A/A control"),
+    "dump-precision": ("harness.measure.dump_precision", "one drafter family trained on a float32 feature dump and "
+                                                         "on its float16 copy: held-out agreement per draft step, "
+                                                         "the difference with a paired bootstrap interval, the "
+                                                         "dumps' bytes on disk"),
 }

@@ -69,3 +69,14 @@ def checked_agreement(method: str, values: list[float]) -> list[float]:
         raise DraftcountError(f"{method}: the held-out agreement per draft step must be one share in [0, 1] per step, "
                               f"got {list(values)}")
     return agreement
+
+
+AGREEMENT_BY_WINDOW = "heldout_top1_agreement_by_window"  # with DrafterTrainRequest.by_window: per held-out window
+
+
+def agreement_by_window(method: str, agreement, module: nn.Module, batch: dict) -> list[list[float]]:
+    """``agreement(module, batch)`` of each held-out window (row of ``batch``) alone, each checked: what a paired
+    comparison of two drafters on the same windows resamples (``python -m harness measure dump-precision``)."""
+    rows = int(batch["input_ids"].shape[0])
+    return [checked_agreement(method, agreement(module, {key: value[row:row + 1] for key, value in batch.items()}))
+            for row in range(rows)]

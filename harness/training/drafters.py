@@ -35,7 +35,8 @@ from transformers import LlamaConfig, PretrainedConfig
 
 from harness.errors import DraftcountError
 from harness.training.drafter_contract import (
-    AGREEMENT, COMPONENTS, check_drafter, checked_agreement, parameter_components,
+    AGREEMENT, AGREEMENT_BY_WINDOW, COMPONENTS, agreement_by_window, check_drafter, checked_agreement,
+    parameter_components,
 )
 from harness.training import distributed
 from harness.training.distributed import Shard
@@ -71,6 +72,7 @@ class DrafterTrainRequest:
     device: str = "cpu"
     checkpoint: Path | None = None
     progress: bool = True
+    by_window: bool = False  # the held-out agreement of each window too (drafter_contract.AGREEMENT_BY_WINDOW)
 
 
 @dataclass(frozen=True)
@@ -360,6 +362,8 @@ def train_drafter(request: DrafterTrainRequest, options: DrafterLoopOptions, tar
         heldout = load_tokens(request.heldout)
         batch = heldout_batch(heldout, target, source.layers, options.seq_len)
         metrics[AGREEMENT] = checked_agreement(request.method, agreement(module, batch))
+        if request.by_window:
+            metrics[AGREEMENT_BY_WINDOW] = agreement_by_window(request.method, agreement, module, batch)
         if vocab is not None and vocab.reduced:
             metrics["heldout_vocabulary_coverage"] = vocab.coverage(heldout)
         calibration = calibrate(module, batch) if calibrate is not None else {}

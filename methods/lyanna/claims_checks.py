@@ -9,6 +9,9 @@ Torch-free, as every view.
   ablation needs equal tau with and without fusion (``tau_exercised``).
 - Seeds (``seed_frames``): a variant ``<name>_seed<s>`` of the same method is ``<name>`` retrained with seed ``s``
   (the seeds study); the frame of seed ``s`` puts it in ``<name>``'s place, so every row is measured again for it.
+  A variant ``<name>_target<t>`` is ``<name>`` run on the zoo of target seed ``t`` (config ``target_seeds``: the
+  target, its draft LM and drafters all retrained); the frame of target seed ``t`` holds those runs alone, each in
+  ``<name>``'s place, so a row is measured again for it only where it ran every variant the row reads.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ NOT_DECIDED = "not decided"
 FRAGILE = "fragile"
 FUSION_TAU_TOLERANCE = 0.02  # fusion removes overhead only: tau with and without it within 2% of each other
 SEED_VARIANT = re.compile(r"^(?P<base>.+)_seed(?P<seed>\d+)$")
+TARGET_VARIANT = re.compile(r"^(?P<base>.+)_target(?P<seed>\d+)$")
 
 
 def identity(values: np.ndarray) -> np.ndarray:
@@ -101,29 +105,53 @@ def is_exercised(text: str) -> bool:
     return text.startswith("yes")
 
 
-def seed_variants(frame: pd.DataFrame) -> dict[int, dict[str, str]]:
-    """{seed: {variant: its seed-``seed`` variant}} of the frame's ``<variant>_seed<s>`` variants of one method."""
+def seed_variants(frame: pd.DataFrame, pattern: re.Pattern = SEED_VARIANT) -> dict[int, dict[str, str]]:
+    """{seed: {variant: its seed-``seed`` variant}} of the frame's ``<variant>_seed<s>`` variants of one method (or
+    of those ``pattern`` names: ``TARGET_VARIANT``)."""
     methods = frame.groupby("variant").method.first().to_dict()
     seeds: dict[int, dict[str, str]] = {}
     for name, method in methods.items():
-        match = SEED_VARIANT.match(str(name))
+        match = pattern.match(str(name))
         if match and methods.get(match["base"]) == method:
             seeds.setdefault(int(match["seed"]), {})[match["base"]] = name
     return dict(sorted(seeds.items()))
 
 
-def seed_frames(frame: pd.DataFrame) -> dict[int, tuple[pd.DataFrame, set[str]]]:
-    """{0: (the frame, nothing replaced)} and, per other seed, the frame with each ``<name>_seed<s>`` in
-    ``<name>``'s place, and the names replaced; the seed variants themselves are left out of every frame."""
-    seeds = seed_variants(frame)
+@dataclass(frozen=True)
+class SeedFrame:
+    """One seed's frame: ``replaced`` the variants whose models it replaced; ``whole``: every model (another
+    target), so a row reads it only where it ran all the row's variants, not one of them."""
+
+    frame: pd.DataFrame
+    replaced: frozenset[str]
+    whole: bool = False
+
+    def reads(self, item: dict) -> bool:
+        names = {item["variant"], item["against"]} - {""}
+        return names <= self.replaced if self.whole else bool(names & self.replaced)
+
+
+def seed_frames(frame: pd.DataFrame) -> dict[str, SeedFrame]:
+    """{"seed 0": the frame, nothing replaced}; per drafter seed ``s`` ("seed s"), the frame with each
+    ``<name>_seed<s>`` in ``<name>``'s place; per target seed ``t`` ("target seed t"), the runs of its
+    ``<name>_target<t>`` variants (with their own `ar` turns), each in ``<name>``'s place. No frame holds a seed's
+    or a target's variants under their own names."""
+    targets = seed_variants(frame, TARGET_VARIANT)
+    target_runs = {t: set(frame[frame.variant.isin(mapping.values())].run) for t, mapping in targets.items()}
+    main = frame[~frame.run.isin(set().union(*target_runs.values()))] if targets else frame
+    seeds = seed_variants(main)
     every_seed_variant = {name for mapping in seeds.values() for name in mapping.values()}
-    base = frame[~frame.variant.isin(every_seed_variant)]
-    out: dict[int, tuple[pd.DataFrame, set[str]]] = {0: (base, set())}
+    base = main[~main.variant.isin(every_seed_variant)]
+    out = {"seed 0": SeedFrame(base, frozenset())}
     for seed, mapping in seeds.items():
-        swapped = frame[frame.variant.isin(mapping.values())]
+        swapped = main[main.variant.isin(mapping.values())]
         swapped = swapped.assign(variant=swapped.variant.map({name: base_name for base_name, name in mapping.items()}))
         kept = base[~(base.variant.isin(mapping) & (base.role == "method"))]
-        out[seed] = (pd.concat([kept, swapped], ignore_index=True), set(mapping))
+        out[f"seed {seed}"] = SeedFrame(pd.concat([kept, swapped], ignore_index=True), frozenset(mapping))
+    for seed, mapping in targets.items():
+        runs = frame[frame.run.isin(target_runs[seed])]
+        runs = runs.assign(variant=runs.variant.replace({name: base_name for base_name, name in mapping.items()}))
+        out[f"target seed {seed}"] = SeedFrame(runs, frozenset(mapping), whole=True)
     return out
 
 
@@ -131,30 +159,40 @@ ROW_KEY = ["claim", "measure", "variant", "against", "regime", "dataset", "tempe
 
 
 def row_key(item: dict) -> tuple:
+    """What a row measures, to find it in another seed's rows; a row that names its comparison by a rule (``compared``:
+    lyanna over the better of sd and tree_sd) is found by the rule, whichever variant it chose for that seed."""
     temperature = item["temperature"]
-    return tuple(item[name] for name in ROW_KEY[:-1]) + (None if not np.isfinite(temperature) else temperature,)
+    key = [item[name] for name in ROW_KEY[:-1]]
+    if item.get("compared"):
+        key[1] = key[3] = item["compared"]
+    return tuple(key) + (None if not np.isfinite(temperature) else temperature,)
 
 
-def combine_seeds(per_seed: dict[int, list[dict]], replaced: dict[int, set[str]]) -> list[dict]:
-    """Seed 0's rows, each called only where every seed that replaced one of its variants gives its verdict:
+def seed_text(label: str, seed_row: dict, against: str) -> str:
+    value = f" ({seed_row['value']:.3g}" if np.isfinite(seed_row["value"]) else ""
+    if value and seed_row["against"] != against:
+        value += f" over {seed_row['against']}"
+    return f"{label}: {seed_row['verdict']}" + (value + ")" if value else "")
+
+
+def combine_seeds(per_seed: dict[str, list[dict]], frames: dict[str, SeedFrame]) -> list[dict]:
+    """Seed 0's rows, each called only where every seed that reads it (``SeedFrame.reads``) gives its verdict:
     ``not decided`` where two seeds differ; ``fragile`` where one seed's verdict flips without one prompt; a
-    claim the run did not exercise reads ``not exercised here``."""
-    others = {seed: {row_key(item): item for item in rows} for seed, rows in per_seed.items() if seed != 0}
+    claim the run did not exercise reads ``not exercised here``. Column ``seeds`` names every seed it rests on."""
+    others = {label: {row_key(item): item for item in rows} for label, rows in per_seed.items() if label != "seed 0"}
     combined = []
-    for item in per_seed[0]:
-        seeds = {0: item}
-        for seed, rows in others.items():
-            if {item["variant"], item["against"]} & replaced[seed] and row_key(item) in rows:
-                seeds[seed] = rows[row_key(item)]
-        verdicts = {seed: seed_row["verdict"] for seed, seed_row in seeds.items()}
-        final = verdicts[0]
+    for item in per_seed["seed 0"]:
+        seeds = {"seed 0": item}
+        for label, rows in others.items():
+            if frames[label].reads(item) and row_key(item) in rows:
+                seeds[label] = rows[row_key(item)]
+        verdicts = {label: seed_row["verdict"] for label, seed_row in seeds.items()}
+        final = verdicts["seed 0"]
         if len(set(verdicts.values())) > 1:
             final = NOT_DECIDED
         elif final not in (NOT_EXERCISED, "not measured") and any(seed_row["fragile"] for seed_row in seeds.values()):
             final = FRAGILE
-        seed_text = "; ".join(f"seed {seed}: {verdict}" + (f" ({seeds[seed]['value']:.3g})"
-                                                         if np.isfinite(seeds[seed]["value"]) else "")
-                              for seed, verdict in verdicts.items())
-        combined.append({**{key: value for key, value in item.items() if key != "fragile"}, "seeds": seed_text,
-                         "verdict": final})
+        text = "; ".join(seed_text(label, seed_row, item["against"]) for label, seed_row in seeds.items())
+        combined.append({**{key: value for key, value in item.items() if key not in ("fragile", "compared")},
+                         "seeds": text, "verdict": final})
     return combined

@@ -57,3 +57,22 @@ def test_the_committed_real_target_tables_render():
     assert "agreement, steps 1-2 (mean)" in text  # eagle's two steps, for every family
     assert "agreement, steps 1-3 (mean; steps differ)" in text and "0.003 (chosen)" in text
     assert "by agreement, step 1" in text
+
+
+def test_the_dump_precision_study_shows_both_precisions_the_difference_and_the_sizes(tmp_path):
+    """Rule dump_precision's table (as the measure command writes it) in the drafter studies' section."""
+    from harness.measure.dump_precision import FIELDS, table_rows
+    from harness.store.atomic import write_csv
+
+    def run(agreement, windows):
+        return {"heldout_top1_agreement_by_step": agreement, "heldout_top1_agreement_by_window": windows,
+                "train": {"steps": 200, "tokens": 409600, "seconds": 60.0}}
+
+    runs = {"float32": run([0.6, 0.5], [[0.6, 0.5], [0.6, 0.5]]), "float16": run([0.61, 0.5], [[0.62, 0.5], [0.6, 0.5]])}
+    tables = tmp_path / "tables"
+    write_csv(tables / "dump_precision.csv", table_rows("eagle", runs, {"float32": (2**21, 2**11),
+                                                                      "float16": (2**20, 2**11)}), FIELDS)
+    text = drafter_studies_section(Inputs(pd.DataFrame(), tables))
+    assert "**Feature dump precision.** eagle trained on a float32 feature dump" in text and "200 steps" in text
+    assert "float32 2.0 MiB (1024 bytes a position x 2,048); float16 1.0 MiB (512 bytes a position x 2,048)" in text
+    assert "| 1 | 0.600 | 0.610 | +0.010 [+0.000, +0.020] |" in text and "| 2 | 0.500 | 0.500 | +0.000 [+0.000, +0.000] |" in text

@@ -192,3 +192,42 @@ def test_the_claims_regime_sentence_gives_the_pairs_calibrated_shapes(tmp_path):
     assert "eagle_seed1 (1x) at T = 0: depth 3, budget 6, 1.25 accepted a step calibrated, tau 1.50" in sentence
     assert "lyanna (1x) at T = 0: depth 1, budget 2" in sentence and "dream" not in sentence
     assert shapes_sentence(pd.DataFrame(rows[2:])) == ""
+
+
+@pytest.mark.parametrize("eagle_target1,expected", [(1.0, "lyanna ahead"), (1.2, "not decided")])
+def test_a_verdict_stands_only_where_both_target_seeds_give_it(eagle_target1, expected):
+    """Issue 79 item 4: the zoo's target retrained with another seed (config target_seeds, its runs named
+    <variant>_target1 with their own `ar` turns) measures again every row whose variants all ran there; a row it did
+    not run (the ablation against lyanna_b24) rests on target seed 0 alone, and the seeds column says so."""
+    frame = pd.DataFrame(turns("lyanna", "lyanna", 1.2) + turns("eagle", "eagle", 1.0, seed=1)
+                         + turns("lyanna_b24", "lyanna", 1.2, seed=2)
+                         + turns("lyanna_reuse_off", "lyanna", 0.6, options={"reuse": "off"}, details={"reuse": "off"},
+                                 seed=3)
+                         + turns("lyanna_target1", "lyanna", 1.2, seed=4)
+                         + turns("eagle_target1", "eagle", eagle_target1, seed=5))
+    rows = claims_table(frame)
+    assert not rows.variant.str.contains("_target").any() and not rows.against.str.contains("_target").any()
+    speed = rows[rows.measure == "paired speedup, lyanna over eagle"].iloc[0]
+    assert speed.verdict == expected and speed.seeds.startswith("seed 0: lyanna ahead (1.1")
+    assert "; target seed 1: " + ("lyanna ahead" if eagle_target1 == 1.0 else "no difference") in speed.seeds
+    ablation = rows[(rows.claim == "reuse") & (rows.against == "lyanna_reuse_off")].iloc[0]
+    assert ablation.seeds == f"seed 0: reproduced ({ablation.value:.3g})" and ablation.verdict == "reproduced"
+
+
+def test_each_target_seed_judges_lyanna_against_its_own_better_standard_sd():
+    """Over standard SD is judged against the better of sd and tree_sd on each target: target seed 1's better is
+    tree_sd where seed 0's is sd, and its rows still count (named by the rule), the seeds column saying which."""
+    target0 = turns("sd", "sd", 1.5, drafted=10, accepted=2) + turns("tree_sd", "tree_sd", 1.2, seed=1)
+    target1 = turns("sd_target1", "sd", 1.1, drafted=10, accepted=2, seed=2) + turns("tree_sd_target1", "tree_sd",
+                                                                                     1.5, seed=3)
+    frame = pd.DataFrame(target0 + target1 + turns("lyanna", "lyanna", 3.0, seed=4)
+                         + turns("lyanna_target1", "lyanna", 1.5, seed=5))
+    rows = claims_table(frame)
+    pooled = rows[(rows.claim == "sd") & (rows.dataset == "all")]
+    better, beside = pooled.iloc[0], pooled.iloc[1]
+    assert (better.against, beside.against) == ("sd", "tree_sd")
+    assert better.seeds.startswith("seed 0: partly (2") and better.verdict == "not decided"
+    assert "; target seed 1: not at this scale (1" in better.seeds and better.seeds.endswith(" over tree_sd)")
+    assert "target seed 1: " in beside.seeds and "over sd)" in beside.seeds  # the other one, on each target
+    per_set = rows[(rows.claim == "sd") & (rows.dataset != "all")]
+    assert len(per_set) == 2 and per_set.seeds.str.contains("target seed 1: ").all()

@@ -96,6 +96,7 @@ def test_dry_run_lists_every_rule(tmp_path):
     # at seed 1
     assert studies["train_drafter"] == 25 + 11 * 4 + 11 * 2 + 5
     assert studies["learning_curves"] == studies["lr_study"] == 1
+    assert studies["dump_precision"] == 1 and "dump_precision" not in counts  # eagle on a float32 and a float16 dump
     assert studies["regenerate"] == 1  # the target's continuations, for the three _regen drafters
     assert studies["studies_summary"] == studies["studies_report"] == 1
     # each figure with data, one job each (the main report's: also `ablation` and `budget`, lyanna_deep and eagle_deep

@@ -23,10 +23,15 @@
 # retrained with another seed (initialisation and data order) at its main budget and rate, as <family>_seed<seed>, and
 # benchmarked as bench variant <family>_seed<seed> with its main variant's options (a calibrated shape of its own):
 # whether two drafters of one recipe rank the same (report.compare pairs each with its main variant).
+#
+# `dump_precision` (config section `dump_precision`; rule dump_precision, part of `studies`): a family's drafter trained
+# on a float32 feature dump and on its float16 copy (`python -m harness measure dump-precision`): does the dump's
+# features.dtype float16 train the drafter float32 does (results/studies/tables/dump_precision.csv).
 
 import copy
 
 LEARNING_CURVES = config.get("learning_curves", {})
+DUMP_PRECISION = config.get("dump_precision", {})
 LR_STUDY = config.get("lr_study", {})
 SEEDS_STUDY = config.get("seeds_study", {})
 STUDY_DRAFTERS = set()  # the entries added here: trained by their studies, not by train_<method>
@@ -253,3 +258,24 @@ if LR_STUDY:
         input:
             rules.lr_study.input,
             rules.lr_study.output,
+
+
+if DUMP_PRECISION:
+
+    rule dump_precision:
+        input:
+            target=target_model(),
+            train=train_tokens(),
+            heldout=work("data/tokens/heldout.pt"),
+        output:
+            results("studies/tables/dump_precision.csv"),
+        params:
+            arguments=lambda wildcards, input: shlex.join(jobs.dump_precision_arguments(
+                config, input.target, input.train, input.heldout, work("dump_precision"))),
+        threads: config["threads"]
+        resources:
+            mem_mb=8000,
+            runtime=2 * training_minutes(config["drafters"].get(DUMP_PRECISION.get("family", "eagle"), {})),
+            gpu=gpus_per_job(),
+        shell:
+            "python -m harness measure dump-precision {params.arguments} --threads {threads} --out {output}"

@@ -10,7 +10,8 @@ from harness.analysis import view as report_view, views as report_views
 # the learning curves' chain runs (drafter_studies.smk's CURVE_VARIANTS: their table is the learning curves').
 # The main report also reads the runs its paper's-claims table needs (methods/lyanna/claims.py): study `claims`
 # (lyanna and eagle at one deep shape) and the seeds study's lyanna and eagle (each verdict per seed): rows beside
-# the main ones, not main rows.
+# the main ones, not main rows; and, when present, the second zoo's runs (<variant>_target<s>, zoo_seed.smk: each
+# verdict per target seed). The studies report reads those always.
 CLAIM_VARIANTS = plan.study_variants(config, "claims") + [
     variant for variant in plan.study_variants(config, "seeds") if variant_method(variant) in ("lyanna", "eagle")]
 MAIN_RECORDS = bench_outputs(plan.main_variants(config) + CLAIM_VARIANTS)  # the main report's raw records
@@ -88,6 +89,7 @@ def scope_figures(scope):
 rule summary:
     input:
         MAIN_RECORDS,
+        lambda wildcards: present_target_seed_records(),
     output:
         scope_tables("main"),
     params:
@@ -122,7 +124,7 @@ rule figure:
 
 rule report:
     input:
-        records=MAIN_RECORDS,
+        records=lambda wildcards: MAIN_RECORDS + present_target_seed_records(),
         tables=scope_tables("main"),
         figures=scope_figures("main"),
         metrics=training_metrics("main"),
@@ -180,6 +182,7 @@ rule export_specbench:
 use rule summary as studies_summary with:
     input:
         bench_outputs(scope_variants("studies")),
+        TARGET_SEED_RECORDS,
     output:
         scope_tables("studies"),
     params:
@@ -206,16 +209,17 @@ def drafter_study_outputs():
                                                       "tables/learning_curves_stability.csv",
                                                       "tables/learning_curves_fit.csv",
                                                       "figures/learning_curves.png")]
-    return (curves if LEARNING_CURVES else []) + ([results("studies/tables/lr.csv")] if LR_STUDY else [])
+    return ((curves if LEARNING_CURVES else []) + ([results("studies/tables/lr.csv")] if LR_STUDY else [])
+            + ([results("studies/tables/dump_precision.csv")] if DUMP_PRECISION else []))
 
 
 use rule report as studies_report with:
     input:
-        records=bench_outputs(scope_variants("studies")),
+        records=bench_outputs(scope_variants("studies")) + TARGET_SEED_RECORDS,
         tables=scope_tables("studies"),
         figures=scope_figures("studies"),
         metrics=training_metrics("studies"),
-        drafter_studies=drafter_study_outputs(),  # learning curves, their stability, the lr study (its section)
+        drafter_studies=drafter_study_outputs(),  # learning curves, their stability, the lr and dump studies (its section)
     output:
         results("studies/report.md"),
     params:
@@ -233,9 +237,11 @@ rule studies:
         bench_outputs(),
         results("studies/report.md"),
         STUDIES_PUBLISHED_RECORDS,
+        rules.zoo_seed.input if ZOO_SEED_CONFIG else [],  # the second zoo (zoo_seed.smk)
         lambda wildcards: list(rules.load.input),  # the load sweep and its projection (load.smk, included after)
         rules.learning_curves.output if LEARNING_CURVES else [],
         rules.lr_study.output if LR_STUDY else [],
+        rules.dump_precision.output if DUMP_PRECISION else [],
 
 
 # study_<name>: one study's runs (a study whose rule a rules file defines keeps it: drafter_studies.smk's)
