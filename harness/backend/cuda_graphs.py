@@ -8,9 +8,14 @@ at every replay, so it writes its keys/values at slot indices held in a device
 buffer (``PreallocatedLayer.graph_slots``) and attends over the cache's whole
 capacity through a full-width additive mask (more attention work than the
 logical work the FLOP counters book; caches grow in steps of 256 positions).
-Per call the host only copies the inputs, the slots and the mask into the
-graph's buffers (device-side copies, no synchronisation), replays, and sets
-the cache's lengths; the outputs are cloned (the next replay overwrites them).
+Per call the host fills the graph's ``past`` (the cached length, a 0-d device
+tensor) and copies the inputs (and a mask's per-call part) into its buffers
+(device-side copies, no synchronisation), replays, and sets the cache's
+lengths; the slots, the mask and relative positions (``offsets``) are computed
+from ``past`` inside the graph (``device_full_width_mask``), and a tree's mask
+from its parents (``BuiltBias``). The outputs are cloned (the next replay
+overwrites them). ``run_block`` graphs a whole block of device work over a
+cache (a drafter's draft: its forwards and the tree's bookkeeping between them).
 
 A graph is keyed by the caller's key and the inputs' shapes, so only forwards
 whose shapes recur are graphed: a forward on an empty cache (a prompt's
@@ -28,10 +33,12 @@ from collections.abc import Callable, Hashable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass
+from typing import Protocol
 
 import torch
 from transformers.cache_utils import Cache
 
+from harness.backend.device import to_device
 from harness.errors import DraftcountError
 from harness.backend.models import text_config
 from harness.backend.static_cache import PreallocatedLayer, static_layers
@@ -39,6 +46,7 @@ from harness.backend.static_cache import PreallocatedLayer, static_layers
 # (input buffers by name, full-width mask (1, 1, q, capacity)) -> output tensors
 StaticCall = Callable[[dict[str, torch.Tensor], torch.Tensor], tuple[torch.Tensor, ...]]
 EagerCall = Callable[[], tuple[torch.Tensor, ...]]  # the same forward, run the plain way
+BlockCall = Callable[[dict[str, torch.Tensor], torch.Tensor], tuple[torch.Tensor, ...]]  # (buffers, past) -> outputs
 MAX_GRAPHED_TOKENS = 256  # default: forwards over more new positions than this are not graphed
 GRAPHED_REGION: ContextVar[bool] = ContextVar("graphed_region", default=False)  # inside a graphed forward's body
 
@@ -107,13 +115,73 @@ def check_capturable(config, what: str) -> None:
                               "capture; run it with cuda_graphs=off")
 
 
+def device_full_width_mask(past: torch.Tensor, tail: torch.Tensor, keys: torch.Tensor, count: int) -> torch.Tensor:
+    """(1, 1, count, capacity) additive mask built on the device from ``past`` (a 0-d long tensor: cached
+    positions) and ``tail`` (count, W): ``tail`` covers the last W of the past + count keys, the earlier ones
+    are visible, later ones masked; ``keys`` is arange(capacity). No host value: a graph computes it each replay."""
+    width = tail.shape[-1]
+    offset = keys - (past + (count - width))  # each key's column in ``tail`` (negative: the visible prefix)
+    columns = tail.index_select(1, offset.clamp(0, width - 1))
+    low = torch.finfo(tail.dtype).min
+    inside = torch.where(offset < width, columns, torch.full_like(columns, low))
+    return torch.where(offset < 0, torch.zeros_like(columns), inside)[None, None]
+
+
+Offsets = tuple[int, ...] | torch.Tensor  # position ids relative to the cached length: fixed per shape, or per call
+
+
+class BuiltBias(Protocol):
+    """A mask a graphed forward builds inside its graph: ``build(source)`` (q, W) from ``source`` (copied per call;
+    ``width`` W; ``key`` says what the build depends on besides the source's shape). ``AncestorBias``: a tree's."""
+
+    source: torch.Tensor
+
+    @property
+    def width(self) -> int: ...
+
+    @property
+    def key(self) -> Hashable: ...
+
+    def build(self, source: torch.Tensor) -> torch.Tensor: ...
+
+
+Bias = torch.Tensor | BuiltBias | None  # a mask over the last W keys (``write_full_width_bias``), or one built so
+
+
+def _bias_width(bias: Bias) -> int | None:
+    return None if bias is None else bias.shape[-1] if isinstance(bias, torch.Tensor) else bias.width
+
+
 @dataclass
 class _Graph:
     inputs: dict[str, torch.Tensor]
-    slots: torch.Tensor  # (q,) cache positions written by the forward
-    bias: torch.Tensor  # (1, 1, q, capacity)
+    past: torch.Tensor  # () cached positions before the forward (filled per call; slots and mask follow on the device)
+    tail: torch.Tensor  # (q, W) the mask's last W columns: a per-call copy, or the causal block (no bias)
+    ranks: torch.Tensor  # (q,) 0..q-1: the slots are past + ranks
+    keys: torch.Tensor  # (capacity,) 0..capacity-1
+    offsets: torch.Tensor | None  # (q,) positions relative to past (a copy per call, or fixed per shape), or None
+    built: BuiltBias | None = None  # a mask built inside the graph from its source (then copied per call to ``source``)
+    source: torch.Tensor | None = None
     graph: torch.cuda.CUDAGraph | None = None
     outputs: tuple[torch.Tensor, ...] | None = None
+
+
+@dataclass
+class _Block:
+    inputs: dict[str, torch.Tensor]
+    past: torch.Tensor  # () the cache's length before the block
+    graph: torch.cuda.CUDAGraph | None = None
+    outputs: tuple[torch.Tensor, ...] | None = None
+
+
+def _graph_key(key: Hashable, count: int, bias: Bias, offsets: Offsets | None,
+               inputs: dict[str, torch.Tensor]) -> Hashable:
+    """A graph per caller key, count, mask (width, or how it is built), position offsets (their values when fixed
+    per shape) and inputs."""
+    width = bias.shape[-1] if isinstance(bias, torch.Tensor) else None if bias is None else \
+        (bias.key, tuple(bias.source.shape), bias.source.dtype)
+    fixed = offsets if isinstance(offsets, tuple) else (offsets is not None)
+    return (key, count, width, fixed, tuple((name, tuple(value.shape), value.dtype) for name, value in inputs.items()))
 
 
 class GraphedForwards:
@@ -151,11 +219,34 @@ class GraphedForwards:
             self.cache = cache
         return layers
 
-    def run(self, key: Hashable, cache: Cache, past: int, count: int, bias: torch.Tensor | None,
-            inputs: dict[str, torch.Tensor], call: StaticCall, eager: EagerCall) -> tuple[torch.Tensor, ...]:
+    def _new_graph(self, count: int, capacity: int, bias: Bias, offsets: Offsets | None,
+                   inputs: dict[str, torch.Tensor]) -> _Graph:
+        device = self.device
+        if bias is None:
+            tail = causal_block(count, self.dtype, device).clone()
+        else:
+            tail = torch.zeros((count, _bias_width(bias)), dtype=self.dtype, device=device)
+        fixed = None
+        if isinstance(offsets, tuple):
+            fixed = to_device(torch.tensor(offsets, dtype=torch.long), device)  # host: fixed per shape, uploaded once
+        elif offsets is not None:
+            fixed = torch.zeros(count, dtype=torch.long, device=device)
+        built = None if bias is None or isinstance(bias, torch.Tensor) else bias
+        return _Graph(inputs={name: torch.zeros_like(value) for name, value in inputs.items()},
+                      past=torch.zeros((), dtype=torch.long, device=device), tail=tail,
+                      ranks=torch.arange(count, device=device), keys=torch.arange(capacity, device=device),
+                      offsets=fixed, built=built, source=None if built is None else torch.zeros_like(built.source))
+
+    def run(self, key: Hashable, cache: Cache, past: int, count: int, bias: Bias,
+            inputs: dict[str, torch.Tensor], call: StaticCall, eager: EagerCall,
+            offsets: Offsets | None = None) -> tuple[torch.Tensor, ...]:
         """``call`` on ``count`` new positions after ``past`` cached ones (``bias`` as in
-        ``write_full_width_bias``); returns its outputs, as an eager forward would. A forward that is not
-        graphed (``graphs_forward``) is ``eager()``, which extends the static cache the plain way."""
+        ``write_full_width_bias``, of a width fixed per shape, or a ``BuiltBias``); returns its outputs, as an eager forward would.
+        ``offsets``: the position ids relative to ``past`` (a tuple fixed per shape, or a (count,) device tensor),
+        added to ``past`` on the device as ``inputs["position_ids"]`` (1, count) (then not among ``inputs``). A
+        forward that is not graphed (``graphs_forward``) is ``eager()``, which extends the static cache the plain
+        way. Per call the host fills ``past`` and copies the inputs (and a bias, and offsets given as a tensor):
+        the slots and the full-width mask are computed inside the graph."""
         layers = self._layers(cache)
         self.calls += 1
         if not self.graphs_forward(past, count):
@@ -164,39 +255,71 @@ class GraphedForwards:
         capacity = layers[0].capacity
         if past + count > capacity:
             raise DraftcountError(f"static KV cache holds {capacity} positions; this forward needs {past + count}")
-        full_key = (key, count, tuple((name, tuple(value.shape), value.dtype) for name, value in inputs.items()))
+        if bias is not None and _bias_width(bias) > past + count:
+            raise DraftcountError(f"a mask over {_bias_width(bias)} keys for a forward that sees {past + count}")
+        full_key = _graph_key(key, count, bias, offsets, inputs)
         graph = self.graphs.get(full_key)
         if graph is None:
-            graph = self.graphs[full_key] = _Graph(
-                inputs={name: torch.zeros_like(value) for name, value in inputs.items()},
-                slots=torch.zeros(count, dtype=torch.long, device=self.device),
-                bias=torch.zeros((1, 1, count, capacity), dtype=self.dtype, device=self.device))
+            graph = self.graphs[full_key] = self._new_graph(count, capacity, bias, offsets, inputs)
+        graph.past.fill_(past)
         for name, value in inputs.items():
             graph.inputs[name].copy_(value)
-        torch.arange(past, past + count, out=graph.slots)
-        write_full_width_bias(graph.bias, bias, past, count)
-        if not self.capture:
-            outputs = self._call(graph, layers, call)
-        else:
-            if graph.graph is None:
-                self._capture(graph, layers, call)
-            graph.graph.replay()
-            outputs = tuple(output.clone() for output in graph.outputs)
+        if isinstance(bias, torch.Tensor):
+            graph.tail.copy_(bias.reshape(count, bias.shape[-1]))
+        elif bias is not None:
+            graph.source.copy_(bias.source)
+        if isinstance(offsets, torch.Tensor):
+            graph.offsets.copy_(offsets.reshape(count))
+        outputs = self._replay(graph, lambda: self._call(graph, layers, call))
         for layer in layers:
             layer.set_length(past + count)
         return outputs
 
-    def _call(self, graph: _Graph, layers: list[PreallocatedLayer], call: StaticCall) -> tuple[torch.Tensor, ...]:
+    def run_block(self, key: Hashable, cache: Cache, past: int, length: int, inputs: dict[str, torch.Tensor],
+                  body: BlockCall, forwards: int = 1) -> tuple[torch.Tensor, ...]:
+        """A block of fixed-shape device work over ``cache`` as one graph (a drafter's whole draft: its forwards and
+        the tree's bookkeeping between them): ``body(buffers, past)`` with ``past`` a 0-d device tensor (the cached
+        length before the block), each forward writing at slots it computes from it (``writing_at``), its masks from
+        ``device_full_width_mask``. Nothing in ``body`` may read a device value or depend on a host value that
+        changes between calls (those are inputs). Per call the host fills ``past`` and copies ``inputs``; the
+        cache's lengths are then ``length``. ``forwards``: the model forwards the block holds (``calls`` counts them)."""
+        layers = self._layers(cache)
+        self.calls += forwards
+        if length > layers[0].capacity:
+            raise DraftcountError(f"static KV cache holds {layers[0].capacity} positions; this block needs {length}")
+        full_key = ("block", key, tuple((name, tuple(value.shape), value.dtype) for name, value in inputs.items()))
+        graph = self.graphs.get(full_key)
+        if graph is None:
+            graph = self.graphs[full_key] = _Block({name: torch.zeros_like(value) for name, value in inputs.items()},
+                                                   torch.zeros((), dtype=torch.long, device=self.device))
+        graph.past.fill_(past)
+        for name, value in inputs.items():
+            graph.inputs[name].copy_(value)
+        outputs = self._replay(graph, lambda: _in_region(lambda: tuple(body(graph.inputs, graph.past))))
         for layer in layers:
-            layer.graph_slots = graph.slots
-        try:
-            with graphed_region():
-                return tuple(call(graph.inputs, graph.bias))
-        finally:
-            for layer in layers:
-                layer.graph_slots = None
+            layer.set_length(length)
+        return outputs
 
-    def _capture(self, graph: _Graph, layers: list[PreallocatedLayer], call: StaticCall) -> None:
+    def _replay(self, graph: _Graph | _Block, call: Callable[[], tuple[torch.Tensor, ...]]) -> tuple[torch.Tensor, ...]:
+        """``call`` (the graph's body) on the CPU; on a GPU its graph, captured at the first call, replayed."""
+        if not self.capture:
+            return call()
+        if graph.graph is None:
+            self._capture(graph, call)
+        graph.graph.replay()
+        return tuple(output.clone() for output in graph.outputs)
+
+    def _call(self, graph: _Graph, layers: list[PreallocatedLayer], call: StaticCall) -> tuple[torch.Tensor, ...]:
+        """The graph's body: the slots, the mask and the positions from ``graph.past`` on the device, then ``call``."""
+        with graphed_region(), writing_at(layers, graph.past + graph.ranks):
+            inputs = dict(graph.inputs)
+            if graph.offsets is not None:
+                inputs["position_ids"] = (graph.past + graph.offsets)[None]
+            tail = graph.tail if graph.built is None else graph.built.build(graph.source)
+            mask = device_full_width_mask(graph.past, tail, graph.keys, graph.ranks.shape[0])
+            return tuple(call(inputs, mask))
+
+    def _capture(self, graph: _Graph | _Block, call: Callable[[], tuple[torch.Tensor, ...]]) -> None:
         """Warm up on a side stream (one per runner, reused), capture, and only then store the graph: a capture
         that raises leaves no half-made graph behind to be replayed by the next call of this shape."""
         main = torch.cuda.current_stream(self.device)
@@ -205,10 +328,27 @@ class GraphedForwards:
         self.warmup_stream.wait_stream(main)
         with torch.cuda.stream(self.warmup_stream):
             for _ in range(2):
-                self._call(graph, layers, call)
+                call()
         main.wait_stream(self.warmup_stream)
         captured = torch.cuda.CUDAGraph()
         with torch.cuda.device(self.device), torch.cuda.graph(captured, pool=self.pool):
-            outputs = self._call(graph, layers, call)
+            outputs = call()
         graph.graph, graph.outputs = captured, outputs
         self.captures += 1
+
+
+def _in_region(call: Callable[[], tuple[torch.Tensor, ...]]) -> tuple[torch.Tensor, ...]:
+    with graphed_region():
+        return call()
+
+
+@contextmanager
+def writing_at(layers: list[PreallocatedLayer], slots: torch.Tensor) -> Iterator[None]:
+    """Inside a graph's body: the static cache's layers write this forward's keys/values at ``slots`` (device)."""
+    for layer in layers:
+        layer.graph_slots = slots
+    try:
+        yield
+    finally:
+        for layer in layers:
+            layer.graph_slots = None

@@ -14,7 +14,8 @@ import torch
 from torch.nn import functional
 from transformers import DynamicCache
 
-from harness.backend.cuda_graphs import GraphedForwards
+from harness.backend.cuda_graphs import Bias, GraphedForwards, Offsets
+from harness.backend.device import to_device
 from harness.errors import DraftcountError
 from harness.backend.kv_cache import cache_argument
 from harness.backend.models import LoadedModel
@@ -49,26 +50,30 @@ class LMOutput:
     hidden_states: tuple[torch.Tensor | None, ...] | None  # embeddings + every layer, when asked for (None
     # at the layers not kept: see ``run_model``'s ``hidden_layers``)
     flops: float = 0.0  # this forward's FLOP estimate (already added to the tally)
+    choices: torch.Tensor | None = None  # (q,) the argmax of each row of a batch-1 forward, computed inside its graph
 
 
 def run_model(
     lm: LoadedModel,
     input_ids: torch.Tensor,
     cache: DynamicCache,
-    position_ids: torch.Tensor,
+    position_ids: torch.Tensor | None,
     tally: ForwardTally,
-    attention_bias: torch.Tensor | None = None,
+    attention_bias: Bias = None,
     logits_to_keep: int = 0,
     output_hidden_states: bool = False,
     graphs: GraphedForwards | None = None,
     hidden_layers: tuple[int, ...] | None = None,
     media: Mapping[str, torch.Tensor] | None = None,
+    position_offsets: Offsets | None = None,
 ) -> LMOutput:
     """Run ``lm`` on ``input_ids`` (B, q) at ``position_ids`` (B, q), extending ``cache``.
 
     ``attention_bias`` is an additive float mask (B, 1, q, W) over the last W
     of the past + q keys (a token tree's nodes, say); the keys before them (the
-    cached prefix) are visible to every query. None: causal attention.
+    cached prefix) are visible to every query. None: causal attention. A
+    ``BuiltBias`` (a deferred tree's) is built from its source, inside the
+    graph of a graphed forward.
     ``logits_to_keep`` > 0 computes logits only for the last that many
     positions. With ``output_hidden_states``, ``hidden_layers`` names the
     hidden states kept (indices into embeddings + every layer, negative from
@@ -77,36 +82,68 @@ def run_model(
     the forward is replayed from a CUDA graph of its shape
     (``harness.backend.cuda_graphs``; prefills run eagerly). ``media``: the
     model's other inputs of a prefill (a vision-language target's
-    ``pixel_values``), passed as they are; eager only.
+    ``pixel_values``), passed as they are; eager only. ``position_offsets``
+    (instead of ``position_ids``): the positions relative to the cached
+    length, a tuple fixed per shape or a (q,) device tensor (a graphed
+    forward adds the cached length on the device). A graphed forward of a
+    batch of one also returns each row's argmax (``LMOutput.choices``).
     """
     past = cache.get_seq_length()
+    if (position_ids is None) == (position_offsets is None):
+        raise DraftcountError("run_model takes position_ids or position_offsets, exactly one of them")
     new_tokens = input_ids.shape[-1]
     total = lm.hidden_state_count if output_hidden_states else 0
     kept = kept_layers(hidden_layers, total) if output_hidden_states else ()
 
     def eager() -> tuple[torch.Tensor, ...]:
-        mask = prefix_visible(attention_bias, past + new_tokens)
+        bias = attention_bias
+        if bias is not None and not isinstance(bias, torch.Tensor):  # built from its source (``BuiltBias``)
+            bias = bias.build(bias.source)[None, None]
+        mask = prefix_visible(bias, past + new_tokens)
+        ids = position_ids if position_ids is not None else absolute_positions(position_offsets, past, input_ids.device)
         if isinstance(cache, TreeStateCache):  # a hybrid target: the tree's shape read from its (full) mask
-            return _tree_outputs(lm, input_ids, cache, position_ids, mask, logits_to_keep, kept)
-        return _forward_outputs(lm, input_ids, cache, position_ids, mask, logits_to_keep, kept, total, media)
+            return _tree_outputs(lm, input_ids, cache, ids, mask, logits_to_keep, kept)
+        return _forward_outputs(lm, input_ids, cache, ids, mask, logits_to_keep, kept, total, media)
 
     if media and (graphs is not None or isinstance(cache, TreeStateCache)):
         raise DraftcountError("a forward with media inputs (an image) runs eagerly, on a transformer's cache")
 
+    choices = None
     with tally.clock.phase(tally.phase):
         if graphs is not None:
+            graphed = graphs.graphs_forward(past, new_tokens)  # else graphs.run runs eager() (and counts it)
+            inputs = {"input_ids": input_ids} if position_ids is None else {"input_ids": input_ids,
+                                                                            "position_ids": position_ids}
             outputs = graphs.run(
-                ("lm", logits_to_keep, kept), cache, past, new_tokens, attention_bias,
-                {"input_ids": input_ids, "position_ids": position_ids},
-                lambda inputs, mask: _forward_outputs(lm, inputs["input_ids"], cache, inputs["position_ids"], mask,
-                                                      logits_to_keep, kept, total), eager)
+                ("lm", logits_to_keep, kept), cache, past, new_tokens, attention_bias, inputs,
+                lambda buffers, mask: _with_choices(_forward_outputs(
+                    lm, buffers["input_ids"], cache, buffers["position_ids"], mask, logits_to_keep, kept, total)),
+                eager, offsets=position_offsets)
+            if graphed:
+                logits, choices, *states = outputs
+                choices = choices if input_ids.shape[0] == 1 else None
+            else:
+                logits, *states = outputs
         else:
-            outputs = eager()
-    logits, *states = outputs
+            logits, *states = eager()
     logits_tokens = min(logits_to_keep, new_tokens) if logits_to_keep > 0 else new_tokens
     flops = count_forward(lm, tally, new_tokens, past, logits_tokens)
     hidden = spread_layers(states, kept, total) if output_hidden_states else None
-    return LMOutput(logits=logits, hidden_states=hidden, flops=flops)
+    return LMOutput(logits=logits, hidden_states=hidden, flops=flops, choices=choices)
+
+
+def _with_choices(outputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
+    """A graphed forward's outputs with the first row's argmax after the logits (the greedy verdict's choices,
+    made inside the graph so that greedy verification dispatches nothing outside it)."""
+    logits, *states = outputs
+    return (logits, logits[0].argmax(dim=-1), *states)
+
+
+def absolute_positions(offsets: Offsets, past: int, device: torch.device) -> torch.Tensor:
+    """(1, q) position ids ``past + offsets`` (offsets a tuple of ints, or a (q,) tensor) on ``device``."""
+    if isinstance(offsets, torch.Tensor):
+        return (offsets.to(device) + past).reshape(1, -1)
+    return positions(past, 1, device) + to_device(torch.tensor(offsets, dtype=torch.long), device)  # host: offsets, sent
 
 
 def kept_layers(layers: tuple[int, ...] | None, total: int) -> tuple[int, ...]:

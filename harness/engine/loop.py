@@ -22,10 +22,10 @@ from harness.backend.models import LoadedModel
 from harness.verify.sampling import SamplingConfig, next_token
 from harness.engine.runtime import EngineRuntime
 from harness.backend.device import Stopwatch
-from harness.backend.device import to_device
+from harness.backend.device import index_on
 from harness.backend.phases import PhaseClock
 from harness.trees.tree import TokenTree, check_batch_size_one, tree_attention_bias
-from harness.verify import DEFAULT_VERIFIER, VERIFIERS, Verifier
+from harness.verify import DEFAULT_VERIFIER, VERIFIERS, Verdict, Verifier
 
 
 @dataclass
@@ -116,21 +116,45 @@ def draft_and_run_target(runtime: EngineRuntime, adapter: DraftAdapter, ctx: Ste
 
 
 def accept(verify: Verifier, adapter: DraftAdapter, ctx: StepContext, tree: TokenTree, target_out: LMOutput,
-           cache: Cache, prefix_len: int) -> list[int]:
-    """Verify the tree, keep the accepted path in the target's cache, count, tell the adapter; the new tokens."""
+           cache: Cache, prefix_len: int) -> Verdict:
+    """Verify the tree, keep the accepted path in the target's cache, count, tell the adapter; the verdict."""
     with ctx.counters.phase("verify"):
-        verdict = verify(tree, target_out.logits[0], ctx.sampling, ctx.generator)
+        given = {"choices": target_out.choices} if ctx.sampling.is_greedy and target_out.choices is not None else {}
+        verdict = verify(tree, target_out.logits[0], ctx.sampling, ctx.generator, **given)
     keep_tree_path(cache, prefix_len, list(verdict.path))
     ctx.counters.record_step(tree, verdict)
     adapter.commit(ctx, tree, verdict, target_out)
-    return list(verdict.new_tokens)
+    return verdict
 
 
 def decode_step(runtime: EngineRuntime, adapter: DraftAdapter, ctx: StepContext, sequence: torch.Tensor,
-                cache: Cache, verify: Verifier) -> list[int]:
-    """One speculative step: draft a tree, run the target over it, accept what verification keeps."""
+                cache: Cache, verify: Verifier) -> tuple[list[int], torch.Tensor | None]:
+    """One speculative step: draft a tree, run the target over it, accept what verification keeps. Returns the new
+    tokens and, when they are on the device already (greedy, a path 0, 1, ..., a: ``choices[: a + 1]``), those."""
     tree, target_out = draft_and_run_target(runtime, adapter, ctx, sequence, cache)
-    return accept(verify, adapter, ctx, tree, target_out, cache, sequence.shape[-1] - 1)
+    verdict = accept(verify, adapter, ctx, tree, target_out, cache, sequence.shape[-1] - 1)
+    along = ctx.sampling.is_greedy and list(verdict.path) == list(range(len(verdict.path)))
+    return list(verdict.new_tokens), target_out.choices if along else None
+
+
+class SequenceBuffer:
+    """The sequence on the device, in a buffer of the generation's longest length: a step's new tokens are written
+    after it (one copy) and the sequence is a view of the filled part, instead of a concatenation per step."""
+
+    def __init__(self, start: torch.Tensor, capacity: int) -> None:
+        self.buffer = torch.zeros((1, max(capacity, start.shape[-1])), dtype=start.dtype, device=start.device)
+        self.length = start.shape[-1]
+        self.buffer[:, : self.length] = start
+
+    def extend(self, new: list[int], choices: torch.Tensor | None) -> torch.Tensor:
+        """Append ``new`` (device tokens ``choices``' first ones when they are these, else from the host)."""
+        end = self.length + len(new)
+        if choices is not None and choices.shape[0] >= len(new):
+            self.buffer[0, self.length:end].copy_(choices[: len(new)])  # the greedy choices along a 0..a path
+        else:
+            self.buffer[0, self.length:end].copy_(index_on(new, self.buffer.device))
+        self.length = end
+        return self.buffer[:, :end]
 
 
 def generation_steps(
@@ -175,6 +199,7 @@ def generation_steps(
         cache = runtime.cache_for(ctx.max_sequence, adapter.max_draft_nodes)
         sequence, first_id = prefill(runtime, adapter, ctx, prompt_ids, cache)
     produced = [first_id]
+    tokens = SequenceBuffer(sequence, prompt_len + max_new_tokens + adapter.max_draft_nodes + 1)
     counters.prefill_seconds = stopwatch.elapsed()
     while len(produced) < max_new_tokens and not eos_token_ids.intersection(produced[-1:]):
         if paused_between_steps:
@@ -185,12 +210,12 @@ def generation_steps(
             counters.clock.resume()
             stopwatch.resume()
         with torch.inference_mode():
-            step_tokens = decode_step(runtime, adapter, ctx, sequence, cache, verify)
+            step_tokens, choices = decode_step(runtime, adapter, ctx, sequence, cache, verify)
             produced.extend(step_tokens)
             ctx.tokens.extend(step_tokens)
             if eos_token_ids.intersection(step_tokens):
                 break
-            sequence = torch.cat([sequence, to_device(torch.tensor([step_tokens]), sequence.device)], dim=-1)
+            sequence = tokens.extend(step_tokens, choices)
     counters.wall_seconds = stopwatch.elapsed()
     counters.stop_clock()
     output, counters.stop_reason = trim_output(produced, eos_token_ids, max_new_tokens)

@@ -207,9 +207,9 @@ class EngineRuntime:
                hidden_layers: tuple[int, ...] | None = None) -> LMOutput:
         """The target's forward over the whole ``tree`` rooted after ``prefix_len`` cached positions (with
         ``hidden``: the hidden states at ``hidden_layers``, as in ``run_model``)."""
-        return run_model(self.target, tree.tokens.unsqueeze(0), cache, tree.position_ids(prefix_len), tally,
-                         attention_bias=tree.attention_bias(self.target.dtype), output_hidden_states=hidden,
-                         graphs=self.graphs, hidden_layers=hidden_layers)
+        return run_model(self.target, tree.tokens.unsqueeze(0), cache, None, tally,
+                         attention_bias=tree.graph_bias(self.target.dtype), output_hidden_states=hidden,
+                         graphs=self.graphs, hidden_layers=hidden_layers, position_offsets=tree.position_offsets())
 
 
 def warm_up(generate_once: Callable[[int], object], captures: Callable[[], int], warmups: int,

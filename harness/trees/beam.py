@@ -216,8 +216,33 @@ def assembled_beam(root: torch.Tensor, chosen: torch.Tensor, pool: Pool, expande
     parents = torch.cat([root_parent, node_of_pool[all_parents[chosen] + 1]])
     depths = torch.cat([torch.zeros(1, dtype=torch.long, device=device), all_depths[chosen]])
     drafted = all_tokens[chosen].to(root.device)
-    beam = BeamTree(tree=None, parent_slots=[], pool_of_node=[], pool_tokens=all_tokens, pool_scores=pool.scores,
-                    pool_parents=all_parents, pool_priority=pool.priority)
+    beam = beam_from_tensors((torch.cat([root.reshape(1).long(), drafted]), parents.to(root.device),
+                              depths.to(root.device), torch.cat([chosen, *expanded]).to(root.device), all_tokens,
+                              pool.scores, all_parents, pool.scores if pool.priority is None else pool.priority),
+                             k, max_depth)
+    if pool.draft_probs is not None:
+        beam.tree.draft_probs = [None, *pool.draft_probs[chosen].unbind(0)]
+    return beam
+
+
+BEAM_TENSORS = 8  # what ``beam_tensors`` returns
+
+
+def beam_tensors(beam: BeamTree) -> tuple[torch.Tensor, ...]:
+    """A top-k beam's device tensors, as ``beam_from_tensors`` takes them (a graphed draft's outputs)."""
+    tree = beam.tree
+    return (tree.tokens, tree.device_parents, tree.device_depths, tree.pending, beam.pool_tokens, beam.pool_scores,
+            beam.pool_parents, beam.pool_priority)
+
+
+def beam_from_tensors(tensors: tuple[torch.Tensor, ...], k: int, max_depth: int) -> BeamTree:
+    """The ``BeamTree`` of (tree tokens, parents, depths, pending: the chosen then the expanded frontiers' pool
+    indices, pool tokens, scores, parents, priority): its tree a ``DeferredTree`` whose read also returns the
+    pending indices, from which the host learns each node's pool index and parent slot."""
+    tokens, parents, depths, pending, pool_tokens, pool_scores, pool_parents, priority = tensors
+    count = tokens.shape[0] - 1
+    beam = BeamTree(tree=None, parent_slots=[], pool_of_node=[], pool_tokens=pool_tokens, pool_scores=pool_scores,
+                    pool_parents=pool_parents, pool_priority=priority)
 
     def learn(values: list[int]) -> None:
         """The read's extra values: the chosen pool indices, then each expanded frontier's pool indices."""
@@ -227,11 +252,7 @@ def assembled_beam(root: torch.Tensor, chosen: torch.Tensor, pool: Pool, expande
         beam.parent_slots = [None, *(slot_of_pool.get(beam.pool_of_node[parent]) if parent else None
                                      for parent in beam.tree.parents[1:])]
 
-    beam.tree = DeferredTree(torch.cat([root.reshape(1).long(), drafted]), parents.to(root.device),
-                             depths.to(root.device), max_depth, torch.cat([chosen, *expanded]).to(root.device),
-                             learn)
-    if pool.draft_probs is not None:
-        beam.tree.draft_probs = [None, *pool.draft_probs[chosen].unbind(0)]
+    beam.tree = DeferredTree(tokens, parents, depths, max_depth, pending, learn)
     return beam
 
 

@@ -65,7 +65,8 @@ class TokenTree:
         """``rows`` (1-D integer tensors on the tree's device) as host lists, read in one go: the one host
         synchronisation of a greedy verification. A tree whose shape is still on the device reads it too."""
         lengths = [row.shape[0] for row in rows]
-        flat = torch.cat([row.long() for row in rows]).tolist() if rows else []
+        flat = (rows[0].long().tolist() if len(rows) == 1 else torch.cat([row.long() for row in rows]).tolist()
+                ) if rows else []
         out, start = [], 0
         for length in lengths:
             out.append(flat[start:start + length])
@@ -87,6 +88,14 @@ class TokenTree:
     def position_ids(self, prefix_len: int) -> torch.Tensor:
         """(1, n) absolute positions: prefix length plus each node's depth."""
         return to_device(torch.tensor(self.depths) + prefix_len, self.tokens.device).unsqueeze(0)
+
+    def graph_bias(self, dtype: torch.dtype) -> torch.Tensor | None:
+        """The mask a graphed verify forward takes (``attention_bias``'s; a deferred tree's is built in the graph)."""
+        return self.attention_bias(dtype)
+
+    def position_offsets(self) -> tuple[int, ...] | torch.Tensor:
+        """Each node's position relative to the root's (its depth): on the host while the shape is."""
+        return self.depths
 
     def attention_bias(self, dtype: torch.dtype) -> torch.Tensor | None:
         """Additive float mask (1, 1, n, n) among the tree's nodes: 0 where a node may attend (its ancestors and
@@ -216,15 +225,44 @@ class DeferredTree(TokenTree):
     def position_ids(self, prefix_len: int) -> torch.Tensor:
         return (self.device_depths + prefix_len).unsqueeze(0)
 
+    def position_offsets(self) -> torch.Tensor:
+        return self.device_depths
+
     def attention_bias(self, dtype: torch.dtype) -> torch.Tensor:
         """(1, 1, n, n) over the tree's nodes, built on the device: each node sees its ancestors and itself."""
-        size = self.tokens.shape[0]
-        visible = torch.eye(size, dtype=torch.bool, device=self.tokens.device)
-        step_up = self.device_parents.clamp(min=0)  # the root is its own parent
+        return self.graph_bias(dtype).build(self.device_parents)[None, None]
+
+    def graph_bias(self, dtype: torch.dtype) -> AncestorBias:
+        """The mask as a graphed forward builds it inside its graph from the parents (``AncestorBias``)."""
+        return AncestorBias(self.device_parents, self.max_depth, dtype)
+
+
+@dataclass(frozen=True)
+class AncestorBias:
+    """A tree mask built on the device from the parents (root -1) of a tree at most ``max_depth`` deep: what a
+    graphed forward copies per call (``source``) and builds inside its graph (``build``), the key of its shape."""
+
+    source: torch.Tensor
+    max_depth: int
+    dtype: torch.dtype
+
+    @property
+    def width(self) -> int:
+        return self.source.shape[0]
+
+    @property
+    def key(self) -> tuple:
+        return ("ancestors", self.max_depth, self.dtype)
+
+    def build(self, parents: torch.Tensor) -> torch.Tensor:
+        """(n, n): 0 where a node sees a node (its ancestors and itself), the dtype's lowest value elsewhere."""
+        size = parents.shape[0]
+        visible = torch.eye(size, dtype=torch.bool, device=parents.device)
+        step_up = parents.clamp(min=0)  # the root is its own parent
         for _ in range(self.max_depth):
             visible = visible | visible.index_select(0, step_up)
-        bias = torch.zeros((size, size), dtype=dtype, device=self.tokens.device)
-        return bias.masked_fill_(~visible, torch.finfo(dtype).min)[None, None]
+        return torch.zeros((size, size), dtype=self.dtype, device=parents.device).masked_fill_(
+            ~visible, torch.finfo(self.dtype).min)
 
 
 def chain_tree(root: int, drafts: list[int], device: torch.device) -> TokenTree:

@@ -35,17 +35,24 @@ def verify_tree(
     sampling: SamplingConfig,
     generator: torch.Generator | None,
     residual: ResidualFn = residual_distribution,
+    choices: torch.Tensor | None = None,
 ) -> Verdict:
-    """Verify ``tree`` against the target's ``logits`` (n, V), one row per tree node."""
+    """Verify ``tree`` against the target's ``logits`` (n, V), one row per tree node; ``choices``: the logits'
+    argmax per row when the target's graphed forward already made it (``LMOutput.choices``), used when greedy."""
     check_one_row_per_node(tree, logits)
     if sampling.is_greedy:
-        return _verify_greedy(tree, logits)
+        return _verify_greedy(tree, logits, choices)
     return _verify_sampling(tree, logits, sampling, generator, residual)
 
 
-def _verify_greedy(tree: TokenTree, logits: torch.Tensor) -> Verdict:
-    # the step's one host read: the tree's tokens and the target's choices together (and a deferred tree's shape)
-    tokens, target_choice = tree.read_with([tree.tokens.to(logits.device), logits.argmax(dim=-1)])
+def _verify_greedy(tree: TokenTree, logits: torch.Tensor, choices: torch.Tensor | None = None) -> Verdict:
+    # the step's one host read: the tree's tokens and the target's choices together (and a deferred tree's shape);
+    # a root-only tree's token is not needed (it has no children to compare)
+    choices = logits.argmax(dim=-1) if choices is None else choices.to(logits.device)
+    if tree.size == 1 and type(tree) is TokenTree:
+        (target_choice,) = tree.read_with([choices])
+        return Verdict((0,), (), target_choice[0], 0)
+    tokens, target_choice = tree.read_with([tree.tokens.to(logits.device), choices])
     children = tree.children
     node, path, tried = 0, [0], 0
     while True:

@@ -49,10 +49,12 @@ def verify_traversal(
     sampling: SamplingConfig,
     generator: torch.Generator | None,
     update: ParentUpdate = block_update,
+    choices: torch.Tensor | None = None,
 ) -> Verdict:
-    """Verify ``tree`` against the target's ``logits`` (n, V), one row per tree node, by traversal verification."""
+    """Verify ``tree`` against the target's ``logits`` (n, V), one row per tree node, by traversal verification
+    (``choices``: as ``verify_tree``'s)."""
     if sampling.is_greedy:
-        return verify_tree(tree, logits, sampling, generator)
+        return verify_tree(tree, logits, sampling, generator, choices=choices)
     check_one_row_per_node(tree, logits)
     tree.resolve()
     probs = logits_to_probs(logits, sampling)

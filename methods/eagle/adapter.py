@@ -50,6 +50,7 @@ from methods.eagle.batch import EagleRows
 from methods.eagle.checkpoint import load_head
 from methods.eagle.head import EagleHead
 from methods.eagle.head3 import Eagle3Head
+from methods.eagle.graphed import graphed_propose, graphs_draft
 
 
 class HeadRunner:
@@ -191,6 +192,8 @@ class EagleAdapter(AdapterBase):
 
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
         count = self.pending.shape[0]
+        if graphs_draft(self, ctx, count):  # the whole draft as one graph (``methods.eagle.graphed``)
+            return graphed_propose(self, ctx, sequence)
         tokens = self.head_tokens(sequence, self.fed_len + 1, count)
         hidden, flops = self._forward(
             ctx, self.pending, tokens, positions(self.fed_len, count, self.runner.device), None, logits_rows=1, step=1,

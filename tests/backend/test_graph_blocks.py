@@ -1,0 +1,53 @@
+"""The device-side parts of graphed forwards and blocks (``harness.backend.cuda_graphs``), on the CPU: the full-width
+mask built from a device ``past`` equals the host-built one, a tree's mask built from its parents equals the host's
+ancestor mask, and a graphed block runs its body inside a graph region and sets the cache's length (eagle's graphed draft,
+``methods.eagle.graphed``, is checked lossless in tests/methods/test_eagle.py)."""
+
+import torch
+
+from harness.backend.cuda_graphs import (GRAPHED_REGION, GraphedForwards, causal_block, device_full_width_mask,
+                                         write_full_width_bias)
+from harness.backend.static_cache import new_static_cache, static_layers
+from harness.trees.tree import AncestorBias, TokenTree, tree_attention_bias
+from transformers import LlamaConfig
+
+
+def _config() -> LlamaConfig:
+    return LlamaConfig(vocab_size=32, hidden_size=16, intermediate_size=32, num_hidden_layers=1,
+                       num_attention_heads=2, num_key_value_heads=2)
+
+
+def test_device_mask_equals_the_host_built_one():
+    capacity, low = 16, torch.finfo(torch.float32).min
+    generator = torch.Generator(device="cpu").manual_seed(0)
+    for past, count, width in [(5, 1, None), (5, 3, None), (4, 3, 3), (6, 2, 5), (1, 4, 5)]:
+        bias = None if width is None else torch.where(torch.rand(count, width, generator=generator) > 0.5, 0.0, low)
+        expected = torch.zeros((1, 1, count, capacity))
+        write_full_width_bias(expected, bias, past, count)
+        tail = causal_block(count, torch.float32, torch.device("cpu")) if bias is None else bias
+        built = device_full_width_mask(torch.tensor(past), tail, torch.arange(capacity), count)
+        assert torch.equal(built, expected), (past, count, width)
+
+
+def test_ancestor_bias_equals_the_host_tree_mask():
+    parents = (-1, 0, 0, 1, 1, 3, 2)
+    tree = TokenTree(torch.arange(len(parents)), parents)
+    expected = tree_attention_bias(tree.parents, [], list(range(tree.size)), torch.float32, "cpu")[0, 0]
+    built = AncestorBias(torch.tensor(parents), 3, torch.float32)
+    assert torch.equal(built.build(built.source), expected)
+
+
+def test_a_block_runs_inside_a_graph_region_and_sets_the_length():
+    cache = new_static_cache(_config(), 32, torch.float32, torch.device("cpu"))
+    graphs = GraphedForwards(torch.device("cpu"), torch.float32, capture=False)
+    seen = []
+
+    def body(buffers, past):
+        seen.append((GRAPHED_REGION.get(), int(past)))
+        return (buffers["x"] * 2 + past,)
+
+    for past in (3, 7):
+        (out,) = graphs.run_block("twice", cache, past, past + 5, {"x": torch.ones(2)}, body)
+        assert torch.equal(out, torch.full((2,), 2.0 + past))
+        assert static_layers(cache)[0].get_seq_length() == past + 5
+    assert seen == [(True, 3), (True, 7)] and len(graphs.graphs) == 1
