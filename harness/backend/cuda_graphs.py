@@ -228,7 +228,7 @@ class GraphedForwards:
             tail = torch.zeros((count, _bias_width(bias)), dtype=self.dtype, device=device)
         fixed = None
         if isinstance(offsets, tuple):
-            fixed = to_device(torch.tensor(offsets, dtype=torch.long), device)  # host: fixed per shape, uploaded once
+            fixed = to_device(torch.tensor(offsets, dtype=torch.long), device)  # fixed per shape, uploaded once
         elif offsets is not None:
             fixed = torch.zeros(count, dtype=torch.long, device=device)
         built = None if bias is None or isinstance(bias, torch.Tensor) else bias

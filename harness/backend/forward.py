@@ -143,7 +143,7 @@ def absolute_positions(offsets: Offsets, past: int, device: torch.device) -> tor
     """(1, q) position ids ``past + offsets`` (offsets a tuple of ints, or a (q,) tensor) on ``device``."""
     if isinstance(offsets, torch.Tensor):
         return (offsets.to(device) + past).reshape(1, -1)
-    return positions(past, 1, device) + to_device(torch.tensor(offsets, dtype=torch.long), device)  # host: offsets, sent
+    return positions(past, 1, device) + to_device(torch.tensor(offsets, dtype=torch.long), device)
 
 
 def kept_layers(layers: tuple[int, ...] | None, total: int) -> tuple[int, ...]:

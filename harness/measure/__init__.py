@@ -39,4 +39,6 @@ MEASUREMENTS: dict[str, tuple[str, str]] = {
                                                          "on its float16 copy: held-out agreement per draft step, "
                                                          "the difference with a paired bootstrap interval, the "
                                                          "dumps' bytes on disk"),
+    "workflow-time": ("harness.measure.workflow_time", "job-minutes per rule of a Snakemake run, from its logs over "
+                                                       "every invocation, stopped intervals taken out"),
 }
