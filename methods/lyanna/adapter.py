@@ -45,6 +45,7 @@ from harness.engine.method_spec import BuildInputs
 from harness.training.features import feature_indices, feature_rows
 from methods.lyanna import LyannaOptions
 from methods.lyanna.batch import LyannaRows
+from methods.lyanna.graphed import graphed_propose, graphs_draft
 from methods.lyanna.model import LyannaModel, load_drafter
 
 
@@ -56,6 +57,7 @@ class _Chain:
     logprobs: dict[int, torch.Tensor]
     cache_keys: list[torch.Tensor] | None = None  # reuse=states: kept speculative entries
     cache_values: list[torch.Tensor] | None = None
+    stacked_logprobs: torch.Tensor | None = None  # ``logprobs``' values as one (rows, V) tensor, in position order
 
 
 class LyannaAdapter(AdapterBase):
@@ -172,6 +174,8 @@ class LyannaAdapter(AdapterBase):
         self.work.charge(units, flops)
 
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
+        if graphs_draft(self, ctx, self.pending.shape[0]):  # the whole draft as one graph (``methods.lyanna.graphed``)
+            return graphed_propose(self, ctx, sequence)
         first = sequence.shape[-1] - 1  # depth-1 nodes sit after the root: their state predicts the root's feature
         self.depth_positions = list(range(first, first + self.shape.depth))
         root_known = self.root_logits is not None
@@ -195,7 +199,8 @@ class LyannaAdapter(AdapterBase):
                 if position in self.previous.logprobs:
                     extra[row] = self.options.reuse_weight * self.previous.logprobs[position]
                     ctx.counters.add_extra("backbone_logits_reused", 1)
-        self.chain = _Chain(states=states, logprobs={p: logprobs[row] for row, p in enumerate(with_states)})
+        self.chain = _Chain(states=states, logprobs={p: logprobs[row] for row, p in enumerate(with_states)},
+                            stacked_logprobs=logprobs)
 
         def node_logprobs(depth: int, parents: torch.Tensor) -> torch.Tensor:
             if depth == 1 and root_known:  # the target's own distribution after the root (in the draft vocabulary)

@@ -106,6 +106,28 @@ def test_greedy_lossless_under_engine_switches(lyanna_setup, switch):
             assert result.counters.extra.get("backbone_states_reused", 0) > 0 or not options
     assert deep > 0
 
+
+@pytest.mark.parametrize("reuse", ["logits", "off"])
+def test_the_graphed_draft_drafts_what_the_eager_draft_does(lyanna_setup, reuse):
+    """methods/lyanna/graphed.py: the whole draft as one block (run eagerly on the CPU) accepts the same drafts at
+    every step as the step-by-step draft on a static cache, and books the same drafter FLOPs, useful work and
+    counters."""
+    target, root, _ = lyanna_setup
+    runs = {}
+    for switch in ENGINE_SWITCHES:
+        adapter, _ = build_adapter("lyanna", {"reuse": reuse}, BuildInputs(target, None, root / "token_info"))
+        runtime = engine_runtime(target, switch)
+        runs[switch] = [generate(target, adapter, prompt, 16, SamplingConfig(), runtime=runtime).counters
+                        for prompt in _prompts(4)]
+        if switch == "graph_buffers":
+            assert any(key[0] == "block" for key in runtime.graphs_of(adapter).graphs)
+    for eager, graphed in zip(runs["static"], runs["graph_buffers"]):
+        assert graphed.step_accepted == eager.step_accepted
+        assert graphed.extra == pytest.approx(eager.extra, rel=1e-12)  # the reuse counters, useful drafter FLOPs
+        assert (graphed.drafter.forwards, graphed.drafter.tokens) == (eager.drafter.forwards, eager.drafter.tokens)
+        assert graphed.drafter.flops == pytest.approx(eager.drafter.flops, rel=1e-12)
+
+
 def test_fresh_drafter_lossless_and_training_helps(lyanna_setup):
     target, root, metrics = lyanna_setup
     prompts = _prompts(20, seed=8)

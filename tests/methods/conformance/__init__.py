@@ -279,7 +279,7 @@ DISPATCH_BUDGETS = {
     "sd": (36, 114),
     "tree_sd": (115, 530),
     "eagle": (26, 76),
-    "lyanna": (189, 227),
+    "lyanna": (63, 81),
     "dflash": (152, 198),
     "dspark": (205, 286),
     "pard": (21, 98),
