@@ -275,17 +275,18 @@ class GraphedForwards:
             layer.set_length(past + count)
         return outputs
 
-    def run_block(self, key: Hashable, cache: Cache, past: int, length: int, inputs: dict[str, torch.Tensor],
+    def run_block(self, key: Hashable, cache: Cache | None, past: int, length: int, inputs: dict[str, torch.Tensor],
                   body: BlockCall, forwards: int = 1) -> tuple[torch.Tensor, ...]:
         """A block of fixed-shape device work over ``cache`` as one graph (a drafter's whole draft: its forwards and
         the tree's bookkeeping between them): ``body(buffers, past)`` with ``past`` a 0-d device tensor (the cached
         length before the block), each forward writing at slots it computes from it (``writing_at``), its masks from
         ``device_full_width_mask``. Nothing in ``body`` may read a device value or depend on a host value that
         changes between calls (those are inputs). Per call the host fills ``past`` and copies ``inputs``; the
-        cache's lengths are then ``length``. ``forwards``: the model forwards the block holds (``calls`` counts them)."""
-        layers = self._layers(cache)
+        cache's lengths are then ``length``. ``forwards``: the model forwards the block holds (``calls`` counts them).
+        A block over no cache (``cache`` None: heads that read only their inputs, Medusa's) has no length to set."""
+        layers = self._layers(cache) if cache is not None else []
         self.calls += forwards
-        if length > layers[0].capacity:
+        if layers and length > layers[0].capacity:
             raise DraftcountError(f"static KV cache holds {layers[0].capacity} positions; this block needs {length}")
         full_key = ("block", key, tuple((name, tuple(value.shape), value.dtype) for name, value in inputs.items()))
         graph = self.graphs.get(full_key)

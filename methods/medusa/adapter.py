@@ -29,9 +29,8 @@ from harness.trees.tree import TokenTree
 from harness.verify.verdict import Verdict
 from methods.medusa import MedusaOptions
 from methods.medusa.checkpoint import load_heads
+from methods.medusa.graphed import FIRST_HEAD, graphed_propose, graphs_draft
 from methods.medusa.model import MedusaHeads
-
-FIRST_HEAD = ("head", 1)  # the DrafterWork unit of head 1 (the root's children)
 
 
 class MedusaAdapter(AdapterBase):
@@ -49,6 +48,7 @@ class MedusaAdapter(AdapterBase):
                                   f"{heads.arch.heads}")
         self.heads = heads.to(target.device, target.dtype).eval()
         self.lm_head = target.model.get_output_embeddings()
+        self.target_config = target.model.config  # the graph runner's capture check (the heads have no RoPE)
         self.embed = target.model.get_input_embeddings()
         self.costs = [heads.cost(head, self.lm_head.weight.numel()) for head in range(1, heads.arch.heads + 1)]
         self.max_draft_nodes = self.static.nodes if self.static else self.shape.max_nodes
@@ -67,6 +67,7 @@ class MedusaAdapter(AdapterBase):
         self.beam: BeamTree | None = None
         self.static_slots: list[tuple[int, int] | None] = []  # a static tree's parent slots, as BeamTree's
         self.work = DrafterWork()
+        self.graphs = None  # cuda_graphs=on: the draft as one graphed block (``methods.medusa.graphed``)
 
     def _head(self, ctx: StepContext, head: int, path: torch.Tensor | None, rows: int) -> tuple[torch.Tensor, float]:
         """Head ``head``'s log-probabilities over ``rows`` rows (Hydra: their path tokens (rows, head))."""
@@ -80,11 +81,14 @@ class MedusaAdapter(AdapterBase):
 
     def begin(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> None:
         self._reset()
+        self.graphs = ctx.drafter_graphs(self, self.target_config, self.lm_head.weight.device, self.lm_head.weight.dtype)
         self.last_hidden = prefill.hidden_states[-1][0, -1]
 
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
         if self.static:
             return self._propose_static(ctx, sequence[0, -1])
+        if graphs_draft(self, ctx):  # the whole draft as one graph (``methods.medusa.graphed``)
+            return graphed_propose(self, ctx, sequence)
         root = sequence[0, -1]
         hydra = self.heads.arch.hydra
         paths = [root.reshape(1, 1)]  # Hydra: per expanded depth, the frontier's paths (root first)

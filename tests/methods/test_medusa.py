@@ -26,7 +26,8 @@ from methods.medusa.checkpoint import CALIBRATION
 from methods.medusa.training import train_medusa
 from harness.trees.choices import calibrated_choices
 from tests.helpers import (
-    chi_square_pvalue, exact_distribution, markov_batches, sampled_distribution, save_markov_target,
+    ENGINE_SWITCHES, chi_square_pvalue, engine_runtime, exact_distribution, markov_batches, sampled_distribution,
+    save_markov_target,
 )
 from tests.methods.conformance import ALPHA, SAMPLES, build_small_vocab_zoo
 
@@ -89,6 +90,29 @@ def test_medusa_heads_ignore_the_path_and_hydra_heads_read_it(medusa_setup, kind
     changed = hidden.clone()
     changed[:, :-1] = torch.randn(1, 7, target.config.hidden_size, generator=generator)
     assert _expand_logprobs(adapter, target, changed, sequence)[0].tokens.tolist() == tree.tokens.tolist()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_graphed_draft_drafts_what_the_eager_draft_does(medusa_setup, kind):
+    """methods/medusa/graphed.py: the beam as one block (run eagerly on the CPU) under cuda_graphs=on accepts the
+    same drafts at every step as the eager draft, keeps ar's output and books the same FLOPs and useful work."""
+    target, root, _ = medusa_setup
+    runs = {}
+    for switch in ENGINE_SWITCHES:
+        adapter, _ = build_adapter("medusa", {"top_k": 3, "depth": 3, "budget": 8},
+                                   BuildInputs(target, None, root / f"{kind}-trained"))
+        runtime = engine_runtime(target, switch)
+        runs[switch] = [generate(target, adapter, prompt, 24, GREEDY, runtime=runtime)
+                        for prompt in [row[None] for row in next(markov_batches(48, 4, 10, seed=7))]]
+        if switch == "graph_buffers":
+            assert any(key[0] == "block" for key in runtime.graphs_of(adapter).graphs)
+    for eager, graphed in zip(runs["static"], runs["graph_buffers"]):
+        assert graphed.output_ids == eager.output_ids
+        ours, theirs = graphed.counters, eager.counters
+        assert ours.step_accepted == theirs.step_accepted
+        assert (ours.drafter.forwards, ours.drafter.tokens) == (theirs.drafter.forwards, theirs.drafter.tokens)
+        assert ours.drafter.flops == pytest.approx(theirs.drafter.flops, rel=1e-12)
+        assert ours.extra == pytest.approx(theirs.extra, rel=1e-12)
 
 
 @pytest.mark.parametrize("kind", KINDS)

@@ -290,7 +290,7 @@ DISPATCH_BUDGETS = {
     "hedgespec": (42, 125),
     "owl": (220, 256),
     "prism": (45, 80),
-    "medusa": (111, 163),
+    "medusa": (12, 63),
     "mtp": (39, 72),
     "polybasic": (2337, 963),
     "dream": (83, 89),
