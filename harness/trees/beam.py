@@ -156,12 +156,17 @@ def _advance(growth: Generator[Frontier, torch.Tensor, BeamTree], child: torch.T
         return None
 
 
+def beam_width(shape: BeamShape, vocab_size: int) -> int:
+    """k: the beam's width, the top-k of its shape at most the (draft) vocabulary's size."""
+    return min(shape.top_k, vocab_size)
+
+
 def beam_growth(root: torch.Tensor, root_logprobs: torch.Tensor, shape: BeamShape,
                 token_ids: torch.Tensor | None = None) -> Generator[Frontier, torch.Tensor, BeamTree]:
     """The growth of one tree (see the module docstring) as a generator: it yields each frontier to expand, is
     sent that frontier's children's log-probabilities (k, V), and returns the tree."""
     device = root_logprobs.device
-    k = min(shape.top_k, root_logprobs.shape[-1])
+    k = beam_width(shape, root_logprobs.shape[-1])
     ids = token_ids.to(device) if token_ids is not None else None
     scores, tokens = _top(root_logprobs, k, ids)
     pool_scores, pool_tokens = [scores], [tokens]
@@ -309,7 +314,7 @@ def sampled_growth(root: torch.Tensor, root_logprobs: torch.Tensor, shape: BeamS
     frontiers (the k best-scoring of a depth's drawn nodes in the tree), the tree every draw the fixed order takes
     (``sampled_quota``, ``sampled_order``), each carrying its q."""
     device = root_logprobs.device
-    k = min(shape.top_k, root_logprobs.shape[-1])
+    k = beam_width(shape, root_logprobs.shape[-1])
     ids = token_ids.to(device) if token_ids is not None else None
     quota = sampled_quota(shape, k)
     order = torch.tensor(sampled_order(k), dtype=torch.long, device=device)

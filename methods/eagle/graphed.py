@@ -22,7 +22,8 @@ from harness.backend.static_cache import static_layers
 from harness.engine.adapter import StepContext
 from harness.engine.counters import book_drafting_forward
 from harness.engine.drafting import beam_draws
-from harness.trees.beam import Frontier, beam_from_tensors, beam_tensors, frontier_attention_bias, grow_beam_tree
+from harness.trees.beam import (Frontier, beam_from_tensors, beam_tensors, beam_width, frontier_attention_bias,
+                                grow_beam_tree)
 from harness.trees.tree import TokenTree
 
 if TYPE_CHECKING:
@@ -39,14 +40,14 @@ def graphs_draft(adapter: EagleAdapter, ctx: StepContext, count: int) -> bool:
         static_layers(adapter.cache)[0].capacity
 
 
-def _width(adapter: EagleAdapter) -> int:
-    """k: the beam's width (the top-k, at most the draft vocabulary)."""
-    return min(adapter.shape.top_k, adapter.head.draft_vocab.size)
-
 
 def draft_length(adapter: EagleAdapter, count: int) -> int:
     """The head cache's length after the block: the prefix, the catch-up and every expanded frontier."""
     return adapter.fed_len + count + (adapter.shape.depth - 1) * _width(adapter)
+
+
+def _width(adapter: EagleAdapter) -> int:
+    return beam_width(adapter.shape, adapter.head.draft_vocab.size)
 
 
 def graphed_propose(adapter: EagleAdapter, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:

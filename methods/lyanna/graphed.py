@@ -25,7 +25,7 @@ from harness.backend.static_cache import static_layers
 from harness.engine.adapter import StepContext
 from harness.engine.counters import book_drafting_forward
 from harness.engine.drafting import beam_draws
-from harness.trees.beam import Frontier, beam_from_tensors, beam_tensors, grow_beam_tree
+from harness.trees.beam import Frontier, beam_from_tensors, beam_tensors, beam_width, grow_beam_tree
 from harness.trees.tree import TokenTree
 
 if TYPE_CHECKING:
@@ -55,14 +55,11 @@ def draft_length(adapter: LyannaAdapter, count: int) -> int:
     return adapter.fed_len + count + adapter.shape.depth - 1
 
 
-def _width(adapter: LyannaAdapter) -> int:
-    """k: the beam's width (the top-k, at most the draft vocabulary)."""
-    return min(adapter.shape.top_k, adapter.drafter.draft_vocab.size)
-
 
 def graphed_propose(adapter: LyannaAdapter, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
     """``LyannaAdapter.propose`` as one graphed block (``graphs_draft`` must hold)."""
-    count, depth, k = adapter.pending.shape[0], adapter.shape.depth, _width(adapter)
+    count, depth = adapter.pending.shape[0], adapter.shape.depth
+    k = beam_width(adapter.shape, adapter.drafter.draft_vocab.size)
     first = sequence.shape[-1] - 1
     adapter.depth_positions = list(range(first, first + depth))
     previous = adapter.previous
@@ -101,13 +98,9 @@ def _book(adapter: LyannaAdapter, ctx: StepContext, count: int, past: int, k: in
         ctx.counters.drafter.add(1, flops)
         adapter.work.charge([("state", position)], flops)
     head = 2.0 * drafter.lm_head_rows.shape[0] * drafter.lm_head_rows.shape[1] * len(positions)
-    ctx.counters.drafter.flops += head
-    adapter.work.charge([("state", p) for p in positions], head)
+    adapter._book(ctx, [("state", p) for p in positions], head)
     for depth in range(1, len(positions) + 1):
-        nodes = 1 if depth == 1 else k
-        flops = drafter.injection_flops(nodes)
-        ctx.counters.drafter.flops += flops
-        adapter.work.charge([("inject", depth)], flops)
+        adapter._book(ctx, [("inject", depth)], drafter.injection_flops(1 if depth == 1 else k))
 
 
 def _draft(adapter: LyannaAdapter, buffers: dict[str, torch.Tensor], past: torch.Tensor,

@@ -72,16 +72,24 @@ class MedusaAdapter(AdapterBase):
     def _head(self, ctx: StepContext, head: int, path: torch.Tensor | None, rows: int) -> tuple[torch.Tensor, float]:
         """Head ``head``'s log-probabilities over ``rows`` rows (Hydra: their path tokens (rows, head))."""
         with ctx.counters.phase("drafter"), torch.no_grad():
-            state = self.last_hidden.expand(rows, -1)
-            hidden = self.heads.hidden(head, state, self.embed(path) if path is not None else None)
-            logprobs = torch.log_softmax(self.heads.logits(head, hidden, self.lm_head).float(), dim=-1)
+            logprobs = self.head_logprobs(head, self.last_hidden, path, rows)
+        return logprobs, self.count_head(ctx, head, rows)
+
+    def head_logprobs(self, head: int, last_hidden: torch.Tensor, path: torch.Tensor | None, rows: int) -> torch.Tensor:
+        """Head ``head``'s log-probabilities (rows, V) from the target's hidden state (H,) (Hydra: and the paths)."""
+        hidden = self.heads.hidden(head, last_hidden.expand(rows, -1), self.embed(path) if path is not None else None)
+        return torch.log_softmax(self.heads.logits(head, hidden, self.lm_head).float(), dim=-1)
+
+    def count_head(self, ctx: StepContext, head: int, rows: int) -> float:
+        """Count head ``head``'s forward over ``rows`` rows in the drafter's tally; its FLOPs."""
         flops = self.costs[head - 1].forward_flops(rows, rows, rows)
         ctx.counters.drafter.add(rows, flops)
-        return logprobs, flops
+        return flops
 
     def begin(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> None:
         self._reset()
-        self.graphs = ctx.drafter_graphs(self, self.target_config, self.lm_head.weight.device, self.lm_head.weight.dtype)
+        weight = self.lm_head.weight
+        self.graphs = ctx.drafter_graphs(self, self.target_config, weight.device, weight.dtype)
         self.last_hidden = prefill.hidden_states[-1][0, -1]
 
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:

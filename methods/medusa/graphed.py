@@ -17,7 +17,7 @@ import torch
 
 from harness.engine.adapter import StepContext
 from harness.engine.drafting import beam_draws
-from harness.trees.beam import Frontier, beam_from_tensors, beam_tensors, grow_beam_tree
+from harness.trees.beam import Frontier, beam_from_tensors, beam_tensors, beam_width, grow_beam_tree
 from harness.trees.tree import TokenTree
 
 if TYPE_CHECKING:
@@ -32,14 +32,10 @@ def graphs_draft(adapter: MedusaAdapter, ctx: StepContext) -> bool:
     return adapter.graphs is not None and not adapter.static and beam_draws(ctx, adapter.shape) is None
 
 
-def _width(adapter: MedusaAdapter) -> int:
-    """k: the beam's width (the top-k, at most the draft vocabulary)."""
-    return min(adapter.shape.top_k, adapter.heads.draft_vocab.size)
-
 
 def graphed_propose(adapter: MedusaAdapter, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
     """``MedusaAdapter.propose`` on a beam as one graphed block (``graphs_draft`` must hold)."""
-    depth, k = adapter.shape.depth, _width(adapter)
+    depth, k = adapter.shape.depth, beam_width(adapter.shape, adapter.heads.draft_vocab.size)
     inputs = {"hidden": adapter.last_hidden, "root": sequence[0, -1]}
     with ctx.counters.phase("drafter"):
         outputs = adapter.graphs.run_block(("medusa", adapter.shape), None, 0, 0, inputs,
@@ -53,26 +49,20 @@ def _book(adapter: MedusaAdapter, ctx: StepContext, depth: int, k: int) -> None:
     """What ``MedusaAdapter._head`` books per head call, from the shape: head 1 on the root's row, then head
     d + 1 on one row (Medusa) or on the depth-d frontier's k rows (Hydra)."""
     hydra = adapter.heads.arch.hydra
-    flops = adapter.costs[0].forward_flops(1, 1, 1)
-    ctx.counters.drafter.add(1, flops)
-    adapter.work.charge([FIRST_HEAD], flops)
+    adapter.work.charge([FIRST_HEAD], adapter.count_head(ctx, 1, 1))
     for level in range(1, depth):
         head, rows = level + 1, (k if hydra else 1)
-        flops = adapter.costs[head - 1].forward_flops(rows, rows, rows)
-        ctx.counters.drafter.add(rows, flops)
+        flops = adapter.count_head(ctx, head, rows)
         adapter.work.charge([(level, row) for row in range(rows)] if hydra else [("head", head)], flops)
 
 
 def _draft(adapter: MedusaAdapter, buffers: dict[str, torch.Tensor]) -> tuple[torch.Tensor, ...]:
     """The block's body: head 1 on the root, the beam grown by the deeper heads; the beam's tensors."""
-    heads, hydra, lm_head, embed = adapter.heads, adapter.heads.arch.hydra, adapter.lm_head, adapter.embed
-    root = buffers["root"]
+    hydra, root = adapter.heads.arch.hydra, buffers["root"]
     paths = [root.reshape(1, 1)]
 
     def head_logprobs(head: int, path: torch.Tensor | None, rows: int) -> torch.Tensor:
-        state = buffers["hidden"].expand(rows, -1)
-        hidden = heads.hidden(head, state, embed(path) if path is not None else None)
-        return torch.log_softmax(heads.logits(head, hidden, lm_head).float(), dim=-1)
+        return adapter.head_logprobs(head, buffers["hidden"], path, rows)
 
     def expand(frontier: Frontier) -> torch.Tensor:
         rows, head = frontier.tokens.shape[0], frontier.depth + 1
@@ -82,5 +72,5 @@ def _draft(adapter: MedusaAdapter, buffers: dict[str, torch.Tensor]) -> tuple[to
         return head_logprobs(head, paths[-1], rows)
 
     beam = grow_beam_tree(root, head_logprobs(1, paths[0] if hydra else None, 1)[0], expand, adapter.shape,
-                          heads.draft_vocab.token_map)
+                          adapter.heads.draft_vocab.token_map)
     return beam_tensors(beam)
