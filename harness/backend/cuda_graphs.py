@@ -239,14 +239,16 @@ class GraphedForwards:
 
     def run(self, key: Hashable, cache: Cache, past: int, count: int, bias: Bias,
             inputs: dict[str, torch.Tensor], call: StaticCall, eager: EagerCall,
-            offsets: Offsets | None = None) -> tuple[torch.Tensor, ...]:
+            offsets: Offsets | None = None, generator: torch.Generator | None = None) -> tuple[torch.Tensor, ...]:
         """``call`` on ``count`` new positions after ``past`` cached ones (``bias`` as in
         ``write_full_width_bias``, of a width fixed per shape, or a ``BuiltBias``); returns its outputs, as an eager forward would.
         ``offsets``: the position ids relative to ``past`` (a tuple fixed per shape, or a (count,) device tensor),
         added to ``past`` on the device as ``inputs["position_ids"]`` (1, count) (then not among ``inputs``). A
         forward that is not graphed (``graphs_forward``) is ``eager()``, which extends the static cache the plain
         way. Per call the host fills ``past`` and copies the inputs (and a bias, and offsets given as a tensor):
-        the slots and the full-width mask are computed inside the graph."""
+        the slots and the full-width mask are computed inside the graph. A ``BuiltBias``'s source is among the
+        buffers ``call`` sees (``source``). ``generator``: one the body draws from (registered with the graph at
+        capture, so each replay advances it)."""
         layers = self._layers(cache)
         self.calls += 1
         if not self.graphs_forward(past, count):
@@ -270,7 +272,7 @@ class GraphedForwards:
             graph.source.copy_(bias.source)
         if isinstance(offsets, torch.Tensor):
             graph.offsets.copy_(offsets.reshape(count))
-        outputs = self._replay(graph, lambda: self._call(graph, layers, call))
+        outputs = self._replay(graph, lambda: self._call(graph, layers, call), generator)
         for layer in layers:
             layer.set_length(past + count)
         return outputs
@@ -301,12 +303,13 @@ class GraphedForwards:
             layer.set_length(length)
         return outputs
 
-    def _replay(self, graph: _Graph | _Block, call: Callable[[], tuple[torch.Tensor, ...]]) -> tuple[torch.Tensor, ...]:
+    def _replay(self, graph: _Graph | _Block, call: Callable[[], tuple[torch.Tensor, ...]],
+                generator: torch.Generator | None = None) -> tuple[torch.Tensor, ...]:
         """``call`` (the graph's body) on the CPU; on a GPU its graph, captured at the first call, replayed."""
         if not self.capture:
             return call()
         if graph.graph is None:
-            self._capture(graph, call)
+            self._capture(graph, call, generator)
         graph.graph.replay()
         return tuple(output.clone() for output in graph.outputs)
 
@@ -314,15 +317,20 @@ class GraphedForwards:
         """The graph's body: the slots, the mask and the positions from ``graph.past`` on the device, then ``call``."""
         with graphed_region(), writing_at(layers, graph.past + graph.ranks):
             inputs = dict(graph.inputs)
+            if graph.source is not None:
+                inputs["source"] = graph.source
             if graph.offsets is not None:
                 inputs["position_ids"] = (graph.past + graph.offsets)[None]
             tail = graph.tail if graph.built is None else graph.built.build(graph.source)
             mask = device_full_width_mask(graph.past, tail, graph.keys, graph.ranks.shape[0])
             return tuple(call(inputs, mask))
 
-    def _capture(self, graph: _Graph | _Block, call: Callable[[], tuple[torch.Tensor, ...]]) -> None:
+    def _capture(self, graph: _Graph | _Block, call: Callable[[], tuple[torch.Tensor, ...]],
+                 generator: torch.Generator | None = None) -> None:
         """Warm up on a side stream (one per runner, reused), capture, and only then store the graph: a capture
-        that raises leaves no half-made graph behind to be replayed by the next call of this shape."""
+        that raises leaves no half-made graph behind to be replayed by the next call of this shape. A
+        ``generator`` the body draws from is registered with the graph (CUDA captures only the default
+        generator's draws otherwise)."""
         main = torch.cuda.current_stream(self.device)
         if self.warmup_stream is None:
             self.warmup_stream = torch.cuda.Stream(device=self.device)
@@ -332,6 +340,8 @@ class GraphedForwards:
                 call()
         main.wait_stream(self.warmup_stream)
         captured = torch.cuda.CUDAGraph()
+        if generator is not None:
+            captured.register_generator_state(generator)
         with torch.cuda.device(self.device), torch.cuda.graph(captured, pool=self.pool):
             outputs = call()
         graph.graph, graph.outputs = captured, outputs

@@ -22,6 +22,8 @@ from harness.backend.models import LoadedModel
 from harness.backend.phases import NO_CLOCK, PhaseClock
 from harness.hybrid.cache import TreeStateCache
 from harness.hybrid.forward import tree_forward
+from harness.verify.sampling import SamplingConfig
+from harness.verify.token_level import one_hot_draws
 
 
 @dataclass
@@ -51,6 +53,24 @@ class LMOutput:
     # at the layers not kept: see ``run_model``'s ``hidden_layers``)
     flops: float = 0.0  # this forward's FLOP estimate (already added to the tally)
     choices: torch.Tensor | None = None  # (q,) the argmax of each row of a batch-1 forward, computed inside its graph
+    draws: tuple[torch.Tensor, torch.Tensor] | None = None  # sampling verification's draws made inside its graph
+    # (``InGraphDraws``): per row accepted (long) and the bonus token
+
+
+@dataclass(frozen=True)
+class InGraphDraws:
+    """Sampling verification's random draws for a tree of deterministic drafts, made inside the target's graphed
+    forward (``harness.verify.token_level.one_hot_draws``) so that a sampled step dispatches nothing outside it.
+    ``parents``: a tree's parents (root -1) on the device, copied into the graph per call; None for a chain (made in
+    the graph) or a tree whose mask is built in the graph from its parents (``BuiltBias``: its source)."""
+
+    sampling: SamplingConfig
+    generator: torch.Generator | None
+    parents: torch.Tensor | None = None
+
+    @property
+    def key(self) -> tuple:
+        return ("draws", self.sampling.temperature, self.sampling.top_k, self.sampling.top_p)
 
 
 def run_model(
@@ -66,6 +86,7 @@ def run_model(
     hidden_layers: tuple[int, ...] | None = None,
     media: Mapping[str, torch.Tensor] | None = None,
     position_offsets: Offsets | None = None,
+    draws: InGraphDraws | None = None,
 ) -> LMOutput:
     """Run ``lm`` on ``input_ids`` (B, q) at ``position_ids`` (B, q), extending ``cache``.
 
@@ -86,7 +107,8 @@ def run_model(
     (instead of ``position_ids``): the positions relative to the cached
     length, a tuple fixed per shape or a (q,) device tensor (a graphed
     forward adds the cached length on the device). A graphed forward of a
-    batch of one also returns each row's argmax (``LMOutput.choices``).
+    batch of one also returns each row's argmax (``LMOutput.choices``) and, with ``draws``, sampling
+    verification's draws for the rows (``LMOutput.draws``; None when the forward is not graphed).
     """
     past = cache.get_seq_length()
     if (position_ids is None) == (position_offsets is None):
@@ -108,20 +130,26 @@ def run_model(
     if media and (graphs is not None or isinstance(cache, TreeStateCache)):
         raise DraftcountError("a forward with media inputs (an image) runs eagerly, on a transformer's cache")
 
-    choices = None
+    choices = drawn = None
     with tally.clock.phase(tally.phase):
         if graphs is not None:
             graphed = graphs.graphs_forward(past, new_tokens)  # else graphs.run runs eager() (and counts it)
+            draws = draws if input_ids.shape[0] == 1 else None
             inputs = {"input_ids": input_ids} if position_ids is None else {"input_ids": input_ids,
                                                                             "position_ids": position_ids}
+            if draws is not None and draws.parents is not None:
+                inputs["parents"] = draws.parents
             outputs = graphs.run(
-                ("lm", logits_to_keep, kept), cache, past, new_tokens, attention_bias, inputs,
-                lambda buffers, mask: _with_choices(_forward_outputs(
+                ("lm", logits_to_keep, kept, draws.key if draws else None), cache, past, new_tokens, attention_bias,
+                inputs, lambda buffers, mask: _with_draws(_with_choices(_forward_outputs(
                     lm, buffers["input_ids"], cache, buffers["position_ids"], mask, logits_to_keep, kept, total)),
-                eager, offsets=position_offsets)
+                    buffers, draws),
+                eager, offsets=position_offsets, generator=draws.generator if draws else None)
             if graphed:
                 logits, choices, *states = outputs
                 choices = choices if input_ids.shape[0] == 1 else None
+                if draws is not None:
+                    drawn, states = (states[0], states[1]), states[2:]
             else:
                 logits, *states = outputs
         else:
@@ -129,7 +157,7 @@ def run_model(
     logits_tokens = min(logits_to_keep, new_tokens) if logits_to_keep > 0 else new_tokens
     flops = count_forward(lm, tally, new_tokens, past, logits_tokens)
     hidden = spread_layers(states, kept, total) if output_hidden_states else None
-    return LMOutput(logits=logits, hidden_states=hidden, flops=flops, choices=choices)
+    return LMOutput(logits=logits, hidden_states=hidden, flops=flops, choices=choices, draws=drawn)
 
 
 def _with_choices(outputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]:
@@ -137,6 +165,22 @@ def _with_choices(outputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]
     made inside the graph so that greedy verification dispatches nothing outside it)."""
     logits, *states = outputs
     return (logits, logits[0].argmax(dim=-1), *states)
+
+
+def _with_draws(outputs: tuple[torch.Tensor, ...], buffers: dict[str, torch.Tensor],
+                draws: InGraphDraws | None) -> tuple[torch.Tensor, ...]:
+    """A graphed forward's outputs (logits, choices, states...) with sampling verification's draws after the
+    choices (``InGraphDraws``); the tree's parents from the buffers (``parents``, or the built mask's ``source``),
+    a chain's made here."""
+    if draws is None:
+        return outputs
+    logits, choices, *states = outputs
+    tokens = buffers["input_ids"][0]
+    parents = buffers.get("parents", buffers.get("source"))
+    if parents is None:
+        parents = torch.arange(-1, tokens.shape[0] - 1, device=tokens.device)
+    accepted, bonus = one_hot_draws(parents, tokens, logits[0], draws.sampling, draws.generator)
+    return (logits, choices, accepted, bonus, *states)
 
 
 def absolute_positions(offsets: Offsets, past: int, device: torch.device) -> torch.Tensor:

@@ -25,7 +25,7 @@ from harness.backend.device import Stopwatch
 from harness.backend.device import index_on
 from harness.backend.phases import PhaseClock
 from harness.trees.tree import TokenTree, check_batch_size_one, tree_attention_bias
-from harness.verify import DEFAULT_VERIFIER, VERIFIERS, Verdict, Verifier
+from harness.verify import DEFAULT_VERIFIER, VERIFIERS, Verdict, Verifier, verify_tree
 
 
 @dataclass
@@ -104,7 +104,7 @@ def prefill(runtime: EngineRuntime, adapter: DraftAdapter, ctx: StepContext, pro
 
 
 def draft_and_run_target(runtime: EngineRuntime, adapter: DraftAdapter, ctx: StepContext, sequence: torch.Tensor,
-                         cache: Cache) -> tuple[TokenTree, LMOutput]:
+                         cache: Cache, draws_in_graph: bool = False) -> tuple[TokenTree, LMOutput]:
     """The adapter's tree rooted at the newest token, and the target's forward over it (one forward when fused,
     root and drafts apart when the adapter asks for ``separate_root_forward``)."""
     hidden, layers = adapter.wants_target_hidden_states, adapter.target_hidden_layers
@@ -112,14 +112,17 @@ def draft_and_run_target(runtime: EngineRuntime, adapter: DraftAdapter, ctx: Ste
         return _verify_root_apart(runtime, adapter, ctx, sequence, cache, hidden, layers)
     with ctx.counters.section("tree"):
         tree = adapter.propose(ctx, sequence)
-    return tree, runtime.verify(tree, cache, sequence.shape[-1] - 1, ctx.counters.target, hidden, layers)
+    sampled = ctx.sampling if draws_in_graph else None  # the default verifier's draws, made in the target's graph
+    return tree, runtime.verify(tree, cache, sequence.shape[-1] - 1, ctx.counters.target, hidden, layers, sampled,
+                                ctx.generator)
 
 
 def accept(verify: Verifier, adapter: DraftAdapter, ctx: StepContext, tree: TokenTree, target_out: LMOutput,
            cache: Cache, prefix_len: int) -> Verdict:
     """Verify the tree, keep the accepted path in the target's cache, count, tell the adapter; the verdict."""
     with ctx.counters.phase("verify"):
-        given = {"choices": target_out.choices} if ctx.sampling.is_greedy and target_out.choices is not None else {}
+        given = ({"choices": target_out.choices} if ctx.sampling.is_greedy and target_out.choices is not None
+                 else {"draws": target_out.draws} if target_out.draws is not None else {})
         verdict = verify(tree, target_out.logits[0], ctx.sampling, ctx.generator, **given)
     keep_tree_path(cache, prefix_len, list(verdict.path))
     ctx.counters.record_step(tree, verdict)
@@ -131,7 +134,7 @@ def decode_step(runtime: EngineRuntime, adapter: DraftAdapter, ctx: StepContext,
                 cache: Cache, verify: Verifier) -> tuple[list[int], torch.Tensor | None]:
     """One speculative step: draft a tree, run the target over it, accept what verification keeps. Returns the new
     tokens and, when they are on the device already (greedy, a path 0, 1, ..., a: ``choices[: a + 1]``), those."""
-    tree, target_out = draft_and_run_target(runtime, adapter, ctx, sequence, cache)
+    tree, target_out = draft_and_run_target(runtime, adapter, ctx, sequence, cache, verify is verify_tree)
     verdict = accept(verify, adapter, ctx, tree, target_out, cache, sequence.shape[-1] - 1)
     along = ctx.sampling.is_greedy and list(verdict.path) == list(range(len(verdict.path)))
     return list(verdict.new_tokens), target_out.choices if along else None

@@ -38,12 +38,13 @@ from transformers import PretrainedConfig
 from transformers.cache_utils import Cache
 
 from harness.errors import DraftcountError
-from harness.backend.cuda_graphs import GraphedForwards, check_capturable
-from harness.backend.forward import ForwardTally, LMOutput, run_model
+from harness.backend.cuda_graphs import Bias, GraphedForwards, check_capturable
+from harness.backend.forward import ForwardTally, InGraphDraws, LMOutput, run_model
 from harness.backend.kv_cache import eager_refusal, new_cache, rollback_refusal
 from harness.backend.models import LoadedModel
 from harness.backend.static_cache import new_static_cache, reset_static_cache, static_capacity
 from harness.trees.tree import TokenTree
+from harness.verify.sampling import SamplingConfig
 
 Result = TypeVar("Result")
 CAPACITY_STEP = 256  # static caches are sized in multiples of this many positions
@@ -204,12 +205,28 @@ class EngineRuntime:
         return GraphedForwards(device, dtype, self.capture)
 
     def verify(self, tree: TokenTree, cache: Cache, prefix_len: int, tally: ForwardTally, hidden: bool,
-               hidden_layers: tuple[int, ...] | None = None) -> LMOutput:
+               hidden_layers: tuple[int, ...] | None = None, sampling: SamplingConfig | None = None,
+               generator: torch.Generator | None = None) -> LMOutput:
         """The target's forward over the whole ``tree`` rooted after ``prefix_len`` cached positions (with
-        ``hidden``: the hidden states at ``hidden_layers``, as in ``run_model``)."""
-        return run_model(self.target, tree.tokens.unsqueeze(0), cache, None, tally,
-                         attention_bias=tree.graph_bias(self.target.dtype), output_hidden_states=hidden,
-                         graphs=self.graphs, hidden_layers=hidden_layers, position_offsets=tree.position_offsets())
+        ``hidden``: the hidden states at ``hidden_layers``, as in ``run_model``). With ``sampling`` (T > 0, the
+        default verifier), a graphed forward over a tree of deterministic drafts also makes the verification's
+        draws inside its graph (``LMOutput.draws``)."""
+        bias = tree.graph_bias(self.target.dtype)
+        return run_model(self.target, tree.tokens.unsqueeze(0), cache, None, tally, attention_bias=bias,
+                         output_hidden_states=hidden, graphs=self.graphs, hidden_layers=hidden_layers,
+                         position_offsets=tree.position_offsets(), draws=self._draws(tree, bias, sampling, generator))
+
+    def _draws(self, tree: TokenTree, bias: Bias, sampling: SamplingConfig | None,
+               generator: torch.Generator | None) -> InGraphDraws | None:
+        """What ``verify``'s graphed forward draws for ``tree``: None when greedy, ungraphed, or a draft carries
+        its q (those go through ``residual_tests`` outside the graph); the parents from the tree when its mask
+        is a host tensor (a chain's, mask None, and a device tree's, its mask's source, are the graph's own)."""
+        if sampling is None or sampling.is_greedy or self.graphs is None:
+            return None
+        if any(q is not None for q in tree.draft_probs[1:]):
+            return None
+        parents = tree.parents_on(self.target.device) if isinstance(bias, torch.Tensor) else None
+        return InGraphDraws(sampling, generator, parents)
 
 
 def warm_up(generate_once: Callable[[int], object], captures: Callable[[], int], warmups: int,

@@ -25,8 +25,7 @@ from harness.trees.tree import TokenTree
 from harness.verify.verdict import Verdict, check_one_row_per_node
 
 ResidualFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
-
-
+Draws = tuple[torch.Tensor, torch.Tensor]  # per node: accepted (1/0, long), and the bonus token drawn there
 
 
 def verify_tree(
@@ -36,13 +35,18 @@ def verify_tree(
     generator: torch.Generator | None,
     residual: ResidualFn = residual_distribution,
     choices: torch.Tensor | None = None,
+    draws: Draws | None = None,
 ) -> Verdict:
     """Verify ``tree`` against the target's ``logits`` (n, V), one row per tree node; ``choices``: the logits'
-    argmax per row when the target's graphed forward already made it (``LMOutput.choices``), used when greedy."""
+    argmax per row when the target's graphed forward already made it (``LMOutput.choices``), used when greedy;
+    ``draws``: the sampling tests' outcomes when the target's graphed forward already drew them (``LMOutput.draws``,
+    ``one_hot_draws``: a tree of deterministic drafts, the default residual), used when sampling."""
     check_one_row_per_node(tree, logits)
     if sampling.is_greedy:
         return _verify_greedy(tree, logits, choices)
-    return _verify_sampling(tree, logits, sampling, generator, residual)
+    if draws is None:
+        draws = sampling_draws(tree, logits, sampling, generator, residual)
+    return _walk_draws(tree, draws)
 
 
 def _verify_greedy(tree: TokenTree, logits: torch.Tensor, choices: torch.Tensor | None = None) -> Verdict:
@@ -69,32 +73,46 @@ def _verify_greedy(tree: TokenTree, logits: torch.Tensor, choices: torch.Tensor 
         path.append(node)
 
 
-def _verify_sampling(
-    tree: TokenTree,
-    logits: torch.Tensor,
-    sampling: SamplingConfig,
-    generator: torch.Generator | None,
-    residual: ResidualFn,
-) -> Verdict:
-    """Every acceptance test and every possible bonus draw of the tree, computed together on the device; the
-    host then walks the tree from one read (the step's one host synchronisation).
+def sampling_draws(tree: TokenTree, logits: torch.Tensor, sampling: SamplingConfig,
+                   generator: torch.Generator | None, residual: ResidualFn = residual_distribution) -> Draws:
+    """Every acceptance test and every possible bonus draw of the tree, computed together on the device (the
+    host then walks the tree from one read: the step's one host synchronisation).
 
     Child c (token x, drawn from q) of node v, tried after its earlier siblings were rejected, is accepted when
     u_c * q(x) < p'(x), p' being v's target distribution after those rejections (``residual`` applied once per
     rejected sibling); the walk stops at the first node none of whose children is accepted, and the bonus token
     is node v's draw from p' after all its children. Each test and draw uses its own random numbers, so the
     outcome has the distribution of trying children one by one."""
-    probs = logits_to_probs(logits, sampling)
-    deterministic = all(q is None for q in tree.draft_probs[1:])
-    if deterministic and residual is residual_distribution:
-        target_mass, draft_mass, bonus_probs = one_hot_tests(tree.parents_on(probs.device), tree.tokens.to(probs.device),
-                                                              probs)
-    else:
-        target_mass, draft_mass, bonus_probs = residual_tests(tree, probs, residual)
-    uniforms = torch.rand(tree.size, generator=generator, device=probs.device)
-    accepted = (uniforms * draft_mass < target_mass) & (draft_mass > 0)  # q(x) = 0: never drafted in truth
-    bonus = sample_from_probs(bonus_probs, generator)
-    tokens, accepted_flags, bonus_tokens = tree.read_with([tree.tokens.to(probs.device), accepted.long(), bonus])
+    if all(q is None for q in tree.draft_probs[1:]) and residual is residual_distribution:
+        return one_hot_draws(tree.parents_on(logits.device), tree.tokens.to(logits.device), logits, sampling,
+                             generator)
+    return draw_tests(*residual_tests(tree, logits_to_probs(logits, sampling), residual), generator)
+
+
+def one_hot_draws(parents: torch.Tensor, tokens: torch.Tensor, logits: torch.Tensor, sampling: SamplingConfig,
+                  generator: torch.Generator | None) -> Draws:
+    """``sampling_draws`` for a tree of deterministic drafts (q = one-hot) from its parents (root -1) and tokens
+    on the device, device work only: what a graphed target forward runs inside its graph (``LMOutput.draws``)."""
+    return draw_tests(*one_hot_tests(parents, tokens, logits_to_probs(logits, sampling)), generator)
+
+
+def draw_tests(target_mass: torch.Tensor, draft_mass: torch.Tensor, bonus_probs: torch.Tensor,
+               generator: torch.Generator | None) -> Draws:
+    """Per node: accepted (1) or not by its test u * q(x) < p'(x) (q(x) = 0: never drafted in truth), and the
+    bonus token drawn from its distribution; the uniforms first, then the bonus draws, from ``generator``."""
+    uniforms = torch.rand(target_mass.shape[0], generator=generator, device=target_mass.device)
+    accepted = (uniforms * draft_mass < target_mass) & (draft_mass > 0)
+    return accepted.long(), sample_from_probs(bonus_probs, generator)
+
+
+def _walk_draws(tree: TokenTree, draws: Draws) -> Verdict:
+    """The verdict from the tests' outcomes: from the root, the first accepted child of each node, down to a
+    node none of whose children is accepted, whose bonus token ends the step. One host read."""
+    accepted, bonus = draws
+    if tree.size == 1 and type(tree) is TokenTree:  # an autoregressive step: its bonus only
+        (bonus_tokens,) = tree.read_with([bonus])
+        return Verdict((0,), (), bonus_tokens[0], 0)
+    tokens, accepted_flags, bonus_tokens = tree.read_with([tree.tokens.to(accepted.device), accepted, bonus])
     children = tree.children
     node, path, tried = 0, [0], 0
     while True:

@@ -51,3 +51,53 @@ def test_a_block_runs_inside_a_graph_region_and_sets_the_length():
         assert torch.equal(out, torch.full((2,), 2.0 + past))
         assert static_layers(cache)[0].get_seq_length() == past + 5
     assert seen == [(True, 3), (True, 7)] and len(graphs.graphs) == 1
+
+
+def test_a_capture_registers_the_generator_its_body_draws_from(monkeypatch):
+    """The GPU-only capture path, with torch.cuda's graph API replaced by recorders: a generator the body draws
+    from is registered with the graph before capture begins (CUDA captures only the default generator's draws
+    otherwise), warm-up runs first, and nothing is registered for a body that draws from the default one."""
+    import contextlib
+
+    events = []
+
+    class Recorder:
+        def register_generator_state(self, generator):
+            events.append(("register", generator))
+
+        def wait_stream(self, other):
+            pass
+
+        def replay(self):
+            events.append("replay")
+
+    @contextlib.contextmanager
+    def capturing(graph, pool=None):
+        events.append("capture")
+        yield
+
+    monkeypatch.setattr(torch.cuda, "CUDAGraph", Recorder)
+    monkeypatch.setattr(torch.cuda, "Stream", lambda device=None: Recorder())
+    monkeypatch.setattr(torch.cuda, "current_stream", lambda device=None: Recorder())
+    monkeypatch.setattr(torch.cuda, "stream", lambda stream: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "device", lambda device: contextlib.nullcontext())
+    monkeypatch.setattr(torch.cuda, "graph", capturing)
+    graphs = GraphedForwards(torch.device("cpu"), torch.float32, capture=False)
+    graphs.capture = True  # the capture path, on the CPU
+    generator = torch.Generator().manual_seed(0)
+
+    def body():
+        events.append("body")
+        return (torch.rand(2, generator=generator),)
+
+    for drawn_from in (generator, None):
+        events.clear()
+        graphs._replay(graphs.graphs.setdefault(drawn_from is None, _blank_block()), body, drawn_from)
+        registered = [("register", generator)] if drawn_from is not None else []
+        assert events == ["body", "body", *registered, "capture", "body", "replay"]
+
+
+def _blank_block():
+    from harness.backend.cuda_graphs import _Block
+
+    return _Block({}, torch.zeros((), dtype=torch.long))

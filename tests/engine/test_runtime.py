@@ -13,12 +13,13 @@ import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
 from harness import SamplingConfig, generate
-from harness.backend.cuda_graphs import GraphedForwards
+from harness.backend.cuda_graphs import GRAPHED_REGION, GraphedForwards
 from harness.errors import DraftcountError
 from harness.backend.forward import ForwardTally, positions, run_model
 from harness.backend.kv_cache import new_cache
 from harness.options import parse_options
 from harness.verify.sampling import make_generator
+from harness.verify.token_level import one_hot_draws
 from harness.backend.static_cache import static_layers
 from harness.engine.runtime import (
     CAPACITY_STEP, RECOMPILE_LIMIT, SETTLING_WARMUPS, TIMING_RERUNS, EngineOptions, EngineRuntime, warm_up,
@@ -59,6 +60,35 @@ def test_sampling_follows_the_same_random_stream(random_pair, switch):
         switched = generate(target, adapter, prompt, 24, sampling, generator=make_generator(seed, target.device),
                             runtime=runtime)
         assert switched.output_ids == plain.output_ids
+
+
+@pytest.mark.parametrize("method,options", [("ar", {}), ("sd", {"gamma": 3, "drafts": "topk"}),
+                                            ("tree_sd", {"branching": "2,2,1", "drafts": "topk"})])
+def test_sampled_steps_draw_inside_the_targets_graph(random_pair, monkeypatch, method, options):
+    """At T > 0 with deterministic drafts (q = 1) the graphed verify forward makes the verification's draws inside
+    its graph (a root-only step, a chain and a host tree: parents made in the graph or copied in), from the same
+    random stream in the same order as the eager verifier: the same sampled tokens with the same seed."""
+    import harness.backend.forward as forward
+
+    drawn = []
+
+    def spy(*args):
+        drawn.append(GRAPHED_REGION.get())
+        return one_hot_draws(*args)
+
+    monkeypatch.setattr(forward, "one_hot_draws", spy)
+    target, draft = random_pair
+    adapter, _ = build_adapter(method, options, BuildInputs(target, draft, None))
+    runtime = engine_runtime(target, "graph_buffers")
+    sampling = SamplingConfig(temperature=1.0, top_p=0.9)
+    for seed, prompt in enumerate(PROMPTS[:4]):
+        plain = generate(target, adapter, prompt, 24, sampling, generator=make_generator(seed, target.device))
+        assert not drawn
+        graphed = generate(target, adapter, prompt, 24, sampling, generator=make_generator(seed, target.device),
+                           runtime=runtime)
+        assert graphed.output_ids == plain.output_ids
+        assert drawn and all(drawn), "no draws were made inside the verify forward's graph"
+        drawn.clear()
 
 
 def test_compiled_target_is_lossless(random_pair):
