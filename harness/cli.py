@@ -12,7 +12,7 @@ from pathlib import Path
 
 from harness.engine.arguments import add_method_run_arguments, check_at_least, checked_run_arguments
 from harness.errors import DraftcountError
-from harness.analysis import learning_curves, published
+from harness.analysis import commands as analysis_commands
 from harness.gpu import commands as gpu_commands
 from harness.store import commands as store_commands
 from harness.training import command as train_command
@@ -310,16 +310,14 @@ def main(argv: list[str] | None = None) -> int:
     vlm_command.add_parsers(subparsers)
     store_commands.add_parsers(subparsers)
     data_commands.add_parsers(subparsers)
-    learning_curves.add_parsers(subparsers)
-    published.add_parsers(subparsers)
+    analysis_commands.add_parsers(subparsers)
     args = parser.parse_args(argv)
     handlers = {"fetch": _cmd_fetch, "run": _cmd_run, "train": train_command.run, "methods": _cmd_methods, "summarize": _cmd_summarize,
                 "figures": _cmd_figures, "report": _cmd_report, "export-specbench": _cmd_export_specbench,
                 "specbench-speed": _cmd_specbench_speed,
                 "divergence": _cmd_divergence, "measure": _cmd_measure, "metrics": _cmd_metrics,
                 "build-datastore": _cmd_build_datastore, **gpu_commands.HANDLERS, **vlm_command.HANDLERS,
-                **store_commands.HANDLERS, **data_commands.HANDLERS, **learning_curves.HANDLERS,
-                **published.HANDLERS}
+                **store_commands.HANDLERS, **data_commands.HANDLERS, **analysis_commands.HANDLERS}
     try:
         return handlers[args.command](args)
     except DraftcountError as error:

@@ -312,31 +312,3 @@ def run_lr(args: argparse.Namespace) -> int:
     write_table(table, args.out)
     print(table.to_string(index=False))
     return 0
-
-
-def add_parsers(subparsers: argparse._SubParsersAction) -> None:
-    curves = subparsers.add_parser("learning-curves", help="the learning-curve table, its ranking stability and "
-                                                           "figure from drafters' training metrics")
-    curves.add_argument("--metrics", nargs="+", type=Path,
-                        help="training metrics files work/metrics/drafter-<name>.json")
-    curves.add_argument("--rungs", help="DRAFTER=FAMILY:RUNG,... (rung: the budget over the main one)")
-    curves.add_argument("--out", type=Path,
-                        help="the table (CSV); the stability table and the fitted lines are written beside it "
-                             "(<stem>_stability.csv, <stem>_fit.csv)")
-    curves.add_argument("--table", type=Path,
-                        help="instead: redraw --figure from this written table (and <stem>_stability.csv beside it)")
-    curves.add_argument("--figure", type=Path, help="the figure's path without suffix (PDF and PNG)")
-    curves.add_argument("--chains", default="", help="DRAFTER=VARIANT,...: each rung's chain run (bench variant)")
-    curves.add_argument("--records", nargs="*", default=[], type=Path,
-                        help="the chain runs' raw records (results/raw/<variant>/<dataset>-t<T>.jsonl)")
-
-
-    lr = subparsers.add_parser("lr-study", help="the learning-rate study's table from drafters' training metrics: "
-                                                "each family's rate of highest held-out agreement")
-    lr.add_argument("--metrics", nargs="+", required=True, type=Path,
-                    help="training metrics files work/metrics/drafter-<name>.json")
-    lr.add_argument("--rates", required=True, help="DRAFTER=FAMILY:LR,...")
-    lr.add_argument("--out", required=True, type=Path, help="the table (CSV)")
-
-
-HANDLERS = {"learning-curves": run, "lr-study": run_lr}

@@ -71,16 +71,3 @@ def run(args: argparse.Namespace) -> int:
         compare_tables(written, args.compare)
     print("wrote " + ", ".join(map(str, written)) + (f"; both equal {args.compare}'s" if args.compare else ""))
     return 0
-
-
-def add_parsers(subparsers: argparse._SubParsersAction) -> None:
-    claims = subparsers.add_parser("claims", help="the summary and the paper's-claims tables re-derived from "
-                                                  "(published) records alone")
-    claims.add_argument("records", nargs="+", type=Path,
-                        help="records files: results/<target>/records/*/*.jsonl.gz (or raw .jsonl)")
-    claims.add_argument("--out-dir", required=True, type=Path, help="where to write summary.csv and claims.csv")
-    claims.add_argument("--compare", type=Path,
-                        help="a tables folder (results/<target>/tables): stop with one line where they differ")
-
-
-HANDLERS = {"claims": run}

@@ -8,7 +8,7 @@ methods.
 from __future__ import annotations
 
 from collections.abc import Callable, Hashable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import torch
 from torch.nn import functional
@@ -22,8 +22,6 @@ from harness.backend.models import LoadedModel
 from harness.backend.phases import NO_CLOCK, PhaseClock
 from harness.hybrid.cache import TreeStateCache
 from harness.hybrid.forward import tree_forward
-from harness.verify.sampling import SamplingConfig
-from harness.verify.token_level import one_hot_draws
 
 
 @dataclass
@@ -59,18 +57,16 @@ class LMOutput:
 
 @dataclass(frozen=True)
 class InGraphDraws:
-    """Sampling verification's random draws for a tree of deterministic drafts, made inside the target's graphed
-    forward (``harness.verify.token_level.one_hot_draws``) so that a sampled step dispatches nothing outside it.
-    ``parents``: a tree's parents (root -1) on the device, copied into the graph per call; None for a chain (made in
-    the graph) or a tree whose mask is built in the graph from its parents (``BuiltBias``: its source)."""
+    """Sampling verification's random draws, made inside a graphed forward after its logits so that a sampled step
+    dispatches nothing outside the graph (``harness.engine.graph_draws`` builds them for the target's verify
+    forward). ``draw(logits (q, V), buffers)`` -> (accepted (q,), bonus (q,)), device work only; the buffers hold
+    the forward's ``input_ids`` and ``inputs`` (copied in per call) and a built mask's ``source``. ``key`` names
+    what ``draw`` does (part of the graph's key); ``generator``: the one it draws from."""
 
-    sampling: SamplingConfig
-    generator: torch.Generator | None
-    parents: torch.Tensor | None = None
-
-    @property
-    def key(self) -> tuple:
-        return ("draws", self.sampling.temperature, self.sampling.top_k, self.sampling.top_p)
+    key: Hashable
+    draw: Callable[[torch.Tensor, dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]
+    inputs: dict[str, torch.Tensor] = field(default_factory=dict)
+    generator: torch.Generator | None = None
 
 
 def run_model(
@@ -137,8 +133,8 @@ def run_model(
             draws = draws if input_ids.shape[0] == 1 else None
             inputs = {"input_ids": input_ids} if position_ids is None else {"input_ids": input_ids,
                                                                             "position_ids": position_ids}
-            if draws is not None and draws.parents is not None:
-                inputs["parents"] = draws.parents
+            if draws is not None:
+                inputs.update(draws.inputs)
             outputs = graphs.run(
                 ("lm", logits_to_keep, kept, draws.key if draws else None), cache, past, new_tokens, attention_bias,
                 inputs, lambda buffers, mask: _with_draws(_with_choices(_forward_outputs(
@@ -169,18 +165,11 @@ def _with_choices(outputs: tuple[torch.Tensor, ...]) -> tuple[torch.Tensor, ...]
 
 def _with_draws(outputs: tuple[torch.Tensor, ...], buffers: dict[str, torch.Tensor],
                 draws: InGraphDraws | None) -> tuple[torch.Tensor, ...]:
-    """A graphed forward's outputs (logits, choices, states...) with sampling verification's draws after the
-    choices (``InGraphDraws``); the tree's parents from the buffers (``parents``, or the built mask's ``source``),
-    a chain's made here."""
+    """A graphed forward's outputs (logits, choices, states...) with ``draws``' (accepted, bonus) after the choices."""
     if draws is None:
         return outputs
     logits, choices, *states = outputs
-    tokens = buffers["input_ids"][0]
-    parents = buffers.get("parents", buffers.get("source"))
-    if parents is None:
-        parents = torch.arange(-1, tokens.shape[0] - 1, device=tokens.device)
-    accepted, bonus = one_hot_draws(parents, tokens, logits[0], draws.sampling, draws.generator)
-    return (logits, choices, accepted, bonus, *states)
+    return (logits, choices, *draws.draw(logits[0], buffers), *states)
 
 
 def absolute_positions(offsets: Offsets, past: int, device: torch.device) -> torch.Tensor:

@@ -38,12 +38,13 @@ from transformers import PretrainedConfig
 from transformers.cache_utils import Cache
 
 from harness.errors import DraftcountError
-from harness.backend.cuda_graphs import Bias, GraphedForwards, check_capturable
-from harness.backend.forward import ForwardTally, InGraphDraws, LMOutput, run_model
+from harness.backend.cuda_graphs import GraphedForwards, check_capturable
+from harness.backend.forward import ForwardTally, LMOutput, run_model
 from harness.backend.kv_cache import eager_refusal, new_cache, rollback_refusal
 from harness.backend.models import LoadedModel
 from harness.backend.static_cache import new_static_cache, reset_static_cache, static_capacity
 from harness.trees.tree import TokenTree
+from harness.engine.graph_draws import GraphGenerator, verify_draws
 from harness.verify.sampling import SamplingConfig
 
 Result = TypeVar("Result")
@@ -137,6 +138,7 @@ class EngineRuntime:
         self._drafter_caches: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._drafter_graphs: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
         self._checked_drafters: weakref.WeakSet = weakref.WeakSet()  # drafters whose cache can drop drafts
+        self.graph_generator = GraphGenerator(target.device)  # what captured verify graphs draw from (CUDA)
 
     def graph_runners(self) -> dict[str, GraphedForwards]:
         """Every live graph runner: "target" and one per drafter (its adapter's class name, numbered)."""
@@ -212,21 +214,14 @@ class EngineRuntime:
         default verifier), a graphed forward over a tree of deterministic drafts also makes the verification's
         draws inside its graph (``LMOutput.draws``)."""
         bias = tree.graph_bias(self.target.dtype)
+        draws = None
+        if sampling is not None and not sampling.is_greedy and self.graphs is not None:
+            if self.capture:  # a CUDA graph replays the draws of the generator it was captured with
+                generator = self.graph_generator.for_run(generator)
+            draws = verify_draws(tree, bias, sampling, generator, self.target.device)
         return run_model(self.target, tree.tokens.unsqueeze(0), cache, None, tally, attention_bias=bias,
                          output_hidden_states=hidden, graphs=self.graphs, hidden_layers=hidden_layers,
-                         position_offsets=tree.position_offsets(), draws=self._draws(tree, bias, sampling, generator))
-
-    def _draws(self, tree: TokenTree, bias: Bias, sampling: SamplingConfig | None,
-               generator: torch.Generator | None) -> InGraphDraws | None:
-        """What ``verify``'s graphed forward draws for ``tree``: None when greedy, ungraphed, or a draft carries
-        its q (those go through ``residual_tests`` outside the graph); the parents from the tree when its mask
-        is a host tensor (a chain's, mask None, and a device tree's, its mask's source, are the graph's own)."""
-        if sampling is None or sampling.is_greedy or self.graphs is None:
-            return None
-        if any(q is not None for q in tree.draft_probs[1:]):
-            return None
-        parents = tree.parents_on(self.target.device) if isinstance(bias, torch.Tensor) else None
-        return InGraphDraws(sampling, generator, parents)
+                         position_offsets=tree.position_offsets(), draws=draws)
 
 
 def warm_up(generate_once: Callable[[int], object], captures: Callable[[], int], warmups: int,

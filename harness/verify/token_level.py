@@ -83,10 +83,38 @@ def sampling_draws(tree: TokenTree, logits: torch.Tensor, sampling: SamplingConf
     rejected sibling); the walk stops at the first node none of whose children is accepted, and the bonus token
     is node v's draw from p' after all its children. Each test and draw uses its own random numbers, so the
     outcome has the distribution of trying children one by one."""
-    if all(q is None for q in tree.draft_probs[1:]) and residual is residual_distribution:
+    if residual is residual_distribution and all(q is None for q in tree.draft_probs[1:]):
         return one_hot_draws(tree.parents_on(logits.device), tree.tokens.to(logits.device), logits, sampling,
                              generator)
+    if residual is residual_distribution and sampled_chain(tree):
+        return chain_draws(tree.tokens.to(logits.device), logits, stacked_drafts(tree, logits.device), sampling,
+                           generator)
     return draw_tests(*residual_tests(tree, logits_to_probs(logits, sampling), residual), generator)
+
+
+def sampled_chain(tree: TokenTree) -> bool:
+    """A chain (known on the host) of two or more nodes whose every draft carries the q it was drawn from."""
+    return type(tree) is TokenTree and tree.size > 1 and tree.is_chain and all(
+        q is not None for q in tree.draft_probs[1:])
+
+
+def stacked_drafts(tree: TokenTree, device: torch.device) -> torch.Tensor:
+    """(n - 1, V) float32: a sampled chain's q per draft, in order (``chain_draws``'s input)."""
+    return torch.stack(tree.draft_probs[1:]).to(device, torch.float32)
+
+
+def chain_draws(tokens: torch.Tensor, logits: torch.Tensor, drafts: torch.Tensor, sampling: SamplingConfig,
+                generator: torch.Generator | None) -> Draws:
+    """``sampling_draws`` for a chain whose drafts carry their q (``drafts``, (n - 1, V)), in closed form and device
+    work only (what a graphed target forward runs inside its graph): draft i is tested with p_{i-1}(x_i) against
+    q_i(x_i), and node i's bonus comes from norm(max(0, p_i - q_{i+1})), the last node's from p itself:
+    ``residual_tests``' arithmetic on a chain, row for row."""
+    probs = logits_to_probs(logits, sampling)
+    drafted = tokens[1:, None]
+    target_mass = torch.cat([probs.new_zeros(1), probs[:-1].gather(1, drafted)[:, 0]])
+    draft_mass = torch.cat([probs.new_ones(1), drafts.gather(1, drafted)[:, 0]])
+    bonus_probs = torch.cat([residual_distribution(probs[:-1], drafts), probs[-1:]])
+    return draw_tests(target_mass, draft_mass, bonus_probs, generator)
 
 
 def one_hot_draws(parents: torch.Tensor, tokens: torch.Tensor, logits: torch.Tensor, sampling: SamplingConfig,

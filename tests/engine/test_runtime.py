@@ -19,7 +19,6 @@ from harness.backend.forward import ForwardTally, positions, run_model
 from harness.backend.kv_cache import new_cache
 from harness.options import parse_options
 from harness.verify.sampling import make_generator
-from harness.verify.token_level import one_hot_draws
 from harness.backend.static_cache import static_layers
 from harness.engine.runtime import (
     CAPACITY_STEP, RECOMPILE_LIMIT, SETTLING_WARMUPS, TIMING_RERUNS, EngineOptions, EngineRuntime, warm_up,
@@ -62,21 +61,24 @@ def test_sampling_follows_the_same_random_stream(random_pair, switch):
         assert switched.output_ids == plain.output_ids
 
 
-@pytest.mark.parametrize("method,options", [("ar", {}), ("sd", {"gamma": 3, "drafts": "topk"}),
-                                            ("tree_sd", {"branching": "2,2,1", "drafts": "topk"})])
-def test_sampled_steps_draw_inside_the_targets_graph(random_pair, monkeypatch, method, options):
-    """At T > 0 with deterministic drafts (q = 1) the graphed verify forward makes the verification's draws inside
-    its graph (a root-only step, a chain and a host tree: parents made in the graph or copied in), from the same
-    random stream in the same order as the eager verifier: the same sampled tokens with the same seed."""
-    import harness.backend.forward as forward
+@pytest.mark.parametrize("method,options,draws", [
+    ("ar", {}, "one_hot_draws"), ("sd", {"gamma": 3, "drafts": "topk"}, "one_hot_draws"),
+    ("tree_sd", {"branching": "2,2,1", "drafts": "topk"}, "one_hot_draws"), ("sd", {"gamma": 3}, "chain_draws")])
+def test_sampled_steps_draw_inside_the_targets_graph(random_pair, monkeypatch, method, options, draws):
+    """At T > 0 the graphed verify forward makes the verification's draws inside its graph for deterministic
+    drafts (q = 1: a root-only step, a chain and a host tree, parents made in the graph or copied in) and for a
+    chain of sampled drafts (their q copied in), from the same random stream in the same order as the eager
+    verifier: the same sampled tokens with the same seed."""
+    import harness.engine.graph_draws as graph_draws
 
     drawn = []
+    real = getattr(graph_draws, draws)
 
     def spy(*args):
         drawn.append(GRAPHED_REGION.get())
-        return one_hot_draws(*args)
+        return real(*args)
 
-    monkeypatch.setattr(forward, "one_hot_draws", spy)
+    monkeypatch.setattr(graph_draws, draws, spy)
     target, draft = random_pair
     adapter, _ = build_adapter(method, options, BuildInputs(target, draft, None))
     runtime = engine_runtime(target, "graph_buffers")

@@ -7,9 +7,10 @@ import torch
 from harness.engine.adapter import StepContext
 from harness.engine.counters import GenerationCounters
 from harness.engine.drafting import choose_children
-from harness.verify.sampling import SamplingConfig, residual_distribution
+from harness.verify.sampling import SamplingConfig, logits_to_probs, residual_distribution
 from harness.trees.tree import DeferredTree, TokenTree
-from harness.verify.token_level import one_hot_tests, residual_tests, verify_tree
+from harness.verify.token_level import (chain_draws, draw_tests, one_hot_tests, residual_tests, sampled_chain,
+                                        stacked_drafts, verify_tree)
 
 
 def _random_tree(size: int, vocab: int, seed: int) -> TokenTree:
@@ -66,3 +67,25 @@ def test_a_custom_residual_reads_a_device_grown_tree_first():
         grown = verify_tree(deferred, logits, sampling, torch.Generator().manual_seed(seed), residual=custom)
         assert grown == plain
     assert deferred.parents == tree.parents
+
+
+def test_a_sampled_chains_closed_form_equals_the_residual_walk():
+    """``chain_draws`` (what a graphed verify forward runs for a chain whose drafts carry q) draws exactly what the
+    general form does (``residual_tests`` then ``draw_tests``) from the same generator: the same masses, the same
+    bonus distributions, the same outcomes; and it is what ``verify_tree`` uses on such a chain."""
+    for seed in range(20):
+        vocab, size = (5 if seed % 2 else 40), 2 + seed % 5
+        generator = torch.Generator().manual_seed(seed)
+        logits = torch.randn(size, vocab, generator=generator) * 2
+        drafts = torch.softmax(torch.randn(size - 1, vocab, generator=generator) * 2, dim=-1)
+        tokens = torch.randint(0, vocab, (size,), generator=generator)
+        tree = TokenTree(tokens, tuple(range(-1, size - 1)), [None, *drafts.unbind(0)])
+        sampling = SamplingConfig(0.9, top_k=4)
+        assert sampled_chain(tree)
+        reference = draw_tests(*residual_tests(tree, logits_to_probs(logits, sampling), residual_distribution),
+                               torch.Generator().manual_seed(seed))
+        closed = chain_draws(tokens, logits, stacked_drafts(tree, "cpu"), sampling, torch.Generator().manual_seed(seed))
+        assert all(torch.equal(a, b) for a, b in zip(closed, reference)), seed
+        via_verifier = verify_tree(tree, logits, sampling, torch.Generator().manual_seed(seed))
+        walked = verify_tree(tree, logits, sampling, None, draws=reference)
+        assert via_verifier == walked
