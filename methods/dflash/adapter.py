@@ -9,6 +9,11 @@ of the positions' log-probabilities, drafted deterministically as EAGLE's are.
 
 Drafter FLOPs: the context rows' share of the forward is useful (kept); the block's share is booked over the draft
 nodes, useful for the accepted ones.
+
+A step runs in two halves: ``step_outputs``, the device work from the drafting slots' outputs (the LM head, then
+the chain's argmax or the beam tree; at T > 0 under the ``sampled`` convention the logits alone), and ``tree_of``,
+the step's tree from those outputs (there the sampled chain draws). Under ``kv_cache=static cuda_graphs=on`` the
+forward and the first half run as one graphed block (``methods.dflash.graphed``), else eagerly.
 """
 
 from __future__ import annotations
@@ -25,7 +30,7 @@ from harness.engine.adapter import AdapterBase, StepContext
 from harness.engine.counters import DrafterWork, count_useful_drafter_flops
 from harness.engine.method_spec import BuildInputs
 from harness.training.features import feature_indices, feature_rows
-from harness.trees.beam import Frontier, grow_beam_tree
+from harness.trees.beam import BeamTree, Frontier, beam_from_tensors, beam_tensors, beam_width, grow_beam_tree
 from harness.trees.beam_shape import BeamShape
 from harness.trees.tree import TokenTree
 from harness.verify.sampling import logits_to_probs, sample_from_probs
@@ -33,6 +38,7 @@ from harness.verify.verdict import Verdict
 from methods.dflash import DFlashOptions
 from methods.dflash.batch import DFlashRows
 from methods.dflash.checkpoint import load_drafter
+from methods.dflash.graphed import graphed_outputs, graphs_draft
 from methods.dflash.model import DFlashDrafter
 
 
@@ -67,15 +73,20 @@ class DFlashAdapter(AdapterBase):
                         "tree_nodes": self.max_draft_nodes,
                         "feature_layers": list(drafter.features.layers), "drafter_layers": len(drafter.layers),
                         "drafter_parameters": drafter.trainable_parameters(), **drafter.draft_vocab.describe()}
-        self._reset([])
+        self._reset(None, [])
 
     def batch_row(self):
         """A copy for one row of a static batch: the drafter shared, the state reset by ``begin``."""
         row = copy.copy(self)
         return row
 
-    def _reset(self, rows: list[torch.Tensor]) -> None:
-        self.cache = new_cache(self.drafter.config)
+    def _reset(self, ctx: StepContext | None, rows: list[torch.Tensor]) -> None:
+        """A new generation: the drafter's cache (static under ``kv_cache=static``; room for the block beyond the
+        sequence) and, under ``cuda_graphs=on``, its graph runner; ``rows`` are the prompt's context rows."""
+        config = self.drafter.config
+        self.cache = (ctx.drafter_cache(self, config, self.block_size, self.dtype, self.device) if ctx is not None
+                      else new_cache(config))
+        self.graphs = ctx.drafter_graphs(self, config, self.device, self.dtype) if ctx is not None else None
         self.fed_len = 0
         self.pending = rows  # per feature layer: (n, H) target states of positions fed_len.. not yet fed
         self.work = DrafterWork()
@@ -84,7 +95,7 @@ class DFlashAdapter(AdapterBase):
         return [state[0, index] for state in feature_rows(hidden_states, self.drafter.features)]
 
     def begin(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> None:
-        self._reset(self._rows(prefill.hidden_states, slice(None)))
+        self._reset(ctx, self._rows(prefill.hidden_states, slice(None)))
 
     def batch_drafting(self, count: int) -> DFlashRows | None:
         """Every row of a static batch drafted in one forward a step (``methods.dflash.batch``); a subclass that
@@ -92,8 +103,8 @@ class DFlashAdapter(AdapterBase):
         return DFlashRows(self, count) if type(self) is DFlashAdapter else None
 
     def draft_block(self, ctx: StepContext, root: torch.Tensor) -> torch.Tensor:
-        """The drafter's one forward: (drafts, width) outputs of the drafting slots; the context rows join its
-        cache."""
+        """The drafter's one forward, eagerly: (drafts, width) outputs of the drafting slots; the context rows join
+        its cache."""
         count, block = self.pending[0].shape[0], self.block_size
         with ctx.counters.phase("drafter"):
             context = self.drafter.context(self.pending)[None]
@@ -119,43 +130,72 @@ class DFlashAdapter(AdapterBase):
         count_useful_drafter_flops(ctx.counters, flops * count / (count + block))
         self.work.charge(list(range(1, self.drafts + 1)), flops * block / (count + block))
 
-    def block_logits(self, ctx: StepContext, hidden: torch.Tensor) -> torch.Tensor:
-        """(drafts, N) logits of the drafting slots over the draft vocabulary (draft ids)."""
-        with ctx.counters.phase("drafter"):
-            return self.drafter.logits(hidden, self.lm_head)
-
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
         root = sequence[0, -1]
-        hidden = self.draft_block(ctx, root)[:self.verified]  # a cut chain's unverified slots skip the LM head
-        return self.tree_from_logits(ctx, root, self.block_logits(ctx, hidden))
+        if graphs_draft(self):  # the forward and the step's device work as one graph (``methods.dflash.graphed``)
+            outputs = graphed_outputs(self, ctx, root)
+        else:
+            hidden = self.draft_block(ctx, root)
+            with ctx.counters.phase("drafter"):
+                outputs = self.step_outputs(ctx, root, hidden)
+        with ctx.counters.phase("drafter"):
+            return self.tree_of(ctx, root, outputs)
+
+    def outputs_kind(self, ctx: StepContext) -> str:
+        """What ``step_outputs`` returns this step (part of a graphed block's key): a beam tree's tensors
+        (``beam``), a deterministic chain's tokens (``chain``), or the logits a sampled chain draws from
+        (``logits``)."""
+        if self.shape is not None:
+            return "beam"
+        return "chain" if ctx.sampling.is_greedy or self.convention == "topk" else "logits"
+
+    def step_outputs(self, ctx: StepContext, root: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The step's device work from the drafting slots' outputs ``hidden`` (drafts, width), reading nothing on
+        the host (the body of a graphed block): the LM head on the verified slots (a cut chain's others skip it),
+        then ``logits_outputs``."""
+        return self.logits_outputs(ctx, root, self.drafter.logits(hidden[:self.verified], self.lm_head))
+
+    def logits_outputs(self, ctx: StepContext, root: torch.Tensor, logits: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """``step_outputs`` from the drafting slots' logits (verified, N): the beam's tensors, the chain [root,
+        argmax per position] (the ``topk`` convention: at every temperature, q = 1), or the logits."""
+        kind = self.outputs_kind(ctx)
+        if kind == "beam":
+            return beam_tensors(self.beam(root, logits))
+        if kind == "chain":
+            return (torch.cat([root.reshape(1), self.vocab.to_target(logits.argmax(-1)).to(root.device)]),)
+        return (logits,)
+
+    def tree_of(self, ctx: StepContext, root: torch.Tensor, outputs: tuple[torch.Tensor, ...]) -> TokenTree:
+        """The step's tree from ``step_outputs``; a sampled chain draws here, from the run's generator."""
+        kind = self.outputs_kind(ctx)
+        if kind == "beam":
+            return beam_from_tensors(outputs, beam_width(self.shape, self.vocab.size), self.shape.depth).tree
+        if kind == "chain":
+            return TokenTree(outputs[0], tuple(range(-1, self.verified)))
+        return self.sampled_chain(ctx, root, outputs[0])
 
     def tree_from_logits(self, ctx: StepContext, root: torch.Tensor, logits: torch.Tensor) -> TokenTree:
-        """The step's tree from the drafting slots' logits (drafts, N): a chain, or the beam tree of their top-k."""
+        """The step's tree from the drafting slots' logits (verified, N): a chain, or the beam tree of their top-k
+        (a batch row's, ``methods.dflash.batch``)."""
         with ctx.counters.phase("drafter"):
-            if self.shape is not None:
-                return self.beam_tree(root, logits)
-            return self.chain(ctx, root, logits)
+            return self.tree_of(ctx, root, self.logits_outputs(ctx, root, logits))
 
-    def chain(self, ctx: StepContext, root: torch.Tensor, logits: torch.Tensor) -> TokenTree:
-        """The block as a chain: argmax per position, or a draw from each position's warped distribution (which the
-        verifier gets over the target's vocabulary, zero outside the draft vocabulary); the ``topk`` convention: the
-        argmax at every temperature (q = 1)."""
-        if ctx.sampling.is_greedy or self.convention == "topk":
-            tokens = self.vocab.to_target(logits.argmax(-1))
-            return TokenTree(torch.cat([root.reshape(1), tokens.to(root.device)]), tuple(range(-1, logits.shape[0])))
+    def sampled_chain(self, ctx: StepContext, root: torch.Tensor, logits: torch.Tensor) -> TokenTree:
+        """The block as a chain at T > 0 (the ``sampled`` convention): a draw from each position's warped
+        distribution, which the verifier gets over the target's vocabulary (zero outside the draft vocabulary)."""
         probs = logits_to_probs(logits, ctx.sampling)
         tokens = self.vocab.to_target(sample_from_probs(probs, ctx.generator))
         return TokenTree(torch.cat([root.reshape(1), tokens.to(root.device)]), tuple(range(-1, logits.shape[0])),
                          [None, *self.vocab.target_probs(probs).unbind(0)])
 
-    def beam_tree(self, root: torch.Tensor, logits: torch.Tensor) -> TokenTree:
+    def beam(self, root: torch.Tensor, logits: torch.Tensor) -> BeamTree:
         """The positions' top-k as a beam tree: a node at depth d has position d + 1's best tokens below it."""
         logprobs = torch.log_softmax(logits.float(), dim=-1)
 
         def expand(frontier: Frontier) -> torch.Tensor:
             return logprobs[frontier.depth].expand(frontier.tokens.shape[0], -1)
 
-        return grow_beam_tree(root, logprobs[0], expand, self.shape, self.vocab.token_map).tree
+        return grow_beam_tree(root, logprobs[0], expand, self.shape, self.vocab.token_map)
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
         depths = tree.depths

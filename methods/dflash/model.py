@@ -116,6 +116,8 @@ class DFlashDrafter(nn.Module):
         self.rotary_emb = LlamaRotaryEmbedding(config)
         if mask_token_id is None:
             self.mask_embedding = nn.Parameter(torch.zeros(width))
+        else:  # the mask token's id where the model lives (made once: a graphed draft creates no host tensor)
+            self.register_buffer("mask_id", torch.tensor(int(mask_token_id)), persistent=False)
         vocab = int(config.vocab_size)
         self.draft_vocab = draft_vocab or DraftVocab(vocab)
         self.embed_tokens = nn.Embedding(vocab, width) if getattr(config, "own_embedding", False) else None
@@ -148,7 +150,7 @@ class DFlashDrafter(nn.Module):
         if self.mask_token_id is None:
             mask = self.mask_embedding.to(root_embedding.dtype)
         else:
-            mask = embed(torch.tensor(self.mask_token_id, device=root_embedding.device)).to(root_embedding.dtype)
+            mask = embed(self.mask_id.to(root_embedding.device)).to(root_embedding.dtype)
         masks = mask.expand(*root_embedding.shape[:-1], length - 1, -1)
         return torch.cat([root_embedding.unsqueeze(-2), masks], dim=-2)
 

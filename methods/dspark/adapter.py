@@ -6,6 +6,9 @@ logits plus the Markov bias of the token drafted before it, argmax (greedy) or a
 the planner (DSpark's Algorithm 1 at batch 1) grows the verify length l while (1 + a_1 + ... + a_l) / latency(1 + l)
 rises and stops at the first fall (``threshold`` also stops it at a survival below it). Choosing l reads the
 block's confidences on the host: one read per step beyond the verifier's.
+
+Under CUDA graphs the forward runs as DFlash's graphed block (``methods.dflash.graphed``), greedy with the slots and
+their survival drafted inside it (``step_outputs``); the draws at T > 0 stay eager (``tree_of``).
 """
 
 from __future__ import annotations
@@ -75,28 +78,47 @@ class DSparkAdapter(DFlashAdapter):
         self.costs = [latency_at(table, 1 + length) if table else 1.0 for length in range(self.drafts + 1)]
         self.details = {**self.details, "threshold": options.threshold, "planner": "latency" if table else "flat"}
 
-    def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
-        root = sequence[0, -1]
-        hidden = self.draft_block(ctx, root)
-        base = self.block_logits(ctx, hidden)
-        with ctx.counters.phase("drafter"):
-            tokens, probs, raw = [], [], []
-            previous = root.to(self.device)
-            for slot in range(self.drafts):
-                logits, confidence = self.drafter.slot(hidden[slot], base[slot], previous)
-                if ctx.sampling.is_greedy:
-                    previous = self.vocab.to_target(logits.argmax(-1))
-                else:
-                    warped = logits_to_probs(logits, ctx.sampling)  # over the draft vocabulary; the verifier's q
-                    probs.append(self.vocab.target_probs(warped))  # over the target's (zero outside it)
-                    previous = self.vocab.to_target(sample_from_probs(warped, ctx.generator))
-                tokens.append(previous)
-                raw.append(confidence)
-            survival = torch.cumprod(self.drafter.confidence(torch.stack(raw), slice(0, self.drafts)), 0)
-            length = plan_length(survival.tolist(), self.costs, self.threshold)  # the planner's host read
-        drafted = torch.stack(tokens[:length]).to(root.device) if length else root.new_zeros(0)
-        return TokenTree(torch.cat([root.reshape(1), drafted]), tuple(range(-1, length)),
-                         [None, *probs[:length]] if probs else [])
+    def outputs_kind(self, ctx: StepContext) -> str:
+        """What ``step_outputs`` returns: greedy, the drafted chain and its survival (``slots``); sampling, the
+        backbone's outputs and logits the slots are drawn from (``backbone``)."""
+        return "slots" if ctx.sampling.is_greedy else "backbone"
+
+    def step_outputs(self, ctx: StepContext, root: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """The backbone's logits on every slot; greedy, the slots drafted in order on the device: the chain [root,
+        drafts] and the prefix survival a_1..a_n (no host read: the body of a graphed block)."""
+        base = self.drafter.logits(hidden, self.lm_head)
+        if not ctx.sampling.is_greedy:
+            return hidden, base
+        chain, _, survival = self.draft_slots(ctx, root, hidden, base)
+        return chain, survival
+
+    def draft_slots(self, ctx: StepContext, root: torch.Tensor, hidden: torch.Tensor,
+                    base: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+        """The slots drafted in order through the Markov head: (the chain [root, drafts], each draft's q over the
+        target's vocabulary when sampling, the prefix survival a_1..a_n)."""
+        tokens, probs, raw = [], [], []
+        previous = root.to(self.device)
+        for slot in range(self.drafts):
+            logits, confidence = self.drafter.slot(hidden[slot], base[slot], previous)
+            if ctx.sampling.is_greedy:
+                previous = self.vocab.to_target(logits.argmax(-1))
+            else:
+                warped = logits_to_probs(logits, ctx.sampling)  # over the draft vocabulary; the verifier's q
+                probs.append(self.vocab.target_probs(warped))  # over the target's (zero outside it)
+                previous = self.vocab.to_target(sample_from_probs(warped, ctx.generator))
+            tokens.append(previous)
+            raw.append(confidence)
+        survival = torch.cumprod(self.drafter.confidence(torch.stack(raw), slice(0, self.drafts)), 0)
+        return torch.cat([root.reshape(1), torch.stack(tokens).to(root.device)]), probs, survival
+
+    def tree_of(self, ctx: StepContext, root: torch.Tensor, outputs: tuple[torch.Tensor, ...]) -> TokenTree:
+        """The chain cut to the planned verify length (sampling: the slots drawn here, from the run's generator)."""
+        if ctx.sampling.is_greedy:
+            (chain, survival), probs = outputs, []
+        else:
+            chain, probs, survival = self.draft_slots(ctx, root, *outputs)
+        length = plan_length(survival.tolist(), self.costs, self.threshold)  # the planner's host read
+        return TokenTree(chain[:1 + length], tuple(range(-1, length)), [None, *probs[:length]] if probs else [])
 
 
 def build(options: DSparkOptions, inputs: BuildInputs) -> DSparkAdapter:

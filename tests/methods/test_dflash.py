@@ -1,7 +1,8 @@
 """`dflash`: the drafter against a restatement of z-lab's forward (their checkpoint layout on random weights), its
-cache across steps, its loader's one-line errors, the training mask and the top-k tree. Greedy and sampling
-losslessness of the default chain: the conformance suite. ``DFLASH_REPO=<checkout of z-lab/dflash>`` also runs
-the upstream module on the same weights."""
+cache across steps, its loader's one-line errors, the training mask, the top-k tree, and the graphed draft
+(``methods.dflash.graphed``, `dspark`'s too) against the eager one. Greedy and sampling losslessness of the default
+chain: the conformance suite. ``DFLASH_REPO=<checkout of z-lab/dflash>`` also runs the upstream module on the same
+weights."""
 
 from __future__ import annotations
 
@@ -21,7 +22,8 @@ from harness.errors import DraftcountError
 from methods.dflash.checkpoint import load_drafter
 from methods.dflash.model import default_target_layers
 from methods.dflash.training import block_attention_bias, draw_anchors
-from tests.helpers import make_llama
+from tests.helpers import (ENGINE_SWITCHES, engine_runtime, make_llama, markov_batches, save_greedy_markov_target,
+                           train_test_drafter)
 from tests.methods.dflash_reference import dflash_forward, official_config, official_dflash
 
 VOCAB, WIDTH, DEPTH = 40, 32, 4
@@ -187,3 +189,45 @@ def test_a_drafter_with_its_own_embedding_and_head_trains_saves_and_decodes_loss
     prompt = torch.randint(VOCAB, (1, 6), generator=torch.Generator().manual_seed(6))
     assert generate(model, adapter, prompt, 16, SamplingConfig()).output_ids == \
         generate(model, ar, prompt, 16, SamplingConfig()).output_ids
+
+
+@pytest.fixture(scope="module")
+def graphed_setup(tmp_path_factory):
+    """The Markov target on its own greedy text and briefly trained drafters of block 4: a `dflash` one with a
+    vocabulary token as its mask, a `dspark` one with a learned mask embedding."""
+    root = tmp_path_factory.mktemp("graphed")
+    target = save_greedy_markov_target(root)
+    train_test_drafter("dflash", root, "dflash", 60, block_size="4", mask_token_id="47")
+    train_test_drafter("dspark", root, "dspark", 60, block_size="4", markov_rank="8")
+    return target, root
+
+
+@pytest.mark.parametrize("method, options", [("dflash", {}), ("dflash", {"top_k": "3", "budget": "6"}),
+                                             ("dflash", {"verify_length": "2"}), ("dspark", {})])
+def test_the_graphed_draft_drafts_what_the_eager_draft_does(graphed_setup, method, options):
+    """methods/dflash/graphed.py: under cuda_graphs=on (run eagerly on the CPU) the forward and the step's device
+    work as one block per context-row count emit the same tokens and accept the same drafts at every step as the
+    eager draft on a static cache, and book the same drafter FLOPs, useful work and counters: greedy (the chain's
+    argmax, the beam, DSpark's slots inside the block) and at T = 1 (the draws after it)."""
+    target, root = graphed_setup
+    prompts = [row[None] for row in next(markov_batches(48, 4, 10, seed=7))]
+    for sampling in (SamplingConfig(), SamplingConfig(1.0)):
+        runs = {}
+        for switch in ENGINE_SWITCHES:
+            adapter, _ = build_adapter(method, options, BuildInputs(target, None, root / method))
+            runtime = engine_runtime(target, switch)
+            runs[switch] = [generate(target, adapter, prompt, 24, sampling, runtime=runtime,
+                                     generator=torch.Generator().manual_seed(seed))
+                            for seed, prompt in enumerate(prompts)]
+        graphs = runtime.graphs_of(adapter)
+        forwards = sum(result.counters.drafter.forwards for result in runs["graph_buffers"])
+        assert graphs.calls == forwards - len(prompts)  # every forward but a prompt's first ran as a block
+        assert len({key[1][2] for key in graphs.graphs if key[0] == "block"}) > 1  # blocks of several row counts
+        for eager, graphed in zip(runs["static"], runs["graph_buffers"]):
+            assert graphed.output_ids == eager.output_ids
+            ours, theirs = graphed.counters, eager.counters
+            assert ours.step_accepted == theirs.step_accepted
+            assert (ours.drafter.forwards, ours.drafter.tokens) == (theirs.drafter.forwards, theirs.drafter.tokens)
+            assert ours.drafter.flops == pytest.approx(theirs.drafter.flops, rel=1e-12)
+            assert ours.extra == pytest.approx(theirs.extra, rel=1e-12)  # useful drafter FLOPs among them
+        assert sum(sum(result.counters.step_accepted) for result in runs["graph_buffers"]) > 0
