@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from functools import lru_cache, partial
 from pathlib import Path
 
+import pytest
 import torch
 from tokenizers import Tokenizer, models, pre_tokenizers, trainers, decoders
 from transformers import BambaConfig, BambaForCausalLM, LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
@@ -480,3 +481,15 @@ def copy_project(dest: Path) -> list[str]:
         (dest / name).parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(ROOT / name, dest / name)
     return copied
+
+
+def assert_drafts_as_eager(eager_runs: list, graphed_runs: list) -> None:
+    """A graphed draft did what the eager draft does, generation by generation: the same tokens, the same accepted
+    drafts, the same drafter forwards, tokens and FLOPs, the same extra counters (useful drafter FLOPs among them)."""
+    for eager, graphed in zip(eager_runs, graphed_runs, strict=True):
+        assert graphed.output_ids == eager.output_ids
+        ours, theirs = graphed.counters, eager.counters
+        assert ours.step_accepted == theirs.step_accepted
+        assert (ours.drafter.forwards, ours.drafter.tokens) == (theirs.drafter.forwards, theirs.drafter.tokens)
+        assert ours.drafter.flops == pytest.approx(theirs.drafter.flops, rel=1e-12)
+        assert ours.extra == pytest.approx(theirs.extra, rel=1e-12)

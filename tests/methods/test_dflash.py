@@ -22,8 +22,8 @@ from harness.errors import DraftcountError
 from methods.dflash.checkpoint import load_drafter
 from methods.dflash.model import default_target_layers
 from methods.dflash.training import block_attention_bias, draw_anchors
-from tests.helpers import (ENGINE_SWITCHES, engine_runtime, make_llama, markov_batches, save_greedy_markov_target,
-                           train_test_drafter)
+from tests.helpers import (ENGINE_SWITCHES, assert_drafts_as_eager, engine_runtime, make_llama, markov_batches,
+                           save_greedy_markov_target, train_test_drafter)
 from tests.methods.dflash_reference import dflash_forward, official_config, official_dflash
 
 VOCAB, WIDTH, DEPTH = 40, 32, 4
@@ -223,11 +223,5 @@ def test_the_graphed_draft_drafts_what_the_eager_draft_does(graphed_setup, metho
         forwards = sum(result.counters.drafter.forwards for result in runs["graph_buffers"])
         assert graphs.calls == forwards - len(prompts)  # every forward but a prompt's first ran as a block
         assert len({key[1][2] for key in graphs.graphs if key[0] == "block"}) > 1  # blocks of several row counts
-        for eager, graphed in zip(runs["static"], runs["graph_buffers"]):
-            assert graphed.output_ids == eager.output_ids
-            ours, theirs = graphed.counters, eager.counters
-            assert ours.step_accepted == theirs.step_accepted
-            assert (ours.drafter.forwards, ours.drafter.tokens) == (theirs.drafter.forwards, theirs.drafter.tokens)
-            assert ours.drafter.flops == pytest.approx(theirs.drafter.flops, rel=1e-12)
-            assert ours.extra == pytest.approx(theirs.extra, rel=1e-12)  # useful drafter FLOPs among them
+        assert_drafts_as_eager(runs["static"], runs["graph_buffers"])
         assert sum(sum(result.counters.step_accepted) for result in runs["graph_buffers"]) > 0

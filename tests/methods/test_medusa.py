@@ -26,7 +26,8 @@ from methods.medusa.checkpoint import CALIBRATION
 from methods.medusa.training import train_medusa
 from harness.trees.choices import calibrated_choices
 from tests.helpers import (
-    ENGINE_SWITCHES, chi_square_pvalue, engine_runtime, exact_distribution, markov_batches, sampled_distribution,
+    ENGINE_SWITCHES, assert_drafts_as_eager, chi_square_pvalue, engine_runtime, exact_distribution, markov_batches,
+    sampled_distribution,
     save_markov_target,
 )
 from tests.methods.conformance import ALPHA, SAMPLES, build_small_vocab_zoo
@@ -106,13 +107,7 @@ def test_the_graphed_draft_drafts_what_the_eager_draft_does(medusa_setup, kind):
                         for prompt in [row[None] for row in next(markov_batches(48, 4, 10, seed=7))]]
         if switch == "graph_buffers":
             assert any(key[0] == "block" for key in runtime.graphs_of(adapter).graphs)
-    for eager, graphed in zip(runs["static"], runs["graph_buffers"]):
-        assert graphed.output_ids == eager.output_ids
-        ours, theirs = graphed.counters, eager.counters
-        assert ours.step_accepted == theirs.step_accepted
-        assert (ours.drafter.forwards, ours.drafter.tokens) == (theirs.drafter.forwards, theirs.drafter.tokens)
-        assert ours.drafter.flops == pytest.approx(theirs.drafter.flops, rel=1e-12)
-        assert ours.extra == pytest.approx(theirs.extra, rel=1e-12)
+    assert_drafts_as_eager(runs["static"], runs["graph_buffers"])
 
 
 @pytest.mark.parametrize("kind", KINDS)
