@@ -276,13 +276,13 @@ HOST_READ_BUDGETS = {
 DEFAULT_DISPATCH_BUDGET = (250, 300)  # a method without a line here (a new or out-of-tree one): an EAGLE-sized step
 DISPATCH_BUDGETS = {
     "ar": (4, 4),
-    "sd": (36, 114),
+    "sd": (36, 78),
     "tree_sd": (115, 530),
     "eagle": (26, 28),
     "lyanna": (63, 33),
     "dflash": (20, 48),
     "dspark": (29, 147),
-    "pard": (21, 98),
+    "pard": (21, 62),
     "pld": (7, 8),
     "suffix": (9, 8),
     "stand": (36, 125),
