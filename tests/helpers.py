@@ -493,3 +493,34 @@ def assert_drafts_as_eager(eager_runs: list, graphed_runs: list) -> None:
         assert (ours.drafter.forwards, ours.drafter.tokens) == (theirs.drafter.forwards, theirs.drafter.tokens)
         assert ours.drafter.flops == pytest.approx(theirs.drafter.flops, rel=1e-12)
         assert ours.extra == pytest.approx(theirs.extra, rel=1e-12)
+
+
+def second_token_law(target: LoadedModel, prompt: torch.Tensor, sampling: SamplingConfig) -> dict:
+    """The target's law of the first two tokens after ``prompt`` (1, L) at ``sampling``: {(t1, t2): probability},
+    on the model's device (the second token is the first a decoding step's verification draws)."""
+    with torch.inference_mode():
+        first = logits_to_probs(target.model(prompt).logits[0, -1], sampling)
+        law = {}
+        for token, p_first in enumerate(first.tolist()):
+            if p_first > 0:
+                extended = torch.cat([prompt, torch.tensor([[token]], device=prompt.device)], dim=-1)
+                second = logits_to_probs(target.model(extended).logits[0, -1], sampling)
+                law.update({(token, other): p_first * p for other, p in enumerate(second.tolist()) if p > 0})
+    return law
+
+
+def sampled_pairs_follow_the_target(target: LoadedModel, adapter, prompt: torch.Tensor, runtime, seeds: range,
+                                    sampling: SamplingConfig, alpha: float = 1e-3) -> None:
+    """Under ``runtime`` (graphs captured by a first pass over the seeds), the same seed gives the same tokens
+    twice, and the first two tokens over ``seeds`` follow the target's law (chi-square at ``alpha``): draws that did
+    not move on between graph replays would repeat one token."""
+    def run(seed: int) -> list[int]:
+        return generate(target, adapter, prompt, 4, sampling, runtime=runtime,
+                        generator=make_generator(seed, target.device)).output_ids
+
+    for seed in seeds[:3]:  # captures (their warm-ups draw too)
+        run(seed)
+    assert [run(seed) for seed in seeds[:3]] == [run(seed) for seed in seeds[:3]], "the same seed, other tokens"
+    counts = Counter(tuple(run(seed)[:2]) for seed in seeds)
+    pvalue = chi_square_pvalue(counts, second_token_law(target, prompt, sampling))
+    assert pvalue > alpha, f"the first two tokens do not follow the target's law: p = {pvalue:.3g}, {counts.most_common(3)}"

@@ -39,7 +39,7 @@ from harness.engine.loop import run_interleaved
 from harness import wrap_model
 from methods.eagle.cost import step_latency as eagle_step_latency
 from methods.lyanna.cost import step_latency as lyanna_depth_latency
-from tests.helpers import make_llama, markov_batches, train_briefly
+from tests.helpers import make_llama, markov_batches, sampled_pairs_follow_the_target, train_briefly
 from tests.methods.conformance import HOST_READ_BUDGETS
 
 pytestmark = [pytest.mark.cuda,
@@ -99,6 +99,18 @@ def _check_lossless(zoo: dict, adapter, runtime: EngineRuntime, label: str) -> N
     for prompt, want in zip(zoo["prompts"], zoo["expected"]):
         got = generate(zoo["target"], adapter, prompt.to("cuda"), NEW_TOKENS, GREEDY, runtime=runtime).output_ids
         assert got == want, f"{label}: {_mismatch(zoo, prompt, want, got)}"
+
+
+@pytest.mark.parametrize("variant", ["ar", "sd", "eagle"])
+def test_sampling_draws_replayed_in_the_verify_graph_follow_the_target(cuda_zoo, variant):
+    """At T = 1 under CUDA graphs the verifier's draws replay inside the target's graph (a root-only step, a sampled
+    chain, EAGLE's top-k tree) from the runtime's graph generator: the same seed gives the same tokens, and the
+    first two tokens over 400 seeds follow the target's law (a stream that did not move on between replays, or
+    a generator the graph did not register, would repeat one token). On the CPU: tests/engine/test_runtime.py."""
+    runtime = EngineRuntime(cuda_zoo["target"], ENGINES["graphs"])
+    sampled_pairs_follow_the_target(cuda_zoo["target"], _adapter(cuda_zoo, variant), cuda_zoo["prompts"][0].to("cuda"),
+                                    runtime, range(100, 500), SamplingConfig(1.0))
+    assert runtime.captures > 0 and runtime.graph_generator.generator is not None
 
 
 @pytest.mark.parametrize("engine", list(ENGINES))
