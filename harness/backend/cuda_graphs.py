@@ -278,14 +278,15 @@ class GraphedForwards:
         return outputs
 
     def run_block(self, key: Hashable, cache: Cache | None, past: int, length: int, inputs: dict[str, torch.Tensor],
-                  body: BlockCall, forwards: int = 1) -> tuple[torch.Tensor, ...]:
+                  body: BlockCall, forwards: int = 1, generator: torch.Generator | None = None) -> tuple[torch.Tensor, ...]:
         """A block of fixed-shape device work over ``cache`` as one graph (a drafter's whole draft: its forwards and
         the tree's bookkeeping between them): ``body(buffers, past)`` with ``past`` a 0-d device tensor (the cached
         length before the block), each forward writing at slots it computes from it (``writing_at``), its masks from
         ``device_full_width_mask``. Nothing in ``body`` may read a device value or depend on a host value that
         changes between calls (those are inputs). Per call the host fills ``past`` and copies ``inputs``; the
         cache's lengths are then ``length``. ``forwards``: the model forwards the block holds (``calls`` counts them).
-        A block over no cache (``cache`` None: heads that read only their inputs, Medusa's) has no length to set."""
+        A block over no cache (``cache`` None: heads that read only their inputs, Medusa's) has no length to set.
+        ``generator``: one the body draws from (registered with the graph at capture, as ``run``'s)."""
         layers = self._layers(cache) if cache is not None else []
         self.calls += forwards
         if layers and length > layers[0].capacity:
@@ -298,7 +299,7 @@ class GraphedForwards:
         graph.past.fill_(past)
         for name, value in inputs.items():
             graph.inputs[name].copy_(value)
-        outputs = self._replay(graph, lambda: _in_region(lambda: tuple(body(graph.inputs, graph.past))))
+        outputs = self._replay(graph, lambda: _in_region(lambda: tuple(body(graph.inputs, graph.past))), generator)
         for layer in layers:
             layer.set_length(length)
         return outputs

@@ -59,6 +59,11 @@ class StepContext:
             return new_cache(config)
         return self.runtime.drafter_cache(owner, config, self.max_sequence, lookahead, dtype, device)
 
+    def graph_generator(self) -> torch.Generator | None:
+        """The generator a drafter's graphed block draws from (``EngineRuntime.draw_generator``): the run's own
+        without a runtime or on the CPU."""
+        return self.generator if self.runtime is None else self.runtime.draw_generator(self.generator)
+
     def drafter_graphs(self, owner: object, config: PretrainedConfig, device: torch.device,
                        dtype: torch.dtype) -> GraphedForwards | None:
         """``owner``'s CUDA-graph runner for the fixed-shape steps of its drafter (a model of ``config``) under

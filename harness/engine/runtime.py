@@ -206,6 +206,12 @@ class EngineRuntime:
         check_capturable(config, what)
         return GraphedForwards(device, dtype, self.capture)
 
+    def draw_generator(self, run: torch.Generator | None) -> torch.Generator | None:
+        """The generator a graphed forward or block draws from: ``run`` itself where graphs are emulated (the CPU);
+        on a GPU the runtime's ``GraphGenerator`` (a captured graph replays the draws of the generator it was
+        captured with), reseeded from ``run``'s seed."""
+        return self.graph_generator.for_run(run) if self.capture else run
+
     def verify(self, tree: TokenTree, cache: Cache, prefix_len: int, tally: ForwardTally, hidden: bool,
                hidden_layers: tuple[int, ...] | None = None, sampling: SamplingConfig | None = None,
                generator: torch.Generator | None = None) -> LMOutput:
@@ -216,9 +222,7 @@ class EngineRuntime:
         bias = tree.graph_bias(self.target.dtype)
         draws = None
         if sampling is not None and not sampling.is_greedy and self.graphs is not None:
-            if self.capture:  # a CUDA graph replays the draws of the generator it was captured with
-                generator = self.graph_generator.for_run(generator)
-            draws = verify_draws(tree, bias, sampling, generator, self.target.device)
+            draws = verify_draws(tree, bias, sampling, self.draw_generator(generator), self.target.device)
         return run_model(self.target, tree.tokens.unsqueeze(0), cache, None, tally, attention_bias=bias,
                          output_hidden_states=hidden, graphs=self.graphs, hidden_layers=hidden_layers,
                          position_offsets=tree.position_offsets(), draws=draws)

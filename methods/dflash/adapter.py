@@ -143,27 +143,28 @@ class DFlashAdapter(AdapterBase):
 
     def outputs_kind(self, ctx: StepContext) -> str:
         """What ``step_outputs`` returns this step (part of a graphed block's key): a beam tree's tensors
-        (``beam``), a deterministic chain's tokens (``chain``), or the logits a sampled chain draws from
-        (``logits``)."""
+        (``beam``), a deterministic chain's tokens (``chain``), or a sampled chain's tokens and q's (``sampled``)."""
         if self.shape is not None:
             return "beam"
-        return "chain" if ctx.sampling.is_greedy or self.convention == "topk" else "logits"
+        return "chain" if ctx.sampling.is_greedy or self.convention == "topk" else "sampled"
 
-    def step_outputs(self, ctx: StepContext, root: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def step_outputs(self, ctx: StepContext, root: torch.Tensor, hidden: torch.Tensor,
+                     generator: torch.Generator | None = None) -> tuple[torch.Tensor, ...]:
         """The step's device work from the drafting slots' outputs ``hidden`` (drafts, width), reading nothing on
         the host (the body of a graphed block): the LM head on the verified slots (a cut chain's others skip it),
-        then ``logits_outputs``."""
-        return self.logits_outputs(ctx, root, self.drafter.logits(hidden[:self.verified], self.lm_head))
+        then ``logits_outputs`` (a sampled chain's draws from ``generator``, default the run's)."""
+        return self.logits_outputs(ctx, root, self.drafter.logits(hidden[:self.verified], self.lm_head), generator)
 
-    def logits_outputs(self, ctx: StepContext, root: torch.Tensor, logits: torch.Tensor) -> tuple[torch.Tensor, ...]:
+    def logits_outputs(self, ctx: StepContext, root: torch.Tensor, logits: torch.Tensor,
+                       generator: torch.Generator | None = None) -> tuple[torch.Tensor, ...]:
         """``step_outputs`` from the drafting slots' logits (verified, N): the beam's tensors, the chain [root,
-        argmax per position] (the ``topk`` convention: at every temperature, q = 1), or the logits."""
+        argmax per position] (the ``topk`` convention: at every temperature, q = 1), or a sampled chain."""
         kind = self.outputs_kind(ctx)
         if kind == "beam":
             return beam_tensors(self.beam(root, logits))
         if kind == "chain":
             return (torch.cat([root.reshape(1), self.vocab.to_target(logits.argmax(-1)).to(root.device)]),)
-        return (logits,)
+        return self.sampled_chain(ctx, root, logits, generator if generator is not None else ctx.generator)
 
     def tree_of(self, ctx: StepContext, root: torch.Tensor, outputs: tuple[torch.Tensor, ...]) -> TokenTree:
         """The step's tree from ``step_outputs``; a sampled chain draws here, from the run's generator."""
@@ -172,7 +173,8 @@ class DFlashAdapter(AdapterBase):
             return beam_from_tensors(outputs, beam_width(self.shape, self.vocab.size), self.shape.depth).tree
         if kind == "chain":
             return TokenTree(outputs[0], tuple(range(-1, self.verified)))
-        return self.sampled_chain(ctx, root, outputs[0])
+        chain, probs = outputs
+        return TokenTree(chain, tuple(range(-1, probs.shape[0])), [None, *probs.unbind(0)])
 
     def tree_from_logits(self, ctx: StepContext, root: torch.Tensor, logits: torch.Tensor) -> TokenTree:
         """The step's tree from the drafting slots' logits (verified, N): a chain, or the beam tree of their top-k
@@ -180,13 +182,14 @@ class DFlashAdapter(AdapterBase):
         with ctx.counters.phase("drafter"):
             return self.tree_of(ctx, root, self.logits_outputs(ctx, root, logits))
 
-    def sampled_chain(self, ctx: StepContext, root: torch.Tensor, logits: torch.Tensor) -> TokenTree:
-        """The block as a chain at T > 0 (the ``sampled`` convention): a draw from each position's warped
-        distribution, which the verifier gets over the target's vocabulary (zero outside the draft vocabulary)."""
+    def sampled_chain(self, ctx: StepContext, root: torch.Tensor, logits: torch.Tensor,
+                      generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:
+        """The block as a chain at T > 0 (the ``sampled`` convention): [root, a draw from each position's warped
+        distribution] and those distributions over the target's vocabulary (zero outside the draft vocabulary), the
+        verifier's q's."""
         probs = logits_to_probs(logits, ctx.sampling)
-        tokens = self.vocab.to_target(sample_from_probs(probs, ctx.generator))
-        return TokenTree(torch.cat([root.reshape(1), tokens.to(root.device)]), tuple(range(-1, logits.shape[0])),
-                         [None, *self.vocab.target_probs(probs).unbind(0)])
+        tokens = self.vocab.to_target(sample_from_probs(probs, generator))
+        return torch.cat([root.reshape(1), tokens.to(root.device)]), self.vocab.target_probs(probs)
 
     def beam(self, root: torch.Tensor, logits: torch.Tensor) -> BeamTree:
         """The positions' top-k as a beam tree: a node at depth d has position d + 1's best tokens below it."""

@@ -11,9 +11,10 @@ whole block (no causal mask); the cache's length is then past + count, so the bl
 step, as the eager path crops them. On the CPU (``capture=False``) the same body runs eagerly and
 ``harness.measure.dispatch`` books it as inside a graph.
 
-The host's FLOP booking (``charge_block``) follows from the shape and runs outside the block. Left on the eager
-path: a prompt's first forward (an empty drafter cache), and the draws of a chain sampled at T > 0 (the ``sampled``
-convention: ``tree_of`` draws from the block's logits, as EAGLE's sampled convention stays eager).
+The host's FLOP booking (``charge_block``) follows from the shape and runs outside the block. A chain sampled at
+T > 0 (the ``sampled`` convention, DSpark's slots) is drawn inside the block from ``StepContext.graph_generator``
+(the run's generator on the CPU, so the same tokens as the eager draft; a GPU's graph generator, registered with the
+graph at capture). Left on the eager path: a prompt's first forward (an empty drafter cache).
 """
 
 from __future__ import annotations
@@ -52,12 +53,14 @@ def graphed_outputs(adapter: DFlashAdapter, ctx: StepContext, root: torch.Tensor
     inputs = {"rows": torch.cat(adapter.pending, dim=-1), "root": root}
     past = adapter.fed_len
 
+    generator = ctx.graph_generator()  # a sampled chain's draws, inside the block
+
     def body(buffers: dict[str, torch.Tensor], start: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        return adapter.step_outputs(ctx, buffers["root"], _forward(adapter, buffers, start, count))
+        return adapter.step_outputs(ctx, buffers["root"], _forward(adapter, buffers, start, count), generator)
 
     with ctx.counters.phase("drafter"):  # the cache then keeps the context rows: the block's keys go
         outputs = adapter.graphs.run_block(("dflash", adapter.outputs_kind(ctx), count), adapter.cache, past,
-                                           past + count, inputs, body)
+                                           past + count, inputs, body, generator=generator)
     adapter.charge_block(ctx, count)
     return outputs
 

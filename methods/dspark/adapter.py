@@ -7,8 +7,8 @@ the planner (DSpark's Algorithm 1 at batch 1) grows the verify length l while (1
 rises and stops at the first fall (``threshold`` also stops it at a survival below it). Choosing l reads the
 block's confidences on the host: one read per step beyond the verifier's.
 
-Under CUDA graphs the forward runs as DFlash's graphed block (``methods.dflash.graphed``), greedy with the slots and
-their survival drafted inside it (``step_outputs``); the draws at T > 0 stay eager (``tree_of``).
+Under CUDA graphs the forward runs as DFlash's graphed block (``methods.dflash.graphed``) with the slots and their
+survival drafted inside it (``step_outputs``; at T > 0 drawn from the graph's generator, ``StepContext.graph_generator``).
 """
 
 from __future__ import annotations
@@ -80,20 +80,21 @@ class DSparkAdapter(DFlashAdapter):
 
     def outputs_kind(self, ctx: StepContext) -> str:
         """What ``step_outputs`` returns: greedy, the drafted chain and its survival (``slots``); sampling, the
-        backbone's outputs and logits the slots are drawn from (``backbone``)."""
-        return "slots" if ctx.sampling.is_greedy else "backbone"
+        drawn chain, its q's and its survival (``sampled``)."""
+        return "slots" if ctx.sampling.is_greedy else "sampled"
 
-    def step_outputs(self, ctx: StepContext, root: torch.Tensor, hidden: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        """The backbone's logits on every slot; greedy, the slots drafted in order on the device: the chain [root,
-        drafts] and the prefix survival a_1..a_n (no host read: the body of a graphed block)."""
+    def step_outputs(self, ctx: StepContext, root: torch.Tensor, hidden: torch.Tensor,
+                     generator: torch.Generator | None = None) -> tuple[torch.Tensor, ...]:
+        """The backbone's logits on every slot, then the slots drafted in order on the device (sampling: drawn from
+        ``generator``, default the run's): the chain [root, drafts], (sampling) the drafts' q's, and the prefix
+        survival a_1..a_n (no host read: the body of a graphed block)."""
         base = self.drafter.logits(hidden, self.lm_head)
-        if not ctx.sampling.is_greedy:
-            return hidden, base
-        chain, _, survival = self.draft_slots(ctx, root, hidden, base)
-        return chain, survival
+        chain, probs, survival = self.draft_slots(ctx, root, hidden, base,
+                                                  generator if generator is not None else ctx.generator)
+        return (chain, survival) if ctx.sampling.is_greedy else (chain, torch.stack(probs), survival)
 
-    def draft_slots(self, ctx: StepContext, root: torch.Tensor, hidden: torch.Tensor,
-                    base: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
+    def draft_slots(self, ctx: StepContext, root: torch.Tensor, hidden: torch.Tensor, base: torch.Tensor,
+                    generator: torch.Generator | None) -> tuple[torch.Tensor, list[torch.Tensor], torch.Tensor]:
         """The slots drafted in order through the Markov head: (the chain [root, drafts], each draft's q over the
         target's vocabulary when sampling, the prefix survival a_1..a_n)."""
         tokens, probs, raw = [], [], []
@@ -105,20 +106,21 @@ class DSparkAdapter(DFlashAdapter):
             else:
                 warped = logits_to_probs(logits, ctx.sampling)  # over the draft vocabulary; the verifier's q
                 probs.append(self.vocab.target_probs(warped))  # over the target's (zero outside it)
-                previous = self.vocab.to_target(sample_from_probs(warped, ctx.generator))
+                previous = self.vocab.to_target(sample_from_probs(warped, generator))
             tokens.append(previous)
             raw.append(confidence)
         survival = torch.cumprod(self.drafter.confidence(torch.stack(raw), slice(0, self.drafts)), 0)
         return torch.cat([root.reshape(1), torch.stack(tokens).to(root.device)]), probs, survival
 
     def tree_of(self, ctx: StepContext, root: torch.Tensor, outputs: tuple[torch.Tensor, ...]) -> TokenTree:
-        """The chain cut to the planned verify length (sampling: the slots drawn here, from the run's generator)."""
+        """The chain cut to the planned verify length (sampling: with its drafts' q's)."""
         if ctx.sampling.is_greedy:
-            (chain, survival), probs = outputs, []
+            (chain, survival), probs = outputs, None
         else:
-            chain, probs, survival = self.draft_slots(ctx, root, *outputs)
+            chain, probs, survival = outputs
         length = plan_length(survival.tolist(), self.costs, self.threshold)  # the planner's host read
-        return TokenTree(chain[:1 + length], tuple(range(-1, length)), [None, *probs[:length]] if probs else [])
+        return TokenTree(chain[:1 + length], tuple(range(-1, length)),
+                         [None, *probs[:length].unbind(0)] if probs is not None else [])
 
 
 def build(options: DSparkOptions, inputs: BuildInputs) -> DSparkAdapter:

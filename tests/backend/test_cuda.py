@@ -101,10 +101,11 @@ def _check_lossless(zoo: dict, adapter, runtime: EngineRuntime, label: str) -> N
         assert got == want, f"{label}: {_mismatch(zoo, prompt, want, got)}"
 
 
-@pytest.mark.parametrize("variant", ["ar", "sd", "eagle"])
+@pytest.mark.parametrize("variant", ["ar", "sd", "eagle", "dflash", "dspark"])
 def test_sampling_draws_replayed_in_the_verify_graph_follow_the_target(cuda_zoo, variant):
     """At T = 1 under CUDA graphs the verifier's draws replay inside the target's graph (a root-only step, a sampled
-    chain, EAGLE's top-k tree) from the runtime's graph generator: the same seed gives the same tokens, and the
+    chain, EAGLE's top-k tree), and DFlash's and DSpark's sampled drafts inside their drafter's block, from the
+    runtime's graph generator: the same seed gives the same tokens, and the
     first two tokens over 400 seeds follow the target's law (a stream that did not move on between replays, or
     a generator the graph did not register, would repeat one token). On the CPU: tests/engine/test_runtime.py."""
     runtime = EngineRuntime(cuda_zoo["target"], ENGINES["graphs"])
