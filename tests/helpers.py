@@ -523,4 +523,5 @@ def sampled_pairs_follow_the_target(target: LoadedModel, adapter, prompt: torch.
     assert [run(seed) for seed in seeds[:3]] == [run(seed) for seed in seeds[:3]], "the same seed, other tokens"
     counts = Counter(tuple(run(seed)[:2]) for seed in seeds)
     pvalue = chi_square_pvalue(counts, second_token_law(target, prompt, sampling))
-    assert pvalue > alpha, f"the first two tokens do not follow the target's law: p = {pvalue:.3g}, {counts.most_common(3)}"
+    assert pvalue > alpha, (f"the first two tokens do not follow the target's law: p = {pvalue:.3g}, "
+                            f"{counts.most_common(3)}")
