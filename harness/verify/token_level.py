@@ -50,27 +50,9 @@ def verify_tree(
 
 
 def _verify_greedy(tree: TokenTree, logits: torch.Tensor, choices: torch.Tensor | None = None) -> Verdict:
-    # the step's one host read: the tree's tokens and the target's choices together (and a deferred tree's shape);
-    # a root-only tree's token is not needed (it has no children to compare)
-    choices = logits.argmax(dim=-1) if choices is None else choices.to(logits.device)
-    if tree.size == 1 and type(tree) is TokenTree:
-        (target_choice,) = tree.read_with([choices])
-        return Verdict((0,), (), target_choice[0], 0)
-    tokens, target_choice = tree.read_with([tree.tokens.to(logits.device), choices])
-    children = tree.children
-    node, path, tried = 0, [0], 0
-    while True:
-        wanted = target_choice[node]
-        match = None
-        for child in children[node]:
-            tried += 1
-            if tokens[child] == wanted:
-                match = child
-                break
-        if match is None:
-            return Verdict(tuple(path), tuple(tokens[i] for i in path[1:]), wanted, tried)
-        node = match
-        path.append(node)
+    """The longest path whose tokens are the target's choices (the logits' argmax, or ``choices`` made in the
+    target's graph)."""
+    return _walk(tree, logits.argmax(dim=-1) if choices is None else choices.to(logits.device))
 
 
 def sampling_draws(tree: TokenTree, logits: torch.Tensor, sampling: SamplingConfig,
@@ -134,31 +116,41 @@ def draw_tests(target_mass: torch.Tensor, draft_mass: torch.Tensor, bonus_probs:
 
 
 def _walk_draws(tree: TokenTree, draws: Draws) -> Verdict:
-    """The verdict from the tests' outcomes: from the root, the first accepted child of each node, down to a
-    node none of whose children is accepted, whose bonus token ends the step. One host read."""
+    """The verdict from the sampling tests' outcomes: the first accepted child of each node, down to a node none
+    of whose children is accepted, whose bonus token ends the step."""
     accepted, bonus = draws
-    if tree.size == 1 and type(tree) is TokenTree:  # an autoregressive step: its bonus only
-        (bonus_tokens,) = tree.read_with([bonus])
-        return Verdict((0,), (), bonus_tokens[0], 0)
-    tokens, accepted_flags, bonus_tokens = tree.read_with([tree.tokens.to(accepted.device), accepted, bonus])
+    return _walk(tree, bonus, accepted)
+
+
+def _walk(tree: TokenTree, ends: torch.Tensor, passed: torch.Tensor | None = None) -> Verdict:
+    """The verdict from the step's one host read: from the root, the first child of each node that passes, down to
+    a node none of whose children passes, whose entry of ``ends`` (per node: the target's choice, or the bonus token
+    drawn there) ends the step. ``passed`` (per node, 1: its sampling test accepted it); None (greedy): a child
+    passes when its token is its parent's entry of ``ends``. The tree's tokens (and a deferred tree's shape) are
+    read with them; a root-only tree has no child to compare and reads ``ends`` alone."""
+    if tree.size == 1 and type(tree) is TokenTree:
+        (end,) = tree.read_with([ends])
+        return Verdict((0,), (), end[0], 0)
+    tokens, end, *tests = tree.read_with([tree.tokens.to(ends.device), ends, *([passed] if passed is not None else [])])
+    passes = (lambda node, child: tests[0][child]) if tests else (lambda node, child: tokens[child] == end[node])
     children = tree.children
     node, path, tried = 0, [0], 0
     while True:
-        accepted_child = None
+        match = None
         for child in children[node]:
             tried += 1
-            if accepted_flags[child]:
-                accepted_child = child
+            if passes(node, child):
+                match = child
                 break
-        if accepted_child is None:
-            return Verdict(tuple(path), tuple(tokens[i] for i in path[1:]), bonus_tokens[node], tried)
-        node = accepted_child
+        if match is None:
+            return Verdict(tuple(path), tuple(tokens[i] for i in path[1:]), end[node], tried)
+        node = match
         path.append(node)
 
 
 def residual_tests(tree: TokenTree, probs: torch.Tensor,
                    residual: ResidualFn) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-    """Per node c: p'(x_c) and q(x_c) of its acceptance test (see ``_verify_sampling``), and per node v the
+    """Per node c: p'(x_c) and q(x_c) of its acceptance test (see ``sampling_draws``), and per node v the
     distribution its bonus is drawn from; the residual applied sibling rank by sibling rank, all nodes at once."""
     tree.resolve()  # a tree grown on the device (its own read: only custom residuals take this path for those)
     size, vocab = probs.shape

@@ -11,9 +11,9 @@ Drafter FLOPs: the context rows' share of the forward is useful (kept); the bloc
 nodes, useful for the accepted ones.
 
 A step runs in two halves: ``step_outputs``, the device work from the drafting slots' outputs (the LM head, then
-the chain's argmax or the beam tree; at T > 0 under the ``sampled`` convention the logits alone), and ``tree_of``,
-the step's tree from those outputs (there the sampled chain draws). Under ``kv_cache=static cuda_graphs=on`` the
-forward and the first half run as one graphed block (``methods.dflash.graphed``), else eagerly.
+the chain's argmax, the beam tree, or at T > 0 under the ``sampled`` convention the chain's draws and q's), and
+``tree_of``, the step's tree from those outputs. Under ``kv_cache=static cuda_graphs=on`` the forward and the first
+half run as one graphed block (``methods.dflash.graphed``), else eagerly.
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ class DFlashAdapter(AdapterBase):
         else:
             hidden = self.draft_block(ctx, root)
             with ctx.counters.phase("drafter"):
-                outputs = self.step_outputs(ctx, root, hidden)
+                outputs = self.step_outputs(ctx, root, hidden, ctx.generator)
         with ctx.counters.phase("drafter"):
             return self.tree_of(ctx, root, outputs)
 
@@ -149,14 +149,14 @@ class DFlashAdapter(AdapterBase):
         return "chain" if ctx.sampling.is_greedy or self.convention == "topk" else "sampled"
 
     def step_outputs(self, ctx: StepContext, root: torch.Tensor, hidden: torch.Tensor,
-                     generator: torch.Generator | None = None) -> tuple[torch.Tensor, ...]:
+                     generator: torch.Generator | None) -> tuple[torch.Tensor, ...]:
         """The step's device work from the drafting slots' outputs ``hidden`` (drafts, width), reading nothing on
         the host (the body of a graphed block): the LM head on the verified slots (a cut chain's others skip it),
-        then ``logits_outputs`` (a sampled chain's draws from ``generator``, default the run's)."""
+        then ``logits_outputs`` (a sampled chain's draws from ``generator``)."""
         return self.logits_outputs(ctx, root, self.drafter.logits(hidden[:self.verified], self.lm_head), generator)
 
     def logits_outputs(self, ctx: StepContext, root: torch.Tensor, logits: torch.Tensor,
-                       generator: torch.Generator | None = None) -> tuple[torch.Tensor, ...]:
+                       generator: torch.Generator | None) -> tuple[torch.Tensor, ...]:
         """``step_outputs`` from the drafting slots' logits (verified, N): the beam's tensors, the chain [root,
         argmax per position] (the ``topk`` convention: at every temperature, q = 1), or a sampled chain."""
         kind = self.outputs_kind(ctx)
@@ -164,10 +164,10 @@ class DFlashAdapter(AdapterBase):
             return beam_tensors(self.beam(root, logits))
         if kind == "chain":
             return (torch.cat([root.reshape(1), self.vocab.to_target(logits.argmax(-1)).to(root.device)]),)
-        return self.sampled_chain(ctx, root, logits, generator if generator is not None else ctx.generator)
+        return self.sampled_chain(ctx, root, logits, generator)
 
     def tree_of(self, ctx: StepContext, root: torch.Tensor, outputs: tuple[torch.Tensor, ...]) -> TokenTree:
-        """The step's tree from ``step_outputs``; a sampled chain draws here, from the run's generator."""
+        """The step's tree from ``step_outputs`` (a sampled chain with its drafts' q's)."""
         kind = self.outputs_kind(ctx)
         if kind == "beam":
             return beam_from_tensors(outputs, beam_width(self.shape, self.vocab.size), self.shape.depth).tree
@@ -180,7 +180,7 @@ class DFlashAdapter(AdapterBase):
         """The step's tree from the drafting slots' logits (verified, N): a chain, or the beam tree of their top-k
         (a batch row's, ``methods.dflash.batch``)."""
         with ctx.counters.phase("drafter"):
-            return self.tree_of(ctx, root, self.logits_outputs(ctx, root, logits))
+            return self.tree_of(ctx, root, self.logits_outputs(ctx, root, logits, ctx.generator))
 
     def sampled_chain(self, ctx: StepContext, root: torch.Tensor, logits: torch.Tensor,
                       generator: torch.Generator | None) -> tuple[torch.Tensor, torch.Tensor]:

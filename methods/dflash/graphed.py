@@ -52,7 +52,6 @@ def graphed_outputs(adapter: DFlashAdapter, ctx: StepContext, root: torch.Tensor
     count = adapter.pending[0].shape[0]
     inputs = {"rows": torch.cat(adapter.pending, dim=-1), "root": root}
     past = adapter.fed_len
-
     generator = ctx.graph_generator()  # a sampled chain's draws, inside the block
 
     def body(buffers: dict[str, torch.Tensor], start: torch.Tensor) -> tuple[torch.Tensor, ...]:

@@ -84,13 +84,12 @@ class DSparkAdapter(DFlashAdapter):
         return "slots" if ctx.sampling.is_greedy else "sampled"
 
     def step_outputs(self, ctx: StepContext, root: torch.Tensor, hidden: torch.Tensor,
-                     generator: torch.Generator | None = None) -> tuple[torch.Tensor, ...]:
+                     generator: torch.Generator | None) -> tuple[torch.Tensor, ...]:
         """The backbone's logits on every slot, then the slots drafted in order on the device (sampling: drawn from
-        ``generator``, default the run's): the chain [root, drafts], (sampling) the drafts' q's, and the prefix
-        survival a_1..a_n (no host read: the body of a graphed block)."""
+        ``generator``): the chain [root, drafts], (sampling) the drafts' q's, and the prefix survival a_1..a_n (no
+        host read: the body of a graphed block)."""
         base = self.drafter.logits(hidden, self.lm_head)
-        chain, probs, survival = self.draft_slots(ctx, root, hidden, base,
-                                                  generator if generator is not None else ctx.generator)
+        chain, probs, survival = self.draft_slots(ctx, root, hidden, base, generator)
         return (chain, survival) if ctx.sampling.is_greedy else (chain, torch.stack(probs), survival)
 
     def draft_slots(self, ctx: StepContext, root: torch.Tensor, hidden: torch.Tensor, base: torch.Tensor,
