@@ -86,10 +86,28 @@ def load_documents(path: Path) -> list[Document]:
         return [Document(**json.loads(line)) for line in handle if line.strip()]
 
 
+def cap_documents(documents: list[Document], max_bytes: int, seed: int) -> list[Document]:
+    """At most ``max_bytes`` of ``documents`` (at least one): whole documents taken in an order drawn by a hash of
+    their path (so the cut samples the whole library, not its first packages), returned in their original order."""
+    def rank(doc: Document) -> bytes:
+        return hashlib.sha256(f"{seed}:cap:{doc.path}".encode()).digest()
+
+    kept, total = set(), 0
+    for doc in sorted(documents, key=rank):
+        size = len(doc.text.encode())
+        if kept and total + size > max_bytes:
+            continue
+        kept.add(doc.path)
+        total += size
+    return [doc for doc in documents if doc.path in kept]
+
+
 def split_and_write(out_dir: Path, documents: list[Document], heldout_fraction: float, seed: int,
-                    source: dict) -> dict:
+                    source: dict, max_train_bytes: int | None = None) -> dict:
     """Split documents train/held-out by a hash of their path; write train.jsonl, heldout.jsonl and
-    corpus.json (the source, sizes and hashes) under ``out_dir``."""
+    corpus.json (the source, sizes and hashes) under ``out_dir``. ``max_train_bytes``: the train split cut to at
+    most that many bytes (``cap_documents``; a smoke-size run's models read a sliver of the library, and
+    tokenizing all of it was most of their first minute); the held-out split is never cut."""
     if not 0 < heldout_fraction < 1:
         raise DraftcountError(f"heldout_fraction must be in (0, 1), got {heldout_fraction}")
     heldout = [doc for doc in documents if is_heldout(Path(doc.path), heldout_fraction, seed)]
@@ -98,6 +116,9 @@ def split_and_write(out_dir: Path, documents: list[Document], heldout_fraction: 
         raise DraftcountError("the train/held-out split left one side empty; change heldout_fraction")
     out_dir.mkdir(parents=True, exist_ok=True)
     summary = {**source, "heldout_fraction": heldout_fraction, "seed": seed, "splits": {}}
+    if max_train_bytes is not None:
+        train = cap_documents(train, max_train_bytes, seed)
+        summary["max_train_bytes"] = max_train_bytes
     for name, docs in (("train", train), ("heldout", heldout)):
         sha = write_documents(out_dir / f"{name}.jsonl", docs)
         summary["splits"][name] = {
@@ -108,13 +129,13 @@ def split_and_write(out_dir: Path, documents: list[Document], heldout_fraction: 
 
 
 def build_stdlib_corpus(out_dir: Path, include_tests: bool, heldout_fraction: float, seed: int,
-                        root: Path | None = None) -> dict:
+                        root: Path | None = None, max_train_bytes: int | None = None) -> dict:
     """The standard library's .py files as documents, split and written by ``split_and_write``."""
     root = root or stdlib_root()
     documents = list(read_documents(root, collect_python_files(root, include_tests)))
     source = {"source": "python-stdlib", "root": str(root), "python_version": platform.python_version(),
               "include_tests": include_tests}
-    return split_and_write(out_dir, documents, heldout_fraction, seed, source)
+    return split_and_write(out_dir, documents, heldout_fraction, seed, source, max_train_bytes)
 
 
 def read_text_jsonl(path: Path, field: str = "text") -> list[Document]:
@@ -133,7 +154,8 @@ def read_text_jsonl(path: Path, field: str = "text") -> list[Document]:
     return documents
 
 
-def build_jsonl_corpus(out_dir: Path, path: Path, heldout_fraction: float, seed: int, field: str = "text") -> dict:
+def build_jsonl_corpus(out_dir: Path, path: Path, heldout_fraction: float, seed: int, field: str = "text",
+                       max_train_bytes: int | None = None) -> dict:
     documents = read_text_jsonl(path, field)
     source = {"source": "jsonl", "path": str(path), "field": field}
-    return split_and_write(out_dir, documents, heldout_fraction, seed, source)
+    return split_and_write(out_dir, documents, heldout_fraction, seed, source, max_train_bytes)

@@ -56,6 +56,21 @@ def test_corpus_split_is_deterministic_and_excludes_tests(fake_stdlib, tmp_path)
     assert json.loads((tmp_path / "a" / "corpus.json").read_text())["splits"]["train"]["sha256"]
 
 
+
+def test_a_capped_train_split_samples_whole_documents_across_the_library(fake_stdlib, tmp_path):
+    full = build_stdlib_corpus(tmp_path / "full", False, 0.2, seed=0, root=fake_stdlib)
+    cap = full["splits"]["train"]["bytes"] // 2
+    capped = build_stdlib_corpus(tmp_path / "capped", False, 0.2, seed=0, root=fake_stdlib, max_train_bytes=cap)
+    assert capped["splits"]["heldout"] == full["splits"]["heldout"]  # the held-out split is never cut
+    assert 0 < capped["splits"]["train"]["bytes"] <= cap and capped["max_train_bytes"] == cap
+    kept = [doc.path for doc in load_documents(tmp_path / "capped" / "train.jsonl")]
+    every = [doc.path for doc in load_documents(tmp_path / "full" / "train.jsonl")]
+    assert kept == [path for path in every if path in set(kept)]  # whole documents, in the split's order
+    assert kept != every[: len(kept)]  # drawn across the library, not its first files
+    again = build_stdlib_corpus(tmp_path / "again", False, 0.2, seed=0, root=fake_stdlib, max_train_bytes=cap)
+    assert again["splits"] == capped["splits"]
+    assert "max_train_bytes" not in full
+
 @pytest.fixture(scope="module")
 def zoo_tokenizer(fake_stdlib, tmp_path_factory):
     documents = [Document(p.name, p.read_text()) for p in sorted(fake_stdlib.glob("*.py"))]

@@ -6,6 +6,7 @@ import re
 import subprocess
 
 import pytest
+import yaml
 
 from harness.catalog import method_names
 from tests.workflow.test_workflow import ROOT, job_counts, snakemake
@@ -46,6 +47,16 @@ def test_quick_plan_on_the_gpu_config(tmp_path):
         assert gpu[timed] == {"1"}, timed
     assert gpu["train_target"] == gpu["train_drafter"] == gpu["lossless_run"] == {"0"}  # the rest share it
 
+
+
+def test_the_cuda_stage_names_every_file_that_holds_a_cuda_test():
+    """The quick check's CUDA stage runs pytest on named files (collecting the whole suite cost 8 s of the window): a
+    test file that marks a test `cuda` and is not named would never run on a GPU."""
+    config = yaml.safe_load((ROOT / "workflow" / "config" / "gpu-quick.yaml").read_text())
+    named = {argument for argument in config["quick"]["cuda_tests"].split() if argument.endswith(".py")}
+    marked = {path.relative_to(ROOT).as_posix() for path in (ROOT / "tests").rglob("test_*.py")
+              if re.search(r"pytest\.mark\.cuda\b", path.read_text())}
+    assert marked and marked == named
 
 def test_the_control_is_timed_first(tmp_path):
     """A method's timed job waits for the A/A control's runs, and the measurements wait for the timed table."""
