@@ -16,6 +16,8 @@ import torch
 
 from harness.engine.adapter import AdapterBase, StepContext
 from harness.engine.counters import DRAFTING_POSITION, DrafterWork, book_drafting_forward
+from harness.engine.draft_lm_graph import graphed_tokens, graphs_draft
+from harness.engine.draft_lm_plan import Chooser, Level, expansion_plan, grow
 from harness.engine.drafting import ChildChooser, choose_children
 from harness.backend.forward import LMOutput, positions, run_model
 from harness.backend.kv_cache import keep_tree_path, new_cache
@@ -35,6 +37,7 @@ class DraftLMAdapter(AdapterBase):
         self.shape = shape
         self.shape_children = children_of(shape)
         self.depth = max(depths_of(shape))
+        self.plan = expansion_plan(tuple(shape))
         self.replacement = replacement
         self.chooser = chooser
         self.max_draft_nodes = len(shape) - 1
@@ -57,42 +60,39 @@ class DraftLMAdapter(AdapterBase):
             return root_only(sequence[0, -1])
         device = self.draft.device
         unseen = sequence[:, self.cached_len :].to(device)
+        prefix_len = sequence.shape[-1]  # the draft cache then holds the sequence, root included
+        if graphs_draft(self, unseen.shape[-1]):
+            tokens, probs = graphed_tokens(self, ctx, unseen[0])
+        else:
+            tokens, probs = self._eager_tokens(ctx, sequence, unseen)
+        self.fed_offset = {node: offset for offset, node in enumerate(self.plan.fed)}
+        self.root_cached_len = prefix_len
+        return TokenTree(tokens, self.plan.parents, probs)
+
+    def choose(self, ctx: StepContext) -> Chooser:
+        """The children chooser of this step (``grow``'s): the run's convention, drawing from ``ctx``'s generator."""
+        return lambda logits, count: self.chooser(logits, count, ctx, self.replacement)
+
+    def _eager_tokens(self, ctx: StepContext, sequence: torch.Tensor,
+                      unseen: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """The draft's tokens and q's, each forward on its own (replayed from a graph of its shape under
+        ``cuda_graphs=on`` when the whole draft cannot be one graph)."""
+        device, prefix_len = self.draft.device, sequence.shape[-1]
         out = run_model(self.draft, unseen, self.cache, positions(self.cached_len, unseen.shape[-1], device),
                         ctx.counters.drafter, logits_to_keep=1, graphs=self.graphs)
         book_drafting_forward(ctx.counters, self.work, out.flops, unseen.shape[-1])  # the last one drafts depth 1
-        prefix_len = sequence.shape[-1]  # the draft cache now holds the sequence, root included
-        root = sequence[0, -1]
-        tokens, parents, probs = [root], [-1], [None]
-        node_logits = {0: out.logits[0, -1]}
-        frontier = [(0, 0)]  # (shape node, tree node)
-        fed: list[int] = []
-        for depth in range(1, self.depth + 1):
-            level = []
-            for shape_node, tree_node in frontier:
-                kids = self.shape_children[shape_node]
-                if not kids:
-                    continue
-                for kid, (token, q) in zip(kids, self.chooser(node_logits[tree_node], len(kids), ctx, self.replacement)):
-                    tokens.append(token.to(root.device))
-                    parents.append(tree_node)
-                    probs.append(q)
-                    level.append((kid, len(tokens) - 1))
-            frontier = level
-            to_feed = [tree_node for shape_node, tree_node in level if self.shape_children[shape_node]]
-            if not to_feed:
-                break
-            bias = tree_attention_bias(tuple(parents), fed, to_feed, self.draft.dtype, device)
-            out = run_model(
-                self.draft, torch.stack([tokens[node] for node in to_feed]).to(device)[None], self.cache,
-                torch.full((1, len(to_feed)), prefix_len - 1 + depth, device=device), ctx.counters.drafter,
-                attention_bias=bias, graphs=self.graphs,
-            )
-            self.work.charge(to_feed, out.flops)
-            node_logits.update({node: out.logits[0, index] for index, node in enumerate(to_feed)})
-            fed.extend(to_feed)
-        self.fed_offset = {node: offset for offset, node in enumerate(fed)}
-        self.root_cached_len = prefix_len
-        return TokenTree(torch.stack(tokens), tuple(parents), probs)
+
+        def feed(level: Level, fed_tokens: torch.Tensor) -> torch.Tensor:
+            bias = tree_attention_bias(self.plan.parents, list(level.cached), list(level.fed), self.draft.dtype,
+                                       device)
+            level_out = run_model(self.draft, fed_tokens.to(device)[None], self.cache,
+                                  torch.full((1, len(level.fed)), prefix_len - 1 + level.depth, device=device),
+                                  ctx.counters.drafter, attention_bias=bias, graphs=self.graphs)
+            self.work.charge(list(level.fed), level_out.flops)
+            return level_out.logits[0]
+
+        tokens, probs = grow(self.plan, sequence[0, -1], out.logits[0, -1], self.choose(ctx), feed)
+        return torch.stack(tokens), probs
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
         kept = [self.fed_offset[node] for node in verdict.path[1:] if node in self.fed_offset]

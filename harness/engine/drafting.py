@@ -2,20 +2,30 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Hashable
 from functools import partial
 
 import torch
 
 from harness.engine.adapter import StepContext
 from harness.engine.counters import DrafterWork
-from harness.trees.beam import BeamDraws
+from harness.backend.cuda_graphs import GraphedForwards
+from harness.trees.beam import BeamDraws, BeamTree, beam_from_tensors
 from harness.trees.beam_shape import BeamShape
 from harness.trees.tree import TokenTree
 from harness.verify.sampling import align_vocab, logits_to_probs, sample_from_probs
 
 DraftChoice = list[tuple[torch.Tensor, torch.Tensor | None]]
 ChildChooser = Callable[[torch.Tensor, int, StepContext, bool], DraftChoice]
+
+
+def beam_block(graphs: GraphedForwards, ctx: StepContext, key: Hashable, inputs: dict[str, torch.Tensor],
+               body: Callable[[dict[str, torch.Tensor]], tuple[torch.Tensor, ...]], depth: int, width: int) -> BeamTree:
+    """A beam drafter's whole draft over no KV cache (Medusa's heads, OWL's LSTM) as one graphed block:
+    ``body(buffers)`` grows the beam on the device and returns its ``beam_tensors``; the beam, back on the host."""
+    with ctx.counters.phase("drafter"):
+        outputs = graphs.run_block(key, None, 0, 0, inputs, lambda buffers, _: body(buffers), forwards=depth)
+    return beam_from_tensors(outputs, width, depth)
 
 
 def beam_draws(ctx: StepContext, shape: BeamShape) -> BeamDraws | None:
@@ -66,14 +76,26 @@ CHOOSERS: dict[str, ChildChooser] = {"sampled": choose_children, "topk": top_chi
 def parallel_chain(root: torch.Tensor, logits: torch.Tensor, ctx: StepContext, work: DrafterWork,
                    mask_flops: float, drafts: str = "sampled") -> TokenTree:
     """The chain a parallel drafter (PARD, P-EAGLE) drafts from ONE forward: ``logits`` (k, V), row 0 from the last
-    accepted token and row j from mask slot j. Draft j + 1 is drawn from row j's warped distribution, which it
-    carries to the verifier (``drafts`` topk: row j's argmax, q = 1); mask j's ``mask_flops`` are charged to draft
+    accepted token and row j from mask slot j (``chain_choices``); mask j's ``mask_flops`` are charged to draft
     j + 1 (useful iff it is accepted)."""
+    tokens, probs = chain_choices(root, logits, ctx, drafts)
+    charge_masks(work, logits.shape[0], mask_flops)
+    return TokenTree(torch.stack(tokens), tuple(range(-1, logits.shape[0])), probs)
+
+
+def chain_choices(root: torch.Tensor, logits: torch.Tensor, ctx: StepContext,
+                  drafts: str = "sampled") -> tuple[list[torch.Tensor], list[torch.Tensor | None]]:
+    """A parallel drafter's chain, root first, device work only (a graphed block runs it): draft j + 1 is drawn
+    from row j's warped distribution, which it carries to the verifier (``drafts`` topk: row j's argmax, q = 1)."""
     tokens, probs = [root], [None]
     for position in range(logits.shape[0]):
         token, q = CHOOSERS[drafts](logits[position], 1, ctx, True)[0]
         tokens.append(token.to(root.device))
         probs.append(q)
-        if position:
-            work.charge([position + 1], mask_flops)
-    return TokenTree(torch.stack(tokens), tuple(range(-1, logits.shape[0])), probs)
+    return tokens, probs
+
+
+def charge_masks(work: DrafterWork, drafts: int, mask_flops: float) -> None:
+    """A parallel chain of ``drafts``: each mask slot's FLOPs charged to the draft it makes (drafts 2..k)."""
+    for position in range(1, drafts):
+        work.charge([position + 1], mask_flops)

@@ -3,8 +3,10 @@
 At T > 0 the default verifier needs, per tree node, its acceptance test's outcome and the bonus token drawn there
 (``harness.verify.token_level.sampling_draws``). Made inside the verify forward's graph they cost no launch of
 their own: for a tree of deterministic drafts (q = 1; ``one_hot_draws``, its parents made in the graph for a chain,
-built there for a device tree's mask, or copied in) and for a chain whose drafts carry their q (``chain_draws``,
-the q's copied in). A tree whose drafts carry q is verified outside the graph (``residual_tests``).
+built there for a device tree's mask, or copied in), for a chain whose drafts carry their q (``chain_draws``, the
+q's copied in), and for a tree whose drafts all carry theirs (``tree_draws``: its sibling ranks made once per shape,
+the q's copied in; one graph per tree shape). A tree mixing q's and deterministic drafts is verified outside the
+graph (``residual_tests``).
 
 The draws come from the run's generator, in the eager verifier's order, so a CPU run (graphs emulated) gives the
 same tokens as the eager engine with the same seed. A CUDA graph replays the draws of the generator it was captured
@@ -19,16 +21,21 @@ from harness.backend.cuda_graphs import Bias
 from harness.backend.forward import InGraphDraws
 from harness.trees.tree import TokenTree
 from harness.verify.sampling import SamplingConfig
-from harness.verify.token_level import Draws, chain_draws, one_hot_draws, sampled_chain, stacked_drafts
+from harness.verify.token_level import (Draws, chain_draws, one_hot_draws, sampled_chain, sampled_tree, sibling_ranks,
+                                       stacked_drafts, tree_draws)
 
 
 def verify_draws(tree: TokenTree, bias: Bias, sampling: SamplingConfig, generator: torch.Generator | None,
                  device: torch.device) -> InGraphDraws | None:
-    """What the verify forward over ``tree`` (its mask ``bias``) draws inside its graph, or None (a tree whose
-    drafts carry q: drawn outside)."""
+    """What the verify forward over ``tree`` (its mask ``bias``) draws inside its graph, or None (a tree mixing
+    drafts that carry q with deterministic ones: drawn outside)."""
     settings = (sampling.temperature, sampling.top_k, sampling.top_p)
     if sampled_chain(tree):
         return InGraphDraws(("chain_draws", *settings), _chain(sampling, generator),
+                            {"drafts": stacked_drafts(tree, device)}, generator)
+    if sampled_tree(tree):
+        ranks = sibling_ranks(tree.parents, device)
+        return InGraphDraws(("tree_draws", tree.parents, *settings), _tree(sampling, generator, ranks),
                             {"drafts": stacked_drafts(tree, device)}, generator)
     if any(q is not None for q in tree.draft_probs[1:]):
         return None
@@ -43,6 +50,12 @@ def _one_hot(sampling: SamplingConfig, generator: torch.Generator | None):
         if parents is None:  # a chain (its mask is causal): made here
             parents = torch.arange(-1, tokens.shape[0] - 1, device=tokens.device)
         return one_hot_draws(parents, tokens, logits, sampling, generator)
+    return draw
+
+
+def _tree(sampling: SamplingConfig, generator: torch.Generator | None, ranks):
+    def draw(logits: torch.Tensor, buffers: dict[str, torch.Tensor]) -> Draws:
+        return tree_draws(ranks, buffers["input_ids"][0], logits, buffers["drafts"], sampling, generator)
     return draw
 
 

@@ -17,11 +17,13 @@ target's distribution exactly.
 from __future__ import annotations
 
 from collections.abc import Callable
+from functools import lru_cache
+
 import torch
 
 from harness.verify.sampling import SamplingConfig, logits_to_probs, residual_distribution, sample_from_probs
 from harness.backend.device import index_on
-from harness.trees.tree import TokenTree
+from harness.trees.tree import TokenTree, children_of
 from harness.verify.verdict import Verdict, check_one_row_per_node
 
 ResidualFn = Callable[[torch.Tensor, torch.Tensor], torch.Tensor]
@@ -158,18 +160,50 @@ def residual_tests(tree: TokenTree, probs: torch.Tensor,
     one_hot = torch.nn.functional.one_hot(tokens, vocab).to(probs.dtype)
     drafts = torch.stack([q.to(probs.device, probs.dtype) if q is not None else one_hot[node]
                           for node, q in enumerate(tree.draft_probs)])
+    return ranked_tests(sibling_ranks(tree.parents, probs.device), tokens, probs, drafts, residual)
+
+
+@lru_cache(maxsize=256)
+def sibling_ranks(parents: tuple[int, ...], device: torch.device) -> tuple[tuple[torch.Tensor, torch.Tensor], ...]:
+    """Per sibling rank r: (the nodes with an r-th child, those children) as index tensors on ``device``; made once
+    per tree shape (a graphed verify forward reads them as constants)."""
+    children = children_of(parents)
+    ranks = []
+    for rank in range(max(len(kids) for kids in children)):
+        holders = [node for node, kids in enumerate(children) if len(kids) > rank]
+        ranks.append((index_on(holders, device), index_on([children[node][rank] for node in holders], device)))
+    return tuple(ranks)
+
+
+def ranked_tests(ranks: tuple[tuple[torch.Tensor, torch.Tensor], ...], tokens: torch.Tensor, probs: torch.Tensor,
+                 drafts: torch.Tensor, residual: ResidualFn = residual_distribution
+                 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """``residual_tests``' arithmetic from the tree's ``sibling_ranks``, its tokens, the target's ``probs`` and each
+    node's draft distribution ``drafts`` (n, V) on the device: device work only."""
+    size = probs.shape[0]
     remaining = probs.clone()
     target_mass, draft_mass = probs.new_zeros(size), probs.new_ones(size)
-    children = tree.children
-    for rank in range(max(len(kids) for kids in children)):
-        parents = [node for node, kids in enumerate(children) if len(kids) > rank]
-        parent_index = index_on(parents, probs.device)
-        child_index = index_on([children[node][rank] for node in parents], probs.device)
+    for parent_index, child_index in ranks:
         child_tokens = tokens[child_index]
         target_mass[child_index] = remaining[parent_index, child_tokens]
         draft_mass[child_index] = drafts[child_index, child_tokens]
         remaining[parent_index] = residual(remaining[parent_index], drafts[child_index])
     return target_mass, draft_mass, remaining
+
+
+def sampled_tree(tree: TokenTree) -> bool:
+    """A tree (its shape known on the host) of two or more nodes whose every draft carries the q it was drawn from."""
+    return type(tree) is TokenTree and tree.size > 1 and all(q is not None for q in tree.draft_probs[1:])
+
+
+def tree_draws(ranks: tuple[tuple[torch.Tensor, torch.Tensor], ...], tokens: torch.Tensor, logits: torch.Tensor,
+               drafts: torch.Tensor, sampling: SamplingConfig, generator: torch.Generator | None) -> Draws:
+    """``sampling_draws`` for a sampled tree (``sampled_tree``) from its ``sibling_ranks``, tokens and drafts' q's
+    (n - 1, V), device work only (what a graphed target forward runs inside its graph): ``residual_tests`` row for
+    row (the root's draft row is never read: it is nobody's child)."""
+    probs = logits_to_probs(logits, sampling)
+    rows = torch.cat([drafts[:1].to(probs.dtype), drafts.to(probs.dtype)])  # row 0 stands in for the root's
+    return draw_tests(*ranked_tests(ranks, tokens, probs, rows), generator)
 
 
 def one_hot_tests(parents: torch.Tensor, tokens: torch.Tensor,

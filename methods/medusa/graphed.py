@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING
 import torch
 
 from harness.engine.adapter import StepContext
-from harness.engine.drafting import beam_draws
-from harness.trees.beam import Frontier, beam_from_tensors, beam_tensors, beam_width, grow_beam_tree
+from harness.engine.drafting import beam_block, beam_draws
+from harness.trees.beam import Frontier, beam_tensors, beam_width, grow_beam_tree
 from harness.trees.tree import TokenTree
 
 if TYPE_CHECKING:
@@ -37,11 +37,9 @@ def graphed_propose(adapter: MedusaAdapter, ctx: StepContext, sequence: torch.Te
     """``MedusaAdapter.propose`` on a beam as one graphed block (``graphs_draft`` must hold)."""
     depth, k = adapter.shape.depth, beam_width(adapter.shape, adapter.heads.draft_vocab.size)
     inputs = {"hidden": adapter.last_hidden, "root": sequence[0, -1]}
-    with ctx.counters.phase("drafter"):
-        outputs = adapter.graphs.run_block(("medusa", adapter.shape), None, 0, 0, inputs,
-                                           lambda buffers, _: _draft(adapter, buffers), forwards=depth)
+    adapter.beam = beam_block(adapter.graphs, ctx, ("medusa", adapter.shape), inputs,
+                              lambda buffers: _draft(adapter, buffers), depth, k)
     _book(adapter, ctx, depth, k)
-    adapter.beam = beam_from_tensors(outputs, k, depth)
     return adapter.beam.tree
 
 

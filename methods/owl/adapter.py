@@ -33,9 +33,8 @@ from harness.trees.beam import BeamTree, Frontier, grow_beam_tree
 from harness.trees.tree import TokenTree, chain_tree
 from harness.verify.verdict import Verdict
 from methods.owl import OwlOptions
+from methods.owl.graphed import FIRST_STEP, graphed_tree, graphs_draft
 from methods.owl.model import LstmState, OwlLstm, load_lstm
-
-FIRST_STEP = ("first", 0)  # the DrafterWork unit of the LSTM's first step (the root's children)
 
 
 def chosen_chain(match: Match | None, threshold: int) -> list[int] | None:
@@ -53,6 +52,8 @@ class OwlAdapter(AdapterBase):
     def __init__(self, drafter: OwlLstm, target: LoadedModel, options: OwlOptions) -> None:
         self.drafter = drafter.to(target.device, target.dtype).eval()
         self.lm_head = target.model.get_output_embeddings()
+        self.target_config = target.config
+        self.graphs = None
         self.cost = drafter.cost(self.lm_head.weight.numel())
         self.options = options
         self.shape = options.shape()
@@ -74,17 +75,27 @@ class OwlAdapter(AdapterBase):
 
     def _step(self, ctx: StepContext, carried: LstmState,
               tokens: torch.Tensor) -> tuple[LstmState, torch.Tensor, float]:
-        """One LSTM step over rows: their new state and the log-probabilities of their children."""
-        rows = tokens.shape[0]
-        with ctx.counters.phase("drafter"), torch.no_grad():
+        """One LSTM step over rows: their new state and the log-probabilities of their children, counted."""
+        with ctx.counters.phase("drafter"):
+            stepped, logprobs = self.lstm_step(carried, tokens)
+        return stepped, logprobs, self.count_step(ctx, tokens.shape[0])
+
+    def lstm_step(self, carried: LstmState, tokens: torch.Tensor) -> tuple[LstmState, torch.Tensor]:
+        """One LSTM step over rows, device work only: their new state and their children's log-probabilities."""
+        with torch.no_grad():
             stepped = self.drafter.step(carried, tokens)
-            logprobs = torch.log_softmax(self.drafter.logits(stepped.state, self.lm_head).float(), dim=-1)
+            return stepped, torch.log_softmax(self.drafter.logits(stepped.state, self.lm_head).float(), dim=-1)
+
+    def count_step(self, ctx: StepContext, rows: int) -> float:
+        """Book one LSTM step over ``rows`` rows as a drafter forward; its FLOPs."""
         flops = self.cost.forward_flops(rows, rows, rows)
         ctx.counters.drafter.add(rows, flops)
-        return stepped, logprobs, flops
+        return flops
 
     def begin(self, ctx: StepContext, prompt_ids: torch.Tensor, prefill: LMOutput) -> None:
         self._reset()
+        weight = self.lm_head.weight  # cuda_graphs=on: the LSTM tree as one graphed block (``methods.owl.graphed``)
+        self.graphs = ctx.drafter_graphs(self, self.target_config, weight.device, weight.dtype)
         self.last_hidden = prefill.hidden_states[-1][0, -1]
         if self.index is not None:
             self.index.reset()
@@ -102,6 +113,8 @@ class OwlAdapter(AdapterBase):
         return self._lstm_tree(ctx, sequence[0, -1])
 
     def _lstm_tree(self, ctx: StepContext, root: torch.Tensor) -> TokenTree:
+        if graphs_draft(self, ctx):
+            return graphed_tree(self, ctx, root)
         with ctx.counters.phase("drafter"), torch.no_grad():
             start = self.drafter.start(self.last_hidden[None])
         first, root_logprobs, flops = self._step(ctx, start, root.reshape(1))

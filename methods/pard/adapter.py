@@ -9,12 +9,13 @@ from harness.backend.kv_cache import crop_cache, new_cache
 from harness.backend.models import LoadedModel, load_like_target
 from harness.engine.adapter import AdapterBase, StepContext
 from harness.engine.counters import DrafterWork, count_useful_drafter_flops
-from harness.engine.drafting import parallel_chain
+from harness.engine.drafting import chain_choices, charge_masks
 from harness.engine.method_spec import BuildInputs
 from harness.errors import DraftcountError
 from harness.trees.tree import TokenTree
 from harness.verify.verdict import Verdict
 from methods.pard import PardOptions
+from methods.pard.graphed import graphed_chain, graphs_draft
 
 def mask_token_of(drafter: LoadedModel, target_vocab: int) -> int:
     """The drafter's mask token (its config's ``pard_token``), checked to lie outside the target's vocabulary or on
@@ -57,16 +58,23 @@ class PardAdapter(AdapterBase):
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
         device = self.drafter.device
         unseen = sequence[:, self.cached_len:].to(device)
-        masks = torch.full((1, self.k - 1), self.mask_token, dtype=unseen.dtype, device=device)
-        ids = torch.cat([unseen, masks], dim=-1)
-        out = run_model(self.drafter, ids, self.cache, positions(self.cached_len, ids.shape[-1], device),
-                        ctx.counters.drafter, logits_to_keep=self.k, graphs=self.graphs)
-        per_token = out.flops / ids.shape[-1]
+        width = unseen.shape[-1] + self.k - 1  # the text, then k - 1 masks
+        if graphs_draft(self, unseen.shape[-1]):
+            tokens, probs, flops = graphed_chain(self, ctx, unseen[0])
+        else:
+            masks = torch.full((1, self.k - 1), self.mask_token, dtype=unseen.dtype, device=device)
+            ids = torch.cat([unseen, masks], dim=-1)
+            out = run_model(self.drafter, ids, self.cache, positions(self.cached_len, width, device),
+                            ctx.counters.drafter, logits_to_keep=self.k, graphs=self.graphs)
+            listed, probs = chain_choices(sequence[0, -1], out.logits[0], ctx, self.drafts)
+            tokens, flops = torch.stack(listed), out.flops
+        per_token = flops / width
         count_useful_drafter_flops(ctx.counters, per_token * (unseen.shape[-1] - 1))  # the accepted text's KV: kept
         self.work.charge([1], per_token)  # the last text token's output is draft 1: useful iff it is accepted
+        charge_masks(self.work, self.k, per_token)
         self.cached_len = sequence.shape[-1]
         crop_cache(self.cache, self.cached_len)  # the masks' keys go: the cache holds accepted text only
-        return parallel_chain(sequence[0, -1], out.logits[0], ctx, self.work, per_token, self.drafts)
+        return TokenTree(tokens, tuple(range(-1, self.k)), probs)
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
         self.work.settle(ctx.counters, verdict.path[1:])  # accepted drafts reach the cache as unseen text next step

@@ -16,6 +16,7 @@ from contextlib import contextmanager
 import torch
 from transformers.cache_utils import Cache
 
+from harness.backend.cuda_graphs import GraphedForwards
 from harness.backend.forward import positions, run_model
 from harness.backend.kv_cache import crop_cache, new_cache
 from harness.backend.models import LoadedModel
@@ -62,6 +63,7 @@ class Stage:
         self.name = name
         self.lm = lm
         self.cache: Cache = new_cache(lm.config)
+        self.graphs: GraphedForwards | None = None  # cuda_graphs=on: each forward replayed from a graph of its shape
         self.cached_len = 0
         self.work = DrafterWork()
         self.timer = StageTimer(lm.device)
@@ -72,6 +74,7 @@ class Stage:
         """A fresh cache for a new generation (static under ``kv_cache=static``, ``lookahead`` positions past
         the longest sequence)."""
         self.cache = ctx.drafter_cache(self, self.lm.config, lookahead, self.lm.dtype, self.lm.device)
+        self.graphs = ctx.drafter_graphs(self, self.lm.config, self.lm.device, self.lm.dtype)
         self.cached_len = 0
         self.work = DrafterWork()
         self.timer.take()
@@ -84,7 +87,7 @@ class Stage:
         with self.timer.timing():
             out = run_model(self.lm, tokens.to(self.lm.device), self.cache,
                             positions(self.cached_len, count, self.lm.device), ctx.counters.drafter,
-                            logits_to_keep=rows)
+                            logits_to_keep=rows, graphs=self.graphs)
         self.work.charge(list(range(self.cached_len, self.cached_len + count)), out.flops)
         self.cached_len += count
         self.forwards += 1

@@ -10,7 +10,7 @@ from harness.engine.drafting import choose_children
 from harness.verify.sampling import SamplingConfig, logits_to_probs, residual_distribution
 from harness.trees.tree import DeferredTree, TokenTree
 from harness.verify.token_level import (chain_draws, draw_tests, one_hot_tests, residual_tests, sampled_chain,
-                                        stacked_drafts, verify_tree)
+                                        sampled_tree, sibling_ranks, stacked_drafts, tree_draws, verify_tree)
 
 
 def _random_tree(size: int, vocab: int, seed: int) -> TokenTree:
@@ -67,6 +67,29 @@ def test_a_custom_residual_reads_a_device_grown_tree_first():
         grown = verify_tree(deferred, logits, sampling, torch.Generator().manual_seed(seed), residual=custom)
         assert grown == plain
     assert deferred.parents == tree.parents
+
+
+def test_a_sampled_trees_graphed_form_equals_the_residual_walk():
+    """``tree_draws`` (what a graphed verify forward runs for a tree whose drafts all carry q: its sibling ranks
+    made once per shape) draws exactly what ``residual_tests`` then ``draw_tests`` do from the same generator."""
+    for seed in range(20):
+        vocab = 5 if seed % 2 else 40
+        generator = torch.Generator().manual_seed(seed)
+        parents = [-1]
+        for node in range(1, 3 + seed % 7):
+            parents.append(int(torch.randint(0, node, (), generator=generator)))
+        size = len(parents)
+        logits = torch.randn(size, vocab, generator=generator) * 2
+        drafts = torch.softmax(torch.randn(size - 1, vocab, generator=generator) * 2, dim=-1)
+        tokens = torch.randint(0, vocab, (size,), generator=generator)
+        tree = TokenTree(tokens, tuple(parents), [None, *drafts.unbind(0)])
+        sampling = SamplingConfig(0.9, top_k=4)
+        assert sampled_tree(tree)
+        reference = draw_tests(*residual_tests(tree, logits_to_probs(logits, sampling), residual_distribution),
+                               torch.Generator().manual_seed(seed))
+        graphed = tree_draws(sibling_ranks(tree.parents, torch.device("cpu")), tokens, logits,
+                             stacked_drafts(tree, "cpu"), sampling, torch.Generator().manual_seed(seed))
+        assert all(torch.equal(a, b) for a, b in zip(graphed, reference)), seed
 
 
 def test_a_sampled_chains_closed_form_equals_the_residual_walk():
