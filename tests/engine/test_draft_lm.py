@@ -43,13 +43,13 @@ def test_the_graphed_draft_drafts_what_the_eager_draft_does(trained_pair, sequoi
     target, draft = trained_pair
     if options.get("policy") == "sequoia":
         options = {**options, "tree_file": sequoia_file}
-    prompts = [row[None] for row in next(markov_batches(48, 3, 10, seed=5))]
+    prompts = [row[None] for row in next(markov_batches(48, 2, 10, seed=5))]
     for sampling in (SamplingConfig(), SamplingConfig(1.0)):
         runs = {}
         for switch in ENGINE_SWITCHES:
             adapter, _ = build_adapter(method, options, BuildInputs(target, draft, None))
             runtime = engine_runtime(target, switch)
-            runs[switch] = [generate(target, adapter, prompt, 20, sampling, runtime=runtime,
+            runs[switch] = [generate(target, adapter, prompt, 16, sampling, runtime=runtime,
                                      generator=torch.Generator().manual_seed(seed))
                             for seed, prompt in enumerate(prompts)]
         graphs = runtime.graphs_of(adapter)
