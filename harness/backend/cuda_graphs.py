@@ -164,6 +164,7 @@ class _Graph:
     source: torch.Tensor | None = None
     graph: torch.cuda.CUDAGraph | None = None
     outputs: tuple[torch.Tensor, ...] | None = None
+    keep: tuple[torch.Tensor, ...] = ()  # device constants the body reads (a captured graph holds their addresses)
 
 
 @dataclass
@@ -172,6 +173,7 @@ class _Block:
     past: torch.Tensor  # () the cache's length before the block
     graph: torch.cuda.CUDAGraph | None = None
     outputs: tuple[torch.Tensor, ...] | None = None
+    keep: tuple[torch.Tensor, ...] = ()  # device constants the body reads (a captured graph holds their addresses)
 
 
 def _graph_key(key: Hashable, count: int, bias: Bias, offsets: Offsets | None,
@@ -239,16 +241,19 @@ class GraphedForwards:
 
     def run(self, key: Hashable, cache: Cache, past: int, count: int, bias: Bias,
             inputs: dict[str, torch.Tensor], call: StaticCall, eager: EagerCall,
-            offsets: Offsets | None = None, generator: torch.Generator | None = None) -> tuple[torch.Tensor, ...]:
+            offsets: Offsets | None = None, generator: torch.Generator | None = None,
+            keep: tuple[torch.Tensor, ...] = ()) -> tuple[torch.Tensor, ...]:
         """``call`` on ``count`` new positions after ``past`` cached ones (``bias`` as in
-        ``write_full_width_bias``, of a width fixed per shape, or a ``BuiltBias``); returns its outputs, as an eager forward would.
+        ``write_full_width_bias``, of a width fixed per shape, or a ``BuiltBias``); returns its outputs, as an eager
+        forward would.
         ``offsets``: the position ids relative to ``past`` (a tuple fixed per shape, or a (count,) device tensor),
         added to ``past`` on the device as ``inputs["position_ids"]`` (1, count) (then not among ``inputs``). A
         forward that is not graphed (``graphs_forward``) is ``eager()``, which extends the static cache the plain
         way. Per call the host fills ``past`` and copies the inputs (and a bias, and offsets given as a tensor):
         the slots and the full-width mask are computed inside the graph. A ``BuiltBias``'s source is among the
         buffers ``call`` sees (``source``). ``generator``: one the body draws from (registered with the graph at
-        capture, so each replay advances it)."""
+        capture, so each replay advances it). ``keep``: device constants ``call`` reads that nothing else may keep
+        alive (a cached shape's indices or masks): the graph holds them, as a captured graph holds their addresses."""
         layers = self._layers(cache)
         self.calls += 1
         if not self.graphs_forward(past, count):
@@ -263,6 +268,7 @@ class GraphedForwards:
         graph = self.graphs.get(full_key)
         if graph is None:
             graph = self.graphs[full_key] = self._new_graph(count, capacity, bias, offsets, inputs)
+            graph.keep = keep
         graph.past.fill_(past)
         for name, value in inputs.items():
             graph.inputs[name].copy_(value)
@@ -278,7 +284,8 @@ class GraphedForwards:
         return outputs
 
     def run_block(self, key: Hashable, cache: Cache | None, past: int, length: int, inputs: dict[str, torch.Tensor],
-                  body: BlockCall, forwards: int = 1, generator: torch.Generator | None = None) -> tuple[torch.Tensor, ...]:
+                  body: BlockCall, forwards: int = 1, generator: torch.Generator | None = None,
+                  keep: tuple[torch.Tensor, ...] = ()) -> tuple[torch.Tensor, ...]:
         """A block of fixed-shape device work over ``cache`` as one graph (a drafter's whole draft: its forwards and
         the tree's bookkeeping between them): ``body(buffers, past)`` with ``past`` a 0-d device tensor (the cached
         length before the block), each forward writing at slots it computes from it (``writing_at``), its masks from
@@ -286,7 +293,8 @@ class GraphedForwards:
         changes between calls (those are inputs). Per call the host fills ``past`` and copies ``inputs``; the
         cache's lengths are then ``length``. ``forwards``: the model forwards the block holds (``calls`` counts them).
         A block over no cache (``cache`` None: heads that read only their inputs, Medusa's) has no length to set.
-        ``generator``: one the body draws from (registered with the graph at capture, as ``run``'s)."""
+        ``generator``: one the body draws from (registered with the graph at capture, as ``run``'s); ``keep``: the
+        device constants it reads, held by the graph (as ``run``'s)."""
         layers = self._layers(cache) if cache is not None else []
         self.calls += forwards
         if layers and length > layers[0].capacity:
@@ -295,7 +303,7 @@ class GraphedForwards:
         graph = self.graphs.get(full_key)
         if graph is None:
             graph = self.graphs[full_key] = _Block({name: torch.zeros_like(value) for name, value in inputs.items()},
-                                                   torch.zeros((), dtype=torch.long, device=self.device))
+                                                   torch.zeros((), dtype=torch.long, device=self.device), keep=keep)
         graph.past.fill_(past)
         for name, value in inputs.items():
             graph.inputs[name].copy_(value)

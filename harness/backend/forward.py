@@ -67,6 +67,7 @@ class InGraphDraws:
     draw: Callable[[torch.Tensor, dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]
     inputs: dict[str, torch.Tensor] = field(default_factory=dict)
     generator: torch.Generator | None = None
+    keep: tuple[torch.Tensor, ...] = ()  # device constants ``draw`` reads, held by the graph (``GraphedForwards.run``)
 
 
 def run_model(
@@ -140,7 +141,8 @@ def run_model(
                 inputs, lambda buffers, mask: _with_draws(_with_choices(_forward_outputs(
                     lm, buffers["input_ids"], cache, buffers["position_ids"], mask, logits_to_keep, kept, total)),
                     buffers, draws),
-                eager, offsets=position_offsets, generator=draws.generator if draws else None)
+                eager, offsets=position_offsets, generator=draws.generator if draws else None,
+                keep=draws.keep if draws else ())
             if graphed:
                 logits, choices, *states = outputs
                 choices = choices if input_ids.shape[0] == 1 else None

@@ -25,7 +25,8 @@ from transformers import DynamicCache, PretrainedConfig
 from transformers.cache_utils import DynamicLayer
 
 from harness.errors import DraftcountError
-from harness.backend.static_cache import PreallocatedLayer
+from harness.backend.cuda_graphs import GraphedForwards
+from harness.backend.static_cache import PreallocatedLayer, static_layers
 from harness.backend.device import index_on
 from harness.hybrid.cache import TreeStateCache
 from harness.hybrid.forward import runs_trees
@@ -122,12 +123,16 @@ def crop_cache(cache: DynamicCache, length: int) -> None:
             layer.values = layer.values[..., :length, :]
 
 
-def keep_tree_path(cache: DynamicCache, prefix_len: int, path_nodes: list[int]) -> None:
+def keep_tree_path(cache: DynamicCache, prefix_len: int, path_nodes: list[int],
+                   graphs: GraphedForwards | None = None) -> None:
     """After a tree forward, keep the prefix plus the given tree nodes (in order), drop the rest.
 
     ``path_nodes`` are node indices relative to the tree (0 = root). A path that
     is a run 0, 1, ..., k-1 (always so for chains) is a plain crop; any other
-    path is gathered into place (in the static cache's own buffers).
+    path is gathered into place (in the static cache's own buffers). With
+    ``graphs`` (the cache's graph runner) a static cache's gather runs as one
+    graphed block per path length (``gather_path``): the path's positions
+    copied in, every layer's gather replayed, instead of four ops a layer.
     """
     kept = prefix_len + len(path_nodes)
     if isinstance(cache, TreeStateCache):  # the path replayed into the Mamba2 states
@@ -137,11 +142,28 @@ def keep_tree_path(cache: DynamicCache, prefix_len: int, path_nodes: list[int]) 
         crop_cache(cache, kept)
         return
     layers = _full_attention_layers(cache)
-    index = index_on([prefix_len + node for node in path_nodes], layers[0].keys.device) if layers else None
+    if not layers:
+        crop_cache(cache, kept)
+        return
+    index = index_on([prefix_len + node for node in path_nodes], layers[0].keys.device)
+    if graphs is not None and static_layers(cache) is not None and graphs.graphs_forward(prefix_len, len(path_nodes)):
+        graphs.run_block(("keep_path", len(path_nodes)), cache, prefix_len, kept, {"index": index},
+                         lambda buffers, start: gather_path(static_layers(cache), buffers["index"], start))
+        return
     for layer in layers:
         layer.keys[..., prefix_len:kept, :] = layer.keys.index_select(-2, index)
         layer.values[..., prefix_len:kept, :] = layer.values.index_select(-2, index)
     crop_cache(cache, kept)
+
+
+def gather_path(layers: list[PreallocatedLayer], index: torch.Tensor, start: torch.Tensor) -> tuple[()]:
+    """Inside a graph: every static layer's entries at positions ``index`` (the kept path's) moved to the slots
+    ``start``, ``start`` + 1, ... (device work only)."""
+    slots = start + torch.arange(index.shape[0], device=index.device)
+    for layer in layers:
+        layer.key_buffer.index_copy_(2, slots, layer.key_buffer.index_select(2, index))
+        layer.value_buffer.index_copy_(2, slots, layer.value_buffer.index_select(2, index))
+    return ()
 
 
 def append_entries(cache: DynamicCache, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:

@@ -93,13 +93,13 @@ def cap_documents(documents: list[Document], max_bytes: int, seed: int) -> list[
         return hashlib.sha256(f"{seed}:cap:{doc.path}".encode()).digest()
 
     kept, total = set(), 0
-    for doc in sorted(documents, key=rank):
-        size = len(doc.text.encode())
+    for index in sorted(range(len(documents)), key=lambda index: rank(documents[index])):
+        size = len(documents[index].text.encode())
         if kept and total + size > max_bytes:
             continue
-        kept.add(doc.path)
+        kept.add(index)
         total += size
-    return [doc for doc in documents if doc.path in kept]
+    return [doc for index, doc in enumerate(documents) if index in kept]
 
 
 def split_and_write(out_dir: Path, documents: list[Document], heldout_fraction: float, seed: int,

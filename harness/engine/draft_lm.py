@@ -16,7 +16,7 @@ import torch
 
 from harness.engine.adapter import AdapterBase, StepContext
 from harness.engine.counters import DRAFTING_POSITION, DrafterWork, book_drafting_forward
-from harness.engine.draft_lm_graph import graphed_tokens, graphs_draft
+from harness.engine.draft_lm_graph import graphed_levels, graphed_tokens, graphs_draft, graphs_levels
 from harness.engine.draft_lm_plan import Chooser, Level, expansion_plan, grow
 from harness.engine.drafting import ChildChooser, choose_children
 from harness.backend.forward import LMOutput, positions, run_model
@@ -61,10 +61,14 @@ class DraftLMAdapter(AdapterBase):
         device = self.draft.device
         unseen = sequence[:, self.cached_len :].to(device)
         prefix_len = sequence.shape[-1]  # the draft cache then holds the sequence, root included
-        if graphs_draft(self, unseen.shape[-1]):
+        if graphs_draft(self, unseen.shape[-1]):  # the catch-up and every level as one graphed block
             tokens, probs = graphed_tokens(self, ctx, unseen[0])
         else:
-            tokens, probs = self._eager_tokens(ctx, sequence, unseen)
+            root, root_logits = sequence[0, -1].to(device), self._catch_up(ctx, unseen)
+            if graphs_levels(self, prefix_len):  # a prompt's first catch-up ran on its own; the levels as one block
+                tokens, probs = graphed_levels(self, ctx, root, root_logits, prefix_len)
+            else:
+                tokens, probs = self._eager_levels(ctx, root, root_logits, prefix_len)
         self.fed_offset = {node: offset for offset, node in enumerate(self.plan.fed)}
         self.root_cached_len = prefix_len
         return TokenTree(tokens, self.plan.parents, probs)
@@ -73,14 +77,18 @@ class DraftLMAdapter(AdapterBase):
         """The children chooser of this step (``grow``'s): the run's convention, drawing from ``ctx``'s generator."""
         return lambda logits, count: self.chooser(logits, count, ctx, self.replacement)
 
-    def _eager_tokens(self, ctx: StepContext, sequence: torch.Tensor,
-                      unseen: torch.Tensor) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
-        """The draft's tokens and q's, each forward on its own (replayed from a graph of its shape under
-        ``cuda_graphs=on`` when the whole draft cannot be one graph)."""
-        device, prefix_len = self.draft.device, sequence.shape[-1]
-        out = run_model(self.draft, unseen, self.cache, positions(self.cached_len, unseen.shape[-1], device),
+    def _catch_up(self, ctx: StepContext, unseen: torch.Tensor) -> torch.Tensor:
+        """The draft LM over the tokens it has not seen (replayed from a graph of its shape under
+        ``cuda_graphs=on``, or eager: a prompt's first); the root's logits."""
+        out = run_model(self.draft, unseen, self.cache, positions(self.cached_len, unseen.shape[-1], self.draft.device),
                         ctx.counters.drafter, logits_to_keep=1, graphs=self.graphs)
         book_drafting_forward(ctx.counters, self.work, out.flops, unseen.shape[-1])  # the last one drafts depth 1
+        return out.logits[0, -1]
+
+    def _eager_levels(self, ctx: StepContext, root: torch.Tensor, root_logits: torch.Tensor,
+                      prefix_len: int) -> tuple[torch.Tensor, list[torch.Tensor | None]]:
+        """The draft's tokens and q's, each level's forward on its own."""
+        device = self.draft.device
 
         def feed(level: Level, fed_tokens: torch.Tensor) -> torch.Tensor:
             bias = tree_attention_bias(self.plan.parents, list(level.cached), list(level.fed), self.draft.dtype,
@@ -91,13 +99,13 @@ class DraftLMAdapter(AdapterBase):
             self.work.charge(list(level.fed), level_out.flops)
             return level_out.logits[0]
 
-        tokens, probs = grow(self.plan, sequence[0, -1], out.logits[0, -1], self.choose(ctx), feed)
+        tokens, probs = grow(self.plan, root, root_logits, self.choose(ctx), feed)
         return torch.stack(tokens), probs
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
         kept = [self.fed_offset[node] for node in verdict.path[1:] if node in self.fed_offset]
         self.work.settle(ctx.counters, useful_nodes(verdict))
-        keep_tree_path(self.cache, self.root_cached_len, kept)
+        keep_tree_path(self.cache, self.root_cached_len, kept, self.graphs)
         self.cached_len = self.root_cached_len + len(kept)
 
 

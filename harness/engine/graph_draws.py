@@ -28,7 +28,8 @@ from harness.verify.token_level import (Draws, chain_draws, one_hot_draws, sampl
 def verify_draws(tree: TokenTree, bias: Bias, sampling: SamplingConfig, generator: torch.Generator | None,
                  device: torch.device) -> InGraphDraws | None:
     """What the verify forward over ``tree`` (its mask ``bias``) draws inside its graph, or None (a tree mixing
-    drafts that carry q with deterministic ones: drawn outside)."""
+    drafts that carry q with deterministic ones, or a tree grown on the device whose drafts carry q: drawn
+    outside)."""
     settings = (sampling.temperature, sampling.top_k, sampling.top_p)
     if sampled_chain(tree):
         return InGraphDraws(("chain_draws", *settings), _chain(sampling, generator),
@@ -36,7 +37,8 @@ def verify_draws(tree: TokenTree, bias: Bias, sampling: SamplingConfig, generato
     if sampled_tree(tree):
         ranks = sibling_ranks(tree.parents, device)
         return InGraphDraws(("tree_draws", tree.parents, *settings), _tree(sampling, generator, ranks),
-                            {"drafts": stacked_drafts(tree, device)}, generator)
+                            {"drafts": stacked_drafts(tree, device)}, generator,
+                            keep=tuple(index for pair in ranks for index in pair))
     if any(q is not None for q in tree.draft_probs[1:]):
         return None
     inputs = {"parents": tree.parents_on(device)} if isinstance(bias, torch.Tensor) else {}
@@ -72,7 +74,8 @@ class GraphGenerator:
     """What captured verify graphs draw from on a GPU: one generator per runtime, registered with each graph at
     capture (a CUDA graph replays the draws of the generator it was captured with), reseeded whenever a new run
     generator comes (its initial seed mixed with ``VERIFY_STREAM``: a stream apart from the run generator's own,
-    which a drafter's sampled drafts come from, so that the verifier's uniforms never repeat the drafts' draws).
+    which an eager drafter's sampled drafts come from, so that the verifier's uniforms never repeat the drafts'
+    draws; a graphed draft block draws from this same generator, each replay taking its own range of it).
     The same seed gives the same tokens; the default generator (None) is CUDA graphs' own and is used as it is."""
 
     def __init__(self, device: torch.device) -> None:

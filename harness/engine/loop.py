@@ -124,7 +124,7 @@ def accept(verify: Verifier, adapter: DraftAdapter, ctx: StepContext, tree: Toke
         given = ({"choices": target_out.choices} if ctx.sampling.is_greedy and target_out.choices is not None
                  else {"draws": target_out.draws} if target_out.draws is not None else {})
         verdict = verify(tree, target_out.logits[0], ctx.sampling, ctx.generator, **given)
-    keep_tree_path(cache, prefix_len, list(verdict.path))
+    keep_tree_path(cache, prefix_len, list(verdict.path), ctx.runtime.graphs if ctx.runtime is not None else None)
     ctx.counters.record_step(tree, verdict)
     adapter.commit(ctx, tree, verdict, target_out)
     return verdict

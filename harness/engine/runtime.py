@@ -217,8 +217,9 @@ class EngineRuntime:
                generator: torch.Generator | None = None) -> LMOutput:
         """The target's forward over the whole ``tree`` rooted after ``prefix_len`` cached positions (with
         ``hidden``: the hidden states at ``hidden_layers``, as in ``run_model``). With ``sampling`` (T > 0, the
-        default verifier), a graphed forward over a tree of deterministic drafts or a chain of sampled ones also makes
-        the verification's draws inside its graph (``LMOutput.draws``, ``harness.engine.graph_draws``)."""
+        default verifier), a graphed forward over a tree of deterministic drafts, a chain of sampled ones or a tree
+        whose drafts all carry q also makes the verification's draws inside its graph (``LMOutput.draws``,
+        ``harness.engine.graph_draws``)."""
         bias = tree.graph_bias(self.target.dtype)
         draws = None
         if sampling is not None and not sampling.is_greedy and self.graphs is not None:

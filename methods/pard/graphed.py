@@ -69,7 +69,8 @@ def graphed_chain(adapter: PardAdapter, ctx: StepContext,
 
     past = adapter.cached_len
     with ctx.counters.phase("drafter"):  # the cache then holds the text: the masks' keys go
-        outputs = adapter.graphs.run_block(("pard", count, k, adapter.drafts, settings), adapter.cache, past,
+        outputs = adapter.graphs.run_block(("pard", count, k, adapter.mask_token, adapter.drafts, ctx.target_vocab_size,
+                                            settings), adapter.cache, past,
                                            past + count, {"unseen": unseen}, body, generator=generator)
     flops = count_forward(lm, ctx.counters.drafter, width, past, min(k, width))
     tokens = outputs[0]

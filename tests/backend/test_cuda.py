@@ -52,7 +52,8 @@ NEW_TOKENS = 24
 VARIANTS = {**{name: (name, {}) for name in method_names()},
             "lyanna_overlap": ("lyanna", {"reuse": "states", "overlap": "on"}),
             "lyanna_unfused": ("lyanna", {"reuse": "states", "overlap": "on", "verify_fusion": "off"})}
-GRAPHED_DRAFTERS = {"sd", "tree_sd", "eagle", "lyanna", "lyanna_overlap", "lyanna_unfused", "prism"}  # a KV-cached net
+GRAPHED_DRAFTERS = {"sd", "tree_sd", "eagle", "lyanna", "lyanna_overlap", "lyanna_unfused", "prism", "pard",
+                    "owl"}  # a KV-cached net, or OWL's LSTM block
 ENGINES = {"eager": EngineOptions(kv_cache="dynamic", cuda_graphs="off"),
            "static": EngineOptions(kv_cache="static", cuda_graphs="off"),
            "graphs_verify": EngineOptions(kv_cache="static", cuda_graphs="verify"),
@@ -235,11 +236,11 @@ def test_dispatch_counts_nothing_inside_a_replayed_graph():
     assert counts.graph == 0 and 0 < counts.total() < 20, counts
 
 
-@pytest.mark.parametrize("variant", ["ar", "sd", "eagle", "dflash", "dspark"])
+@pytest.mark.parametrize("variant", ["ar", "sd", "tree_sd", "pard", "eagle", "dflash", "dspark"])
 def test_sampling_draws_replayed_in_the_verify_graph_follow_the_target(cuda_zoo, variant):
     """At T = 1 under CUDA graphs the verifier's draws replay inside the target's graph (a root-only step, a sampled
-    chain, EAGLE's top-k tree), and DFlash's and DSpark's sampled drafts inside their drafter's block, from the
-    runtime's graph generator: the same seed gives the same tokens, and the first two tokens over 300 seeds follow
+    chain, tree_sd's sampled tree, EAGLE's top-k tree), and the sampled drafts of sd, tree_sd, pard, DFlash and
+    DSpark inside their drafter's block, from the runtime's graph generator: the same seed gives the same tokens, and the first two tokens over 300 seeds follow
     the target's law (a stream that did not move on between replays, or a generator the graph did not register,
     would repeat one token). Last in the file: a quick check's CUDA stage cut short by its window runs the greedy
     checks first. On the CPU: tests/engine/test_runtime.py."""

@@ -37,9 +37,10 @@ def sequoia_file(tmp_path_factory):
                                              ("tree_sd", {"policy": "sequoia"})])
 def test_the_graphed_draft_drafts_what_the_eager_draft_does(trained_pair, sequoia_file, method, options):
     """Under cuda_graphs=on (run eagerly on the CPU) the catch-up and every level as one block per catch-up length
-    emit the same tokens and accept the same drafts at every step as the eager draft on a static cache, and book
-    the same drafter forwards, FLOPs and useful work: greedy (top-k children inside the block) and at T = 1
-    (children sampled inside it, with replacement for sd and SpecInfer's trees, without for Sequoia's)."""
+    (after a prompt's first catch-up, which runs on its own: the levels as one block) emit the same tokens and
+    accept the same drafts at every step as the eager draft on a static cache, and book the same drafter forwards,
+    FLOPs and useful work: greedy (top-k children inside the block) and at T = 1 (children sampled inside it, with
+    replacement for sd and SpecInfer's trees, without for Sequoia's)."""
     target, draft = trained_pair
     if options.get("policy") == "sequoia":
         options = {**options, "tree_file": sequoia_file}
@@ -53,8 +54,9 @@ def test_the_graphed_draft_drafts_what_the_eager_draft_does(trained_pair, sequoi
                                      generator=torch.Generator().manual_seed(seed))
                             for seed, prompt in enumerate(prompts)]
         graphs = runtime.graphs_of(adapter)
-        blocks = [key for key in graphs.graphs if key[0] == "block"]
-        assert blocks and len({key[1][2] for key in blocks}) > 1  # blocks of several catch-up lengths
+        kinds = [key[1] for key in graphs.graphs if key[0] == "block"]  # (kind, [catch-up length], shape, ...)
+        assert len({kind[1] for kind in kinds if kind[0] == "draft_lm"}) > 1  # blocks of several catch-up lengths
+        assert any(kind[0] == "draft_lm_levels" for kind in kinds)  # the levels after a prompt's first catch-up
         assert graphs.eager_calls == len(prompts)  # only each prompt's first catch-up ran on its own
         assert_drafts_as_eager(runs["static"], runs["graph_buffers"])
         assert sum(sum(result.counters.step_accepted) for result in runs["graph_buffers"]) > 0

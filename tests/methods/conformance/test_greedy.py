@@ -25,7 +25,7 @@ from harness.measure.dispatch import dispatch_per_step
 from harness.measure.host_sync import audit_generation
 from harness.training.drafters import AGREEMENT, checked_agreement
 from harness.training.gates import gate_failures, heldout_agreement
-from tests.helpers import record_drafts
+from tests.helpers import ENGINE_SWITCHES, assert_drafts_as_eager, engine_runtime, record_drafts
 from tests.methods.conformance import (CASES, DEFAULT_DISPATCH_BUDGET, DISPATCH_BUDGETS, GREEDY, HOST_READ_BUDGETS,
                                         METHODS, NO_DRAFT_VOCAB, PARTNER, SAMPLED_VOCAB, TRAINED, VOCAB_CASES, Zoo,
                                         build_markov_zoo, method_of, prompts)
@@ -218,3 +218,26 @@ def test_ops_outside_graphs_per_step_within_budget(markov_zoo: Zoo, method: str)
         assert counts.total() <= budget, (
             f"{method} at T={sampling.temperature:g}: {counts.total():.1f} ops outside graphs per step, over its "
             f"budget {budget}; most dispatched: {counts.top}")
+
+
+# Drafts graphed as one block of their own (the draft LM's, EAGLE's family, DFlash's and Medusa's have tests of
+# their own: tests/engine/test_draft_lm.py, test_lyanna.py, test_dflash.py, test_medusa.py) or forward by forward.
+GRAPHED_DRAFTS = [method for method in ("pard", "owl", "polybasic") if method in METHODS]
+
+
+@pytest.mark.parametrize("method", GRAPHED_DRAFTS)
+def test_a_graphed_draft_drafts_what_the_eager_draft_does(markov_zoo: Zoo, method: str):
+    """Under cuda_graphs=on (graphs emulated on the CPU) the method emits the same tokens, accepts the same drafts
+    and books the same drafter forwards, FLOPs and useful work as on the same static cache without graphs, greedy
+    and at T = 1 (the sampled drafts drawn inside the block, from the same generator)."""
+    for sampling in (GREEDY, SamplingConfig(1.0)):
+        runs = {}
+        for switch in ENGINE_SWITCHES:
+            adapter, _ = build_adapter(method, {}, markov_zoo.inputs(method))
+            runtime = engine_runtime(markov_zoo.target, switch)
+            runs[switch] = [generate(markov_zoo.target, adapter, prompt, 16, sampling, runtime=runtime,
+                                     generator=torch.Generator().manual_seed(seed))
+                            for seed, prompt in enumerate(prompts()[:2])]
+        graphs = runtime.graphs_of(adapter if method != "polybasic" else adapter.mid)  # polybasic: its mid LM's
+        assert graphs is not None and graphs.calls > graphs.eager_calls  # the draft ran through its graphs
+        assert_drafts_as_eager(runs["static"], runs["graph_buffers"])
