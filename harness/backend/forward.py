@@ -14,12 +14,15 @@ import torch
 from torch.nn import functional
 from transformers import DynamicCache
 
-from harness.backend.cuda_graphs import Bias, GraphedForwards, Offsets
+from harness.backend.cuda_graphs import (
+    Bias, GraphedForwards, Offsets, causal_block, device_full_width_mask, writing_at,
+)
 from harness.backend.device import to_device
 from harness.errors import DraftcountError
 from harness.backend.kv_cache import cache_argument
 from harness.backend.models import LoadedModel
 from harness.backend.phases import NO_CLOCK, PhaseClock
+from harness.backend.static_cache import static_layers
 from harness.hybrid.cache import TreeStateCache
 from harness.hybrid.forward import tree_forward
 
@@ -122,7 +125,7 @@ def run_model(
         ids = position_ids if position_ids is not None else absolute_positions(position_offsets, past, input_ids.device)
         if isinstance(cache, TreeStateCache):  # a hybrid target: the tree's shape read from its (full) mask
             return _tree_outputs(lm, input_ids, cache, ids, mask, logits_to_keep, kept)
-        return _forward_outputs(lm, input_ids, cache, ids, mask, logits_to_keep, kept, total, media)
+        return forward_outputs(lm, input_ids, cache, ids, mask, logits_to_keep, kept, total, media)
 
     if media and (graphs is not None or isinstance(cache, TreeStateCache)):
         raise DraftcountError("a forward with media inputs (an image) runs eagerly, on a transformer's cache")
@@ -138,7 +141,7 @@ def run_model(
                 inputs.update(draws.inputs)
             outputs = graphs.run(
                 ("lm", logits_to_keep, kept, draws.key if draws else None), cache, past, new_tokens, attention_bias,
-                inputs, lambda buffers, mask: _with_draws(_with_choices(_forward_outputs(
+                inputs, lambda buffers, mask: _with_draws(_with_choices(forward_outputs(
                     lm, buffers["input_ids"], cache, buffers["position_ids"], mask, logits_to_keep, kept, total)),
                     buffers, draws),
                 eager, offsets=position_offsets, generator=draws.generator if draws else None,
@@ -238,9 +241,9 @@ def run_drafter(call: DrafterCall, cache: DynamicCache, inputs: dict[str, torch.
     return eager()[0]
 
 
-def _forward_outputs(lm: LoadedModel, input_ids: torch.Tensor, cache: DynamicCache, position_ids: torch.Tensor,
-                     mask: torch.Tensor | None, logits_to_keep: int, kept: tuple[int, ...],
-                     total: int, media: Mapping[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, ...]:
+def forward_outputs(lm: LoadedModel, input_ids: torch.Tensor, cache: DynamicCache, position_ids: torch.Tensor,
+                    mask: torch.Tensor | None, logits_to_keep: int, kept: tuple[int, ...],
+                    total: int, media: Mapping[str, torch.Tensor] | None = None) -> tuple[torch.Tensor, ...]:
     """The model's logits, then the hidden states at the ``kept`` indices (of embeddings + every layer)."""
     output = lm.model(input_ids=input_ids, position_ids=position_ids, attention_mask=mask, use_cache=True,
                       logits_to_keep=logits_to_keep, output_hidden_states=bool(kept), **cache_argument(lm.model, cache),
@@ -251,6 +254,21 @@ def _forward_outputs(lm: LoadedModel, input_ids: torch.Tensor, cache: DynamicCac
         raise DraftcountError(f"the model returned {len(output.hidden_states)} hidden states; its configuration "
                               f"says {total} (embeddings + every layer)")
     return (output.logits, *(output.hidden_states[index] for index in kept))
+
+
+def static_block_logits(lm: LoadedModel, cache: DynamicCache, ids: torch.Tensor, start: torch.Tensor,
+                        logits_to_keep: int) -> torch.Tensor:
+    """Inside a graphed block: the logits (1, ``logits_to_keep``, V) of ``ids`` (n,) fed as one causal block at the
+    static cache's slots from ``start`` (a device scalar: the cache's length), after every cached key (a full-width
+    mask, so the block's shape does not change with the cache's length). The draft LM's catch-up and pard's forward
+    over text + masks."""
+    layers = static_layers(cache)
+    width = ids.shape[0]
+    slots = start + torch.arange(width, device=lm.device)
+    mask = device_full_width_mask(start, causal_block(width, lm.dtype, lm.device),
+                                  torch.arange(layers[0].capacity, device=lm.device), width)
+    with writing_at(layers, slots):
+        return forward_outputs(lm, ids[None], cache, slots[None], mask, logits_to_keep, (), 0)[0]
 
 
 def hybrid_forward(model: torch.nn.Module, input_ids: torch.Tensor, cache: TreeStateCache, position_ids: torch.Tensor,
@@ -265,7 +283,7 @@ def hybrid_forward(model: torch.nn.Module, input_ids: torch.Tensor, cache: TreeS
 
 def _tree_outputs(lm: LoadedModel, input_ids: torch.Tensor, cache: TreeStateCache, position_ids: torch.Tensor,
                   mask: torch.Tensor | None, logits_to_keep: int, kept: tuple[int, ...]) -> tuple[torch.Tensor, ...]:
-    """``_forward_outputs`` for a hybrid model on its ``TreeStateCache`` (``harness.hybrid.forward``)."""
+    """``forward_outputs`` for a hybrid model on its ``TreeStateCache`` (``harness.hybrid.forward``)."""
     logits, states = hybrid_forward(lm.model, input_ids, cache, position_ids, mask, logits_to_keep, bool(kept))
     return (logits, *(states[index] for index in kept)) if kept else (logits,)
 

@@ -27,7 +27,7 @@ import torch
 from transformers.cache_utils import Cache
 
 from harness.backend.cuda_graphs import GraphedForwards, causal_block, device_full_width_mask, writing_at
-from harness.backend.forward import _forward_outputs, count_forward
+from harness.backend.forward import count_forward, forward_outputs, static_block_logits
 from harness.backend.models import LoadedModel
 from harness.backend.static_cache import static_layers
 from harness.engine.adapter import StepContext
@@ -95,13 +95,7 @@ def graphed_tokens(adapter: DraftLMAdapter, ctx: StepContext,
     lm, count = adapter.draft, unseen.shape[0]
 
     def body(buffers: dict[str, torch.Tensor], start: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        layers = static_layers(adapter.cache)
-        ranks = torch.arange(count, device=lm.device)
-        mask = device_full_width_mask(start, causal_block(count, lm.dtype, lm.device), _keys(layers, lm.device),
-                                      count)
-        with writing_at(layers, start + ranks):
-            logits = _forward_outputs(lm, buffers["ids"][None], adapter.cache, (start + ranks)[None], mask, 1, (),
-                                      0)[0]
+        logits = static_block_logits(lm, adapter.cache, buffers["ids"], start, 1)
         return _levels(adapter, ctx, buffers["ids"][-1], logits[0, -1], start + count)
 
     outputs = _run(adapter, ctx, ("draft_lm", count), {"ids": unseen}, body, adapter.cached_len,
@@ -155,8 +149,8 @@ def _levels(adapter: DraftLMAdapter, ctx: StepContext, root: torch.Tensor, root_
         width = len(level.fed)
         at = fed_from + len(level.cached)
         with writing_at(layers, at + torch.arange(width, device=lm.device)):
-            return _forward_outputs(lm, fed_tokens[None], adapter.cache, (fed_from - 1 + level.depth).expand(1, width),
-                                    device_full_width_mask(at, tails[level.depth], keys, width), 0, (), 0)[0][0]
+            return forward_outputs(lm, fed_tokens[None], adapter.cache, (fed_from - 1 + level.depth).expand(1, width),
+                                   device_full_width_mask(at, tails[level.depth], keys, width), 0, (), 0)[0][0]
 
     tokens, probs = grow(adapter.plan, root, root_logits, choose, feed)
     carried = probs[1] is not None  # drawn children carry q (the top-k convention's do not)

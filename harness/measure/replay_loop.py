@@ -18,7 +18,7 @@ import torch
 
 from harness.backend.cuda_graphs import graphed_region
 from harness.backend.device import replay_of
-from harness.backend.forward import _forward_outputs, positions
+from harness.backend.forward import forward_outputs, positions
 from harness.backend.kv_cache import cache_argument
 from harness.backend.models import LoadedModel
 from harness.backend.static_cache import new_static_cache, static_layers
@@ -52,7 +52,7 @@ class ReplayLoop:
             for layer in self.layers:
                 layer.graph_slots = self.slot
             try:
-                logits = _forward_outputs(self.lm, self.token, self.cache, self.position, self.mask, 1, (), 0)[0]
+                logits = forward_outputs(self.lm, self.token, self.cache, self.position, self.mask, 1, (), 0)[0]
             finally:
                 for layer in self.layers:
                     layer.graph_slots = None

@@ -18,8 +18,7 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from harness.backend.cuda_graphs import causal_block, device_full_width_mask, writing_at
-from harness.backend.forward import _forward_outputs, count_forward
+from harness.backend.forward import count_forward, static_block_logits
 from harness.backend.static_cache import static_layers
 from harness.engine.adapter import StepContext
 from harness.engine.drafting import chain_choices
@@ -55,15 +54,9 @@ def graphed_chain(adapter: PardAdapter, ctx: StepContext,
     settings = (ctx.sampling.temperature, ctx.sampling.top_k, ctx.sampling.top_p) if drawn else ()
 
     def body(buffers: dict[str, torch.Tensor], start: torch.Tensor) -> tuple[torch.Tensor, ...]:
-        layers = static_layers(adapter.cache)
-        device = lm.device
         text = buffers["unseen"]
-        ids = torch.cat([text, torch.full((k - 1,), adapter.mask_token, dtype=text.dtype, device=device)])
-        slots = start + torch.arange(width, device=device)
-        keys = torch.arange(layers[0].capacity, device=device)
-        mask = device_full_width_mask(start, causal_block(width, lm.dtype, device), keys, width)
-        with writing_at(layers, slots):
-            logits = _forward_outputs(lm, ids[None], adapter.cache, slots[None], mask, k, (), 0)[0]
+        ids = torch.cat([text, torch.full((k - 1,), adapter.mask_token, dtype=text.dtype, device=lm.device)])
+        logits = static_block_logits(lm, adapter.cache, ids, start, k)
         tokens, probs = chain_choices(text[-1], logits[0], step, adapter.drafts)
         return (torch.stack(tokens), torch.stack(probs[1:])) if drawn else (torch.stack(tokens),)
 
