@@ -257,18 +257,21 @@ def forward_outputs(lm: LoadedModel, input_ids: torch.Tensor, cache: DynamicCach
 
 
 def static_block_logits(lm: LoadedModel, cache: DynamicCache, ids: torch.Tensor, start: torch.Tensor,
-                        logits_to_keep: int) -> torch.Tensor:
-    """Inside a graphed block: the logits (1, ``logits_to_keep``, V) of ``ids`` (n,) fed as one causal block at the
-    static cache's slots from ``start`` (a device scalar: the cache's length), after every cached key (a full-width
-    mask, so the block's shape does not change with the cache's length). The draft LM's catch-up and pard's forward
-    over text + masks."""
+                        logits_to_keep: int, tail: torch.Tensor | None = None,
+                        position_ids: torch.Tensor | None = None) -> torch.Tensor:
+    """Inside a graphed block: the logits (1, ``logits_to_keep`` or n, V) of ``ids`` (n,) fed as one block at the
+    static cache's slots from ``start`` (a device scalar), after every key before it (a full-width mask, so the
+    block's shape does not change with the cache's length). ``tail``: the block's own (n, n) additive mask (default
+    causal; a tree level's); ``position_ids`` (1, n): default its slots. The draft LM's catch-up and tree levels,
+    and pard's forward over text + masks."""
     layers = static_layers(cache)
     width = ids.shape[0]
     slots = start + torch.arange(width, device=lm.device)
-    mask = device_full_width_mask(start, causal_block(width, lm.dtype, lm.device),
+    mask = device_full_width_mask(start, causal_block(width, lm.dtype, lm.device) if tail is None else tail,
                                   torch.arange(layers[0].capacity, device=lm.device), width)
     with writing_at(layers, slots):
-        return forward_outputs(lm, ids[None], cache, slots[None], mask, logits_to_keep, (), 0)[0]
+        return forward_outputs(lm, ids[None], cache, slots[None] if position_ids is None else position_ids, mask,
+                               logits_to_keep, (), 0)[0]
 
 
 def hybrid_forward(model: torch.nn.Module, input_ids: torch.Tensor, cache: TreeStateCache, position_ids: torch.Tensor,

@@ -146,9 +146,10 @@ def keep_tree_path(cache: DynamicCache, prefix_len: int, path_nodes: list[int],
         crop_cache(cache, kept)
         return
     index = index_on([prefix_len + node for node in path_nodes], layers[0].keys.device)
-    if graphs is not None and static_layers(cache) is not None and graphs.graphs_forward(prefix_len, len(path_nodes)):
+    preallocated = static_layers(cache) if graphs is not None else None
+    if preallocated is not None and graphs.graphs_forward(prefix_len, len(path_nodes)):
         graphs.run_block(("keep_path", len(path_nodes)), cache, prefix_len, kept, {"index": index},
-                         lambda buffers, start: gather_path(static_layers(cache), buffers["index"], start),
+                         lambda buffers, start: gather_path(preallocated, buffers["index"], start),
                          forwards=0)  # no model forward: the runner's forward count stays the model's
         return
     for layer in layers:

@@ -26,8 +26,8 @@ from typing import Protocol
 import torch
 from transformers.cache_utils import Cache
 
-from harness.backend.cuda_graphs import GraphedForwards, causal_block, device_full_width_mask, writing_at
-from harness.backend.forward import count_forward, forward_outputs, static_block_logits
+from harness.backend.cuda_graphs import GraphedForwards, causal_block
+from harness.backend.forward import count_forward, static_block_logits
 from harness.backend.models import LoadedModel
 from harness.backend.static_cache import static_layers
 from harness.engine.adapter import StepContext
@@ -130,27 +130,19 @@ def _run(adapter: DraftLMAdapter, ctx: StepContext, kind: tuple, inputs: dict[st
                                         generator=ctx.graph_generator() if sampled else None, keep=tails)
 
 
-def _keys(layers, device: torch.device) -> torch.Tensor:
-    return torch.arange(layers[0].capacity, device=device)
-
-
 def _levels(adapter: DraftLMAdapter, ctx: StepContext, root: torch.Tensor, root_logits: torch.Tensor,
             fed_from: torch.Tensor) -> tuple[torch.Tensor, ...]:
     """Inside a block: every level grown from the root's logits (``grow``), its children drawn from the graph
     generator, its fed nodes at slots from ``fed_from`` (the draft cache's length after the root) under the level's
     tree mask; the tokens (n,), and the q's (n - 1, V) when the children carry them."""
     lm = adapter.draft
-    layers = static_layers(adapter.cache)
-    keys = _keys(layers, lm.device)
     tails = level_tails(adapter.plan, lm.dtype, lm.device)
     choose = adapter.choose(replace(ctx, generator=ctx.graph_generator()))
 
-    def feed(level: Level, fed_tokens: torch.Tensor) -> torch.Tensor:
-        width = len(level.fed)
-        at = fed_from + len(level.cached)
-        with writing_at(layers, at + torch.arange(width, device=lm.device)):
-            return forward_outputs(lm, fed_tokens[None], adapter.cache, (fed_from - 1 + level.depth).expand(1, width),
-                                   device_full_width_mask(at, tails[level.depth], keys, width), 0, (), 0)[0][0]
+    def feed(level: Level, fed_tokens: torch.Tensor) -> torch.Tensor:  # every fed node at its depth's position
+        depth = (fed_from - 1 + level.depth).expand(1, len(level.fed))
+        return static_block_logits(lm, adapter.cache, fed_tokens, fed_from + len(level.cached), 0,
+                                   tails[level.depth], depth)[0]
 
     tokens, probs = grow(adapter.plan, root, root_logits, choose, feed)
     carried = probs[1] is not None  # drawn children carry q (the top-k convention's do not)
