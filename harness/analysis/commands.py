@@ -21,8 +21,11 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
                         help="instead: redraw --figure from this written table (and <stem>_stability.csv beside it)")
     curves.add_argument("--figure", type=Path, help="the figure's path without suffix (PDF and PNG)")
     curves.add_argument("--chains", default="", help="DRAFTER=VARIANT,...: each rung's chain run (bench variant)")
+    curves.add_argument("--calibrated", default="",
+                        help="DRAFTER=VARIANT,...: each rung's run at its calibrated shape (bench variant)")
+    curves.add_argument("--calibrated-dataset", help="the prompt set of the --calibrated runs")
     curves.add_argument("--records", nargs="*", default=[], type=Path,
-                        help="the chain runs' raw records (results/raw/<variant>/<dataset>-t<T>.jsonl)")
+                        help="the chain and calibrated runs' raw records (results/raw/<variant>/<dataset>-t<T>.jsonl)")
     lr = subparsers.add_parser("lr-study", help="the learning-rate study's table from drafters' training metrics: "
                                                 "each family's rate of highest held-out agreement")
     lr.add_argument("--metrics", nargs="+", required=True, type=Path,

@@ -8,7 +8,9 @@ stability from rung to rung is Kendall's tau between adjacent rungs' orders of t
 
 Given the rungs' chain runs (``--records``, ``--chains``: every rung's drafter benchmarked as a chain of one
 length, paired with `ar`), the table also holds each rung's tau and paired speedup per temperature (drafter quality
-without tree search), and the stability is also read by chain tau. Torch-free.
+without tree search), and the stability is also read by chain tau. Given the rungs' runs at their own calibrated
+shapes (``--calibrated``, ``--calibrated-dataset``: rung 1 is the main variant's run), it holds each rung's chosen
+shape, accepted drafts per step, tau and paired speedup (the regime each budget reaches). Torch-free.
 
     python -m harness learning-curves --metrics work/metrics/drafter-*.json \
         --rungs eagle=eagle:1,eagle_lc05=eagle:0.5,... --out results/studies/tables/learning_curves.csv \
@@ -37,7 +39,8 @@ COLUMNS = ["family", "drafter", "rung", "tokens", "flops", "agreement_step1", "a
            "agreement_by_step"]
 MEAN_STEPS = 3  # the mean agreement averages at most the first three draft steps, the same ones for every family
 STABILITY_COLUMNS = ["rung", "next_rung", "families", "kendall_tau"]
-CHAIN_FIGURES = {"chain_tau": "tau", "chain_speedup": "paired speedup over ar"}  # column stem -> the y label
+CHAIN_FIGURES = {"chain_tau": "chain tau", "chain_speedup": "chain paired speedup over ar",
+                 "calibrated_speedup": "paired speedup at its calibrated shape"}  # column stem -> the panel's title
 
 
 def curve_rows(metrics: dict[str, dict], rungs: dict[str, tuple[str, float]]) -> pd.DataFrame:
@@ -112,17 +115,44 @@ def chain_columns(summary: pd.DataFrame, chains: dict[str, str]) -> pd.DataFrame
     """One row per drafter of ``chains`` ({drafter: its chain run's bench variant}): per temperature T its chain's
     tau (``chain_tau_t<T>``) and paired speedup over `ar` with the 95% interval (``chain_speedup_t<T>``, ``_low``,
     ``_high``), from the summary of the chain runs' records."""
-    drafters = {variant: drafter for drafter, variant in chains.items()}
+    return run_columns(summary, chains, "chain")
+
+
+def calibrated_columns(summary: pd.DataFrame, runs: dict[str, str], dataset: str) -> pd.DataFrame:
+    """One row per drafter of ``runs`` ({drafter: its run at its calibrated shape, on ``dataset``}): per temperature
+    T the shape its calibration chose (``calibrated_shape_t<T>``, from the run's options), accepted drafts per step
+    (``calibrated_accepted_t<T>``), tau and the paired speedup over `ar` with its interval (``calibrated_tau_t<T>``,
+    ``calibrated_speedup_t<T>``, ``_low``, ``_high``)."""
+    return run_columns(summary[summary.dataset == dataset], runs, "calibrated")
+
+
+def run_columns(summary: pd.DataFrame, runs: dict[str, str], stem: str) -> pd.DataFrame:
+    """Per drafter of ``runs`` ({drafter: bench variant}) and temperature: ``<stem>_tau_t<T>`` and
+    ``<stem>_speedup_t<T>`` (``_low``, ``_high``); the calibrated runs also their shape and accepted drafts."""
+    drafters = {variant: drafter for drafter, variant in runs.items()}
     missing = sorted(set(drafters) - set(summary.variant))
     if missing:
-        raise DraftcountError(f"learning curves: no records of the chain run {missing[0]!r}")
+        raise DraftcountError(f"learning curves: no records of the {stem} run {missing[0]!r}")
     rows: dict[str, dict] = {}
     for row in summary[summary.variant.isin(drafters)].itertuples():
         at = f"t{row.temperature:g}"
         entry = rows.setdefault(drafters[row.variant], {"drafter": drafters[row.variant]})
-        entry.update({f"chain_tau_{at}": row.tau, f"chain_speedup_{at}": row.speedup_paired_mean,
-                      f"chain_speedup_{at}_low": row.speedup_ci_low, f"chain_speedup_{at}_high": row.speedup_ci_high})
+        if stem == "calibrated":
+            entry.update({f"{stem}_shape_{at}": shape_label(row.options),
+                          f"{stem}_accepted_{at}": row.accepted_per_step})
+        entry.update({f"{stem}_tau_{at}": row.tau, f"{stem}_speedup_{at}": row.speedup_paired_mean,
+                      f"{stem}_speedup_{at}_low": row.speedup_ci_low, f"{stem}_speedup_{at}_high": row.speedup_ci_high})
     return pd.DataFrame(list(rows.values()))
+
+
+SHAPE_FIELDS = ("depth", "budget", "gamma", "k", "verify_length", "block_size")  # what a calibration chooses
+
+
+def shape_label(options: str) -> str:
+    """A run's calibrated shape in words from its summary ``options`` (JSON): ``depth 2, budget 4, topk drafts``."""
+    found = json.loads(options) if isinstance(options, str) and options else {}
+    parts = [f"{field} {found[field]}" for field in SHAPE_FIELDS if found.get(field) not in (None, "auto")]
+    return ", ".join(parts + ([f"{found['drafts']} drafts"] if found.get("drafts") else [])) or "its own plan"
 
 
 def per_temperature(columns, stem: str) -> dict[str, str]:
@@ -153,7 +183,7 @@ def plot_learning_curves(curves: pd.DataFrame, stability: pd.DataFrame):
     by each chain tau)."""
     from harness.analysis.plotting import MARKERS, figure_legend, log_ticks, palette, plt
 
-    panels = [(column, f"chain {label}, T = {at}") for stem, label in CHAIN_FIGURES.items()
+    panels = [(column, f"{label}, T = {at}") for stem, label in CHAIN_FIGURES.items()
               for at, column in per_temperature(curves.columns, stem).items()]
     panels += [("agreement_step1", "held-out agreement, draft step 1")]
     if steps_label(curves) != "step 1":  # the shared steps are more than step 1
@@ -222,13 +252,13 @@ def read_metrics(paths: list[Path]) -> dict[str, dict]:
     return metrics
 
 
-def parse_chains(text: str) -> dict[str, str]:
-    """``drafter=variant,...`` -> {drafter: its chain run's bench variant}; one line on a bad entry."""
+def parse_chains(text: str, flag: str = "--chains") -> dict[str, str]:
+    """``drafter=variant,...`` -> {drafter: its run's bench variant}; one line on a bad entry."""
     chains = {}
     for item in filter(None, text.split(",")):
         drafter, _, variant = item.partition("=")
         if not drafter.strip() or not variant.strip():
-            raise DraftcountError(f"--chains wants DRAFTER=VARIANT entries, got {item!r}")
+            raise DraftcountError(f"{flag} wants DRAFTER=VARIANT entries, got {item!r}")
         chains[drafter.strip()] = variant.strip()
     return chains
 
@@ -258,12 +288,18 @@ def run(args: argparse.Namespace) -> int:
     if not (args.metrics and args.rungs and args.out):
         raise DraftcountError("learning-curves needs --metrics, --rungs and --out (or --table to redraw the figure)")
     curves = curve_rows(read_metrics(args.metrics), parse_rungs(args.rungs))
-    if bool(args.records) != bool(args.chains):
-        raise DraftcountError("learning-curves: --records and --chains go together (the chain runs and which "
+    if bool(args.records) != bool(args.chains or args.calibrated):
+        raise DraftcountError("learning-curves: --records goes with --chains or --calibrated (the runs and which "
                               "drafter each is)")
+    if bool(args.calibrated) != bool(args.calibrated_dataset):
+        raise DraftcountError("learning-curves: --calibrated and --calibrated-dataset go together")
     if args.records:
-        chains = chain_columns(summarize(records_frame(args.records)), parse_chains(args.chains))
-        curves = curves.merge(chains, on="drafter", how="left")
+        summary = summarize(records_frame(args.records))
+        if args.chains:
+            curves = curves.merge(chain_columns(summary, parse_chains(args.chains)), on="drafter", how="left")
+        if args.calibrated:
+            curves = curves.merge(calibrated_columns(summary, parse_chains(args.calibrated, "--calibrated"),
+                                                     args.calibrated_dataset), on="drafter", how="left")
     stability = stability_table(curves)
     fits = fit_table(curves)
     write_table(curves, args.out)

@@ -121,6 +121,30 @@ def learning_curves_section(curves: pd.DataFrame) -> str:
     return markdown_table(header, rows)
 
 
+def calibrated_section(curves: pd.DataFrame) -> str:
+    """Each rung at its own calibrated shape (the learning curves' ``calibrated_*`` columns), for the families
+    whose rungs ran so: per temperature the shape chosen, accepted drafts per step, tau and paired speedup."""
+    temperatures = per_temperature(curves.columns, "calibrated_tau")
+    if curves.empty or not temperatures:
+        return ""
+    found = curves[curves[list(temperatures.values())].notna().any(axis=1)]
+    header, rows = ["family", "rung", "positions"], []
+    for at in temperatures:
+        header += [f"shape, T = {at}", "accepted a step", "tau", "speedup [95%]"]
+    for _, row in found.sort_values(["family", "rung"]).iterrows():
+        cells = [row["family"], f"{row['rung']:g}x", cell(row["tokens"], "{:,.0f}")]
+        for at in temperatures:
+            speedup = row.get(f"calibrated_speedup_t{at}")
+            interval = (f" [{row[f'calibrated_speedup_t{at}_low']:.2f}, {row[f'calibrated_speedup_t{at}_high']:.2f}]"
+                        if pd.notna(row.get(f"calibrated_speedup_t{at}_low")) else "")
+            shape = row.get(f"calibrated_shape_t{at}")
+            cells += [shape if isinstance(shape, str) else "-", cell(row.get(f"calibrated_accepted_t{at}"), "{:.2f}"),
+                      cell(row.get(f"calibrated_tau_t{at}"), "{:.2f}"),
+                      cell(speedup, "{:.2f}") + (interval if pd.notna(speedup) else "")]
+        rows.append(cells)
+    return markdown_table(header, rows)
+
+
 def stability_section(stability: pd.DataFrame) -> str:
     """Kendall's tau between adjacent rungs' orders of the families, by step-1 agreement and by each chain tau."""
     if stability.empty:
@@ -204,6 +228,12 @@ def drafter_studies_section(data: Inputs) -> str:
         parts += [("**Learning curves.** Each family retrained at multiples of the main budget (1x: the main drafter), "
                   "read by held-out top-1 agreement with the target (the same draft steps for every family) and, "
                   "where they ran, by a chain of one length on one prompt set:"), "", curves, ""]
+    calibrated = calibrated_section(data.table("learning_curves"))
+    if calibrated:
+        parts += [("**The regime each budget reaches.** Every rung of these families benchmarked as its family's "
+                   "main variant, its tree shape or chain length calibrated for that rung's drafter (1x: the main "
+                   "comparison's runs on that set): the shape chosen, accepted drafts per step, tau and the paired "
+                   "speedup over `ar`:"), "", calibrated, ""]
     if stability:
         parts += [("**Stability of the ranking.** Kendall's tau between adjacent rungs' orders of the families (1: "
                   "the same order; -1: reversed):"), "", stability, ""]

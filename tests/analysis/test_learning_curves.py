@@ -9,8 +9,9 @@ import json
 import pandas as pd
 import pytest
 
-from harness.analysis.learning_curves import (chain_columns, curve_rows, kendall_tau, lr_rows, plot_learning_curves,
-                                              ranking_stability, stability_table, stale_rates)
+from harness.analysis.learning_curves import (calibrated_columns, chain_columns, curve_rows, kendall_tau, lr_rows,
+                                              plot_learning_curves, ranking_stability, shape_label, stability_table,
+                                              stale_rates)
 from harness.cli import main
 from tests.workflow.test_workflow import overrides, snakemake
 
@@ -72,6 +73,31 @@ def test_the_chain_runs_add_tau_and_speedup_per_rung_and_a_ranking_by_tau():
     assert plot_learning_curves(merged, stability).axes[0].get_title() == "chain tau, T = 0"
     with pytest.raises(Exception, match="no records of the chain run 'a_chain'"):
         chain_columns(pd.DataFrame([row for row in rows if row["variant"] != "a_chain"]), {"a": "a_chain"})
+
+
+def test_the_calibrated_runs_add_each_rungs_shape_accepted_drafts_tau_and_speedup():
+    found, rungs = study_metrics()
+    curves = curve_rows(found, rungs)
+    rows = []  # rung 1 is the main variant's run (variant "a"); its run on another set is not read
+    for name, depth, tau in (("a_lc05", 1, 1.3), ("a", 2, 1.6), ("a_lc2", 3, 2.1)):
+        options = json.dumps({"depth": depth, "budget": 2 * depth, "drafts": "topk", "top_k": 4, "drafter": "x"})
+        for dataset in ("mt_bench", "gsm8k"):
+            rows.append({"variant": name, "dataset": dataset, "temperature": 0.0, "tau": tau if dataset == "mt_bench"
+                         else 9.0, "accepted_per_step": tau - 1, "options": options, "speedup_paired_mean": tau / 2,
+                         "speedup_ci_low": tau / 2 - 0.1, "speedup_ci_high": tau / 2 + 0.1})
+    runs = {"a_lc05": "a_lc05", "a": "a", "a_lc2": "a_lc2"}
+    merged = curves.merge(calibrated_columns(pd.DataFrame(rows), runs, "mt_bench"), on="drafter", how="left")
+    row = merged.set_index("drafter").loc["a_lc2"]
+    assert row.calibrated_shape_t0 == "depth 3, budget 6, topk drafts" and row.calibrated_tau_t0 == 2.1
+    assert row.calibrated_accepted_t0 == pytest.approx(1.1) and row.calibrated_speedup_t0_high == pytest.approx(1.15)
+    assert merged.set_index("drafter").calibrated_tau_t0.isna().sum() == 6  # families b and c ran no calibrated runs
+    stability = stability_table(merged)
+    titles = [axis.get_title() for axis in plot_learning_curves(merged, stability).axes]
+    assert "paired speedup at its calibrated shape, T = 0" in titles
+    assert shape_label(json.dumps({"gamma": 3, "drafts": "sampled"})) == "gamma 3, sampled drafts"
+    assert shape_label(json.dumps({"latency_file": "x.json"})) == "its own plan"
+    with pytest.raises(Exception, match="no records of the calibrated run 'a_lc2'"):
+        calibrated_columns(pd.DataFrame(rows[:4]), runs, "mt_bench")
 
 
 def written_study_metrics(tmp_path):

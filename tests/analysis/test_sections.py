@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from harness.analysis.sections import drafter_studies_section
+from harness.analysis.sections import calibrated_section, drafter_studies_section
 from harness.analysis.view import Inputs
 from harness.analysis.views import all_views
 from harness.cli import main
@@ -48,6 +48,40 @@ def test_the_studies_report_shows_the_curves_their_stability_the_lr_study_and_th
     assert drafter_studies_section(Inputs(pd.DataFrame(), tmp_path / "nothing")) == ""
     view = next(view for view in all_views() if view.name == "drafter_studies")
     assert view.markdown(Inputs(pd.DataFrame(), tables))[0] == "### Learning curves and learning rates"
+
+
+def test_the_studies_report_shows_the_regime_each_rung_reaches_at_its_calibrated_shape(tmp_path):
+    """The learning-curve table with each rung's calibrated runs (learning_curves.calibrated_columns' columns): the
+    section lists only the rungs that ran so, with the shape, accepted drafts, tau and speedup per temperature."""
+    tables = tmp_path / "tables"
+    tables.mkdir()
+    rows = [{"family": family, "drafter": name, "rung": rung, "tokens": 1000 * rung, "flops": 1.0,
+             "agreement_step1": 0.3, "agreement_by_step": "[0.3, 0.2]"}
+            for family in ("eagle", "dflash") for name, rung in ((f"{family}_lc05", 0.5), (family, 1.0))]
+    curves = pd.DataFrame(rows)
+    curves.loc[curves.family == "eagle", "calibrated_shape_t0"] = ["depth 1, budget 1, topk drafts",
+                                                                   "depth 2, budget 4, topk drafts"]
+    for column, values in {"calibrated_accepted_t0": [0.2, 0.7], "calibrated_tau_t0": [1.2, 1.7],
+                           "calibrated_speedup_t0": [0.95, 1.05], "calibrated_speedup_t0_low": [0.9, 1.0],
+                           "calibrated_speedup_t0_high": [1.0, 1.1]}.items():
+        curves.loc[curves.family == "eagle", column] = values
+    curves.to_csv(tables / "learning_curves.csv", index=False)
+    text = drafter_studies_section(Inputs(pd.DataFrame(), tables))
+    assert "**The regime each budget reaches.**" in text
+    assert "| eagle | 2x |" not in text and "| eagle | 1x | 1,000 | depth 2, budget 4, topk drafts | 0.70 | 1.70 | " \
+        "1.05 [1.00, 1.10] |" in text
+    assert "| eagle | 0.5x | 500 | depth 1, budget 1, topk drafts | 0.20 | 1.20 | 0.95 [0.90, 1.00] |" in text
+    assert "dflash" not in calibrated_section(curves)  # its rungs ran no calibrated runs: not in that table
+    assert "**The regime each budget reaches.**" not in drafter_studies_section(Inputs(
+        pd.DataFrame(), write_table_without_calibrated(tables, curves)))
+
+
+def write_table_without_calibrated(tables, curves):
+    folder = tables.parent / "plain"
+    folder.mkdir()
+    curves.drop(columns=[column for column in curves if column.startswith("calibrated_")]).to_csv(
+        folder / "learning_curves.csv", index=False)
+    return folder
 
 
 def test_the_committed_real_target_tables_render():

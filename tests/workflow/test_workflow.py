@@ -442,8 +442,13 @@ def test_the_real_target_plans_the_smollm2_comparison_from_nothing(tmp_path):
     sets = {name: len(config["bench"]["methods"].get(name, {}).get("datasets", config["bench"]["datasets"]))
             for name in main + ["lyanna_deep", "eagle_deep"]}
     sets.update({seed: sets[seed.split("_seed")[0]] for seed in seeds})
-    assert counts["real_bench"] == sum(sets.values()) * 2 and counts["real"] == 1
-    rungs = len(config["learning_curves"]["families"]) * len(config["learning_curves"]["rungs"])  # `real` runs them
+    curves = config["learning_curves"]  # `real` runs them: every rung's chain, the pair's rungs at their own shapes
+    chains = len(curves["families"]) * (len(curves["rungs"]) + 1) * len(curves["chain"]["temperatures"])
+    calibrated = len(curves["calibrated"]["families"]) * len(curves["rungs"]) * len(curves["calibrated"]["temperatures"])
+    assert counts["real_bench"] == sum(sets.values()) * 2 + chains + calibrated and counts["real"] == 1
+    rungs = len(curves["families"]) * len(curves["rungs"])
+    shapes = [line for line in result.stdout.splitlines() if "tree/shape-" in line and "output:" in line]
+    assert sum("_lc0" in line for line in shapes) == calibrated  # each rung of the pair calibrates its own shape
     assert counts["real_train_drafter"] == len(config["drafters"]) + len(seeds) + rungs
     assert counts["real_learning_curves"] == 1
     decisive_rows_plan_at_least_60_turns(result.stdout, config)

@@ -9,8 +9,12 @@
 # fitted line against log positions with where lyanna's meets eagle's (harness/analysis/curve_fit.py). With
 # `learning_curves.chain`, every rung's drafter also drafts a chain of equal length (its family's options there) on
 # one prompt set at every bench temperature, bench variant <drafter>_chain, paired with `ar` like every bench run:
-# the table gains each rung's tau and paired speedup (drafter quality without tree search). Those runs are read by
-# rule learning_curves only, not by the studies' summary and report (CURVE_VARIANTS).
+# the table gains each rung's tau and paired speedup (drafter quality without tree search). With
+# `learning_curves.calibrated`, every rung's drafter of the families listed there also runs as its family's main
+# variant (its own calibrated shape or length: budget / gamma / k / verify_length auto) on one prompt set, bench
+# variant <drafter> (rung 1: the main variant's own runs on that set): the table gains each rung's calibrated shape,
+# accepted drafts per step, tau and paired speedup. Those runs are read by rule learning_curves only, not by the
+# studies' summary and report (CURVE_VARIANTS).
 #
 # `lr` (config section `lr_study`; target study_lr, part of `studies`): each listed family at every learning rate at
 # its main budget, as <family>_lr<rate> (0.0003 -> lr00003); the rate equal to its own is the main drafter, and a
@@ -35,7 +39,8 @@ DUMP_PRECISION = config.get("dump_precision", {})
 LR_STUDY = config.get("lr_study", {})
 SEEDS_STUDY = config.get("seeds_study", {})
 STUDY_DRAFTERS = set()  # the entries added here: trained by their studies, not by train_<method>
-CURVE_VARIANTS = {}  # bench variant -> the rung's drafter: the learning curves' chain runs (rule learning_curves)
+CURVE_VARIANTS = {}  # bench variant -> the rung's drafter: the learning curves' own runs (rule learning_curves)
+CALIBRATED_RUNS = {}  # bench variant -> the rung's drafter: each rung at its calibrated shape (the main variant's at 1)
 OWN_STUDY_RULES = {"learning_curves"}  # studies whose study_<name> rule is here, not report.smk's generic one
 
 
@@ -172,6 +177,11 @@ for _family in SEEDS_STUDY.get("families", []):
         add_seed_variant(_family, f"{_family}_seed{_seed}")
 
 
+def curve_temperatures(section):
+    """A learning-curve run's `temperatures` setting: the section's own list, or none (every bench temperature)."""
+    return {"temperatures": section["temperatures"]} if "temperatures" in section else {}
+
+
 def add_chain_variant(drafter, family, chain):
     """Bench variant <drafter>_chain: the rung's drafter drafting the chain its family's `chain.options` give."""
     if family not in chain["options"]:
@@ -179,19 +189,50 @@ def add_chain_variant(drafter, family, chain):
                          f"its method draft a chain of the study's length)")
     variant = f"{drafter}_chain"
     add_study_variant(variant, {**chain["options"][family], "method": config["drafters"][family].get("method", family),
-                                "drafter": drafter, "study": "learning_curves", "datasets": [chain["dataset"]]})
+                                "drafter": drafter, "study": "learning_curves", "datasets": [chain["dataset"]],
+                                **curve_temperatures(chain)})
     CURVE_VARIANTS[variant] = drafter
+
+
+def add_calibrated_variant(drafter, family, rung, calibrated):
+    """Bench variant <drafter>: the rung's drafter as its family's main variant (a calibrated shape of its own) on
+    `calibrated.dataset`; rung 1 is the main variant itself."""
+    main = config["bench"]["methods"].get(family)
+    if main is None or main.get("study") or main.get("ablation"):
+        raise ValueError(f"learning_curves.calibrated names family {family!r}, which has no main bench variant of "
+                         f"that name")
+    if calibrated["dataset"] not in plan.variant_datasets(config, family):
+        raise ValueError(f"learning_curves.calibrated.dataset {calibrated['dataset']!r} is not a prompt set family "
+                         f"{family!r}'s main variant runs on (rung 1 reads those runs)")
+    if rung != 1:
+        add_study_variant(drafter, {**main, "method": main.get("method", family), "drafter": drafter,
+                                    "study": "learning_curves", "datasets": [calibrated["dataset"]],
+                                    **curve_temperatures(calibrated)}, family)
+        CURVE_VARIANTS[drafter] = drafter
+    CALIBRATED_RUNS[drafter if rung != 1 else family] = drafter
 
 
 if LEARNING_CURVES.get("chain"):
     for _name, (_family, _rung) in rung_table().items():
         add_chain_variant(_name, _family, LEARNING_CURVES["chain"])
+if LEARNING_CURVES.get("calibrated"):
+    _calibrated = LEARNING_CURVES["calibrated"]
+    for _name, (_family, _rung) in rung_table().items():
+        if _family in _calibrated.get("families", LEARNING_CURVES["families"]):
+            add_calibrated_variant(_name, _family, _rung, _calibrated)
 
 
 if LEARNING_CURVES:
 
     def chain_records(wildcards):
-        return bench_outputs(list(CURVE_VARIANTS))  # bench.smk's, included after this file
+        """The chain runs and the calibrated ones (bench.smk's bench_outputs, included after this file): a main
+        variant's on the calibrated set only."""
+        calibrated = LEARNING_CURVES.get("calibrated", {})
+        names = {f"{calibrated.get('dataset')}-t{float(temperature):g}.jsonl" for temperature in
+                 calibrated.get("temperatures", plan.temperature_names(config))}
+        mains = [path for path in bench_outputs([variant for variant in CALIBRATED_RUNS if variant not in
+                                                 CURVE_VARIANTS]) if Path(path).name in names]
+        return bench_outputs(list(CURVE_VARIANTS)) + mains
 
     rule learning_curves:
         input:
@@ -204,8 +245,12 @@ if LEARNING_CURVES:
             figure=multiext(results("studies/figures/learning_curves"), ".pdf", ".png"),
         params:
             rungs=",".join(f"{name}={family}:{rung:g}" for name, (family, rung) in rung_table().items()),
-            chains=" --chains " + ",".join(f"{drafter}={variant}" for variant, drafter in CURVE_VARIANTS.items())
-            if CURVE_VARIANTS else "",
+            chains=" --chains " + ",".join(f"{drafter}={variant}" for variant, drafter in CURVE_VARIANTS.items()
+                                           if variant not in CALIBRATED_RUNS) if LEARNING_CURVES.get("chain") else "",
+            calibrated=(" --calibrated " + ",".join(f"{drafter}={variant}" for variant, drafter in
+                                                    CALIBRATED_RUNS.items())
+                        + f" --calibrated-dataset {LEARNING_CURVES['calibrated']['dataset']}")
+            if CALIBRATED_RUNS else "",
             figure=results("studies/figures/learning_curves"),
         localrule: True
         resources:
@@ -213,8 +258,8 @@ if LEARNING_CURVES:
             runtime=10,
         shell:
             "python -m harness learning-curves --metrics {input.metrics} --rungs {params.rungs} --out {output.table}"
-            " --figure {params.figure}{params.chains}"
-            + (" --records {input.records}" if CURVE_VARIANTS else "")
+            " --figure {params.figure}{params.chains}{params.calibrated}"
+            + (" --records {input.records}" if CURVE_VARIANTS or CALIBRATED_RUNS else "")
 
     # the study's targets name the drafters and runs too: a clone's committed tables alone would read as done
     rule study_learning_curves:
