@@ -16,6 +16,7 @@ import pandas as pd
 
 from harness.analysis.categories import category_sections, category_table
 from harness.analysis.context_length import category_bucket, context_length_table, context_section
+from harness.analysis.drafting import drafting_section
 from harness.analysis.families import (
     comparison_table, data_source_rows, data_source_table, drafting_variants, family_table, published_table,
 )
@@ -146,6 +147,14 @@ VIEWS: tuple[View, ...] = (
          intro="Every main variant with a drafter (a draft LM, a trained drafter, a chain of them): what it buys "
                "(tau, the paired speedup with its 95% interval) beside what it costs (drafter-FLOP waste, parameters, "
                "FLOPs per decoding step), from the same runs (`harness/analysis/families.py`)."),
+    View("drafting", title="Drafting at T > 0: top-k or sampled drafts",
+         section=lambda data: drafting_section(data.summary),
+         intro="Each family's chain of one length at T > 0 drafted two ways on the same prompts (study `drafting`, "
+               "`harness/analysis/drafting.py`): its best tokens verified as if drawn with probability 1 (top-k: "
+               "EAGLE's convention, a draft accepted with the target's probability of it) or drawn from its own "
+               "warped distribution and carried into verification (sampled: SD's, accepted with min(1, p / q)). "
+               "The last column is the convention the family's main variant drafts by there (the calibration "
+               "chooses per method and temperature where it measured both)."),
     View("forwards", applies=drafting_scope, has_data=lambda data: bool((data.summary.drafter_parameters > 0).any()),
          figure="harness.analysis.families:plot_forwards", caption=(
              "Drafter forwards per decoding step beside tau (mean over datasets; filled: T = 0, hollow: T = 1), one "

@@ -1,0 +1,49 @@
+"""The drafting-convention study's table (``harness/analysis/drafting.py``): the two variants of each chain paired
+by prompt set and temperature, the tau ratio, the main variant's convention, and the report section."""
+
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from harness.analysis.drafting import convention_of, drafting_pairs, drafting_section
+from harness.analysis.view import Inputs
+from harness.analysis.views import all_views
+
+
+def row(variant, method, tau, temperature=1.0, dataset="mt_bench", drafts=None):
+    return {"variant": variant, "method": method, "dataset": dataset, "temperature": temperature, "tau": tau,
+            "accepted_per_step": tau - 1, "speedup_paired_mean": tau / 2, "speedup_ci_low": tau / 2 - 0.05,
+            "speedup_ci_high": tau / 2 + 0.05, "options": json.dumps({"drafts": drafts} if drafts else {})}
+
+
+def summary() -> pd.DataFrame:
+    return pd.DataFrame([
+        row("eagle_chain_topk", "eagle", 1.2), row("eagle_chain_sampled", "eagle", 1.8),
+        row("sd_chain_topk", "sd", 1.5), row("sd_chain_sampled", "sd", 1.5),
+        row("dspark_chain_sampled", "dspark", 2.0),  # one convention only: no pair
+        row("eagle_chain_topk", "eagle", 2.0, temperature=0.0),  # T = 0: its sampled twin did not run there
+        row("eagle", "eagle", 1.7, drafts="sampled"), row("eagle", "eagle", 1.6, dataset="gsm8k", drafts="sampled"),
+        row("eagle", "eagle", 1.9, temperature=0.0, drafts="topk")])
+
+
+def test_each_chain_pairs_its_two_conventions_with_the_main_variants_choice():
+    assert convention_of("eagle_chain_topk") == ("eagle_chain", "topk") and convention_of("eagle") is None
+    assert convention_of("_topk") is None
+    pairs = drafting_pairs(summary())
+    assert list(pairs.method) == ["eagle", "sd"] and set(pairs.temperature) == {1.0}
+    eagle = pairs.set_index("method").loc["eagle"]
+    assert eagle.tau_ratio == pytest.approx(1.5) and eagle.accepted_per_step_topk == pytest.approx(0.2)
+    assert eagle.main_drafts == "sampled"  # its T = 1 runs, not its T = 0 one
+    assert pairs.set_index("method").loc["sd", "main_drafts"] == "-"  # no main variant named sd here
+
+
+def test_the_report_section_shows_both_conventions_side_by_side():
+    text = drafting_section(summary())
+    assert "| eagle | mt_bench | 1 | 0.20 | 1.20 | 0.60 [0.55, 0.65] | 0.80 | 1.80 | 0.90 [0.85, 0.95] | 1.50 | " \
+           "sampled |" in text
+    assert drafting_section(summary().iloc[4:]) == ""
+    view = next(view for view in all_views() if view.name == "drafting")
+    assert view.markdown(Inputs(summary(), None))[0] == "### Drafting at T > 0: top-k or sampled drafts"
