@@ -21,6 +21,8 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
                         help="instead: redraw --figure from this written table (and <stem>_stability.csv beside it)")
     curves.add_argument("--figure", type=Path, help="the figure's path without suffix (PDF and PNG)")
     curves.add_argument("--chains", default="", help="DRAFTER=VARIANT,...: each rung's chain run (bench variant)")
+    curves.add_argument("--draft-lm", default="",
+                        help="NAME=RUNG,...: the draft LM's rungs (their metrics work/metrics/<name>.json in --metrics)")
     curves.add_argument("--calibrated", default="",
                         help="DRAFTER=VARIANT,...: each rung's run at its calibrated shape (bench variant)")
     curves.add_argument("--calibrated-dataset", help="the prompt set of the --calibrated runs")
@@ -48,9 +50,9 @@ def _learning_curves(args: argparse.Namespace) -> int | None:
 
 
 def _lr_study(args: argparse.Namespace) -> int | None:
-    from harness.analysis import learning_curves
+    from harness.analysis import lr_study
 
-    return learning_curves.run_lr(args)
+    return lr_study.run_lr(args)
 
 
 def _claims(args: argparse.Namespace) -> int | None:

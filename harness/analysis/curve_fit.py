@@ -57,6 +57,8 @@ def family_fits(curves: pd.DataFrame) -> pd.DataFrame:
     for family, found in curves.groupby("family"):
         found = found.dropna(subset=["tokens"])
         for metric in METRICS:
+            if found[metric].isna().all():  # the draft LM records no mean over draft steps
+                continue
             line = fit_line(found.tokens.to_numpy(), found[metric].to_numpy())
             rows.append({"family": family, "metric": metric, "steps": 1 if metric == "agreement_step1" else steps,
                          "rungs": len(found), "positions_min": found.tokens.min(), "positions_max": found.tokens.max(),

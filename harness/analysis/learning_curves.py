@@ -1,8 +1,6 @@
 """Learning curves (study `learning_curves`): every model-based drafter family retrained at fractions and multiples
-of the main comparison's budget of supervised target positions, read from the drafters' training metrics; and the
-learning-rate study (study `lr`, ``lr_rows``): each family at several learning rates at the main budget, the rate of
-highest held-out agreement chosen (never the benchmark prompts). Per
-drafter: its family, the rung (its budget over the family's main budget), the positions and training FLOPs the kit
+of the main comparison's budget of supervised target positions, read from the drafters' training metrics (the
+learning-rate study, which reads the same metrics at one budget: ``harness.analysis.lr_study``). Per drafter: its family, the rung (its budget over the family's main budget), the positions and training FLOPs the kit
 counted, and its held-out top-1 agreement per draft step (the kit's contract, docs/extending.md). The ranking's
 stability from rung to rung is Kendall's tau between adjacent rungs' orders of the families (by step-1 agreement).
 
@@ -35,6 +33,7 @@ from harness.analysis.summary import records_frame, summarize, write_table
 from harness.errors import DraftcountError
 
 AGREEMENT = "heldout_top1_agreement_by_step"  # harness.training.drafters.AGREEMENT (torch-free here)
+DRAFT_LM = "draft LM"  # the family name of sd's draft LM's rungs (its metrics: a zoo LM's, not a drafter's)
 COLUMNS = ["family", "drafter", "rung", "tokens", "flops", "agreement_step1", "agreement_mean", "agreement_steps",
            "agreement_by_step"]
 MEAN_STEPS = 3  # the mean agreement averages at most the first three draft steps, the same ones for every family
@@ -63,18 +62,45 @@ def curve_rows(metrics: dict[str, dict], rungs: dict[str, tuple[str, float]]) ->
     return with_mean_agreement(curves).sort_values(["family", "rung"], ignore_index=True)[COLUMNS]
 
 
+def draft_lm_rows(metrics: dict[str, dict], rungs: dict[str, float]) -> pd.DataFrame:
+    """The draft LM's rungs (``rungs`` {model name: rung}; ``metrics`` its training metrics, work/metrics/<name>.json)
+    as learning-curve rows of family ``DRAFT_LM``: its positions, its held-out top-1 agreement with the target
+    (the zoo LMs' ``top1_agreement_with_target``: teacher-forced, as a drafter's step 1 is) and held-out
+    perplexity. It drafts one token a forward, so it has no other draft steps (no mean over steps)."""
+    rows = []
+    for name, rung in rungs.items():
+        if name not in metrics:
+            raise DraftcountError(f"learning curves: no metrics for the draft LM {name!r}")
+        found = metrics[name]
+        if "top1_agreement_with_target" not in found:
+            raise DraftcountError(f"learning curves: the draft LM {name!r} recorded no top1_agreement_with_target "
+                                  f"(trained without a teacher?)")
+        agreement = float(found["top1_agreement_with_target"])
+        training = found.get("training") or {}
+        rows.append({"family": DRAFT_LM, "drafter": name, "rung": rung, "tokens": training.get("tokens", np.nan),
+                     "flops": training.get("flops", np.nan), "agreement_step1": agreement,
+                     "agreement_by_step": json.dumps([agreement]),
+                     "heldout_perplexity": found.get("heldout_perplexity", np.nan)})
+    return pd.DataFrame(rows)
+
+
 def shared_steps(curves: pd.DataFrame, at_most: int = MEAN_STEPS) -> int:
     """The draft steps the mean agreement averages: the first ``at_most``, or fewer when a family of ``curves``
-    records fewer (eagle records 2, polybasic's mid LM 1), so that every family's mean covers the same steps."""
-    recorded = [len(json.loads(text)) for text in curves.agreement_by_step]
+    records fewer (eagle records 2, polybasic's mid LM 1), so that every family's mean covers the same steps (the
+    draft LM's one step aside: it has no mean)."""
+    drafters = curves[curves.family != DRAFT_LM] if "family" in curves else curves
+    recorded = [len(json.loads(text)) for text in drafters.agreement_by_step]
     return min([at_most, *recorded])
 
 
 def with_mean_agreement(curves: pd.DataFrame) -> pd.DataFrame:
     """``curves`` with ``agreement_mean`` (held-out agreement averaged over draft steps 1..n, n = ``shared_steps``
-    for the whole table) and ``agreement_steps`` (n), from each row's ``agreement_by_step``."""
+    for the whole table; none for the draft LM) and ``agreement_steps`` (n), from each row's
+    ``agreement_by_step``."""
     steps = shared_steps(curves)
-    means = [float(np.mean(json.loads(text)[:steps])) for text in curves.agreement_by_step]
+    families = curves.family if "family" in curves else pd.Series([""] * len(curves))
+    means = [np.nan if family == DRAFT_LM else float(np.mean(json.loads(text)[:steps]))
+             for family, text in zip(families, curves.agreement_by_step)]
     return curves.assign(agreement_mean=means, agreement_steps=steps)
 
 
@@ -242,6 +268,21 @@ def parse_rungs(text: str, flag: str = "--rungs", value: str = "RUNG") -> dict[s
     return rungs
 
 
+def parse_draft_rungs(text: str) -> dict[str, float]:
+    """``name=rung,...`` (the draft LM's models: ``draft=1,draft_lc05=0.5``) -> {name: rung}; one line on a bad
+    entry."""
+    rungs = {}
+    for item in filter(None, text.split(",")):
+        name, _, rung = item.partition("=")
+        try:
+            rungs[name.strip()] = float(rung)
+        except ValueError:
+            raise DraftcountError(f"--draft-lm wants NAME=RUNG entries, got {item!r}") from None
+        if not name.strip():
+            raise DraftcountError(f"--draft-lm wants NAME=RUNG entries, got {item!r}")
+    return rungs
+
+
 def read_metrics(paths: list[Path]) -> dict[str, dict]:
     """{drafter: its training metrics} from work/metrics/drafter-<name>.json files."""
     metrics = {}
@@ -287,7 +328,12 @@ def run(args: argparse.Namespace) -> int:
         return redraw(args.table, args.figure)
     if not (args.metrics and args.rungs and args.out):
         raise DraftcountError("learning-curves needs --metrics, --rungs and --out (or --table to redraw the figure)")
-    curves = curve_rows(read_metrics(args.metrics), parse_rungs(args.rungs))
+    metrics = read_metrics(args.metrics)
+    curves = curve_rows(metrics, parse_rungs(args.rungs))
+    if args.draft_lm:
+        lm_rows = draft_lm_rows(metrics, parse_draft_rungs(args.draft_lm))
+        curves = with_mean_agreement(pd.concat([curves.drop(columns=["agreement_mean", "agreement_steps"]), lm_rows],
+                                               ignore_index=True)).sort_values(["family", "rung"], ignore_index=True)
     if bool(args.records) != bool(args.chains or args.calibrated):
         raise DraftcountError("learning-curves: --records goes with --chains or --calibrated (the runs and which "
                               "drafter each is)")
@@ -313,38 +359,4 @@ def run(args: argparse.Namespace) -> int:
 
         with plt.rc_context(STYLE):
             save_figure(plot_learning_curves(curves, stability), args.figure.parent, args.figure.name)
-    return 0
-
-
-LR_COLUMNS = ["family", "drafter", "lr", "tokens", "agreement_step1", "agreement_mean", "agreement_steps", "chosen",
-              "agreement_by_step"]
-
-
-def lr_rows(metrics: dict[str, dict], rates: dict[str, tuple[str, float]]) -> pd.DataFrame:
-    """The lr study: one row per drafter (``rates`` {drafter: (family, learning rate)}), the rate of highest mean
-    held-out agreement over the same draft steps for every family (``shared_steps``: the first three, or as many as
-    the family recording fewest records) chosen per family (ties: the smaller rate)."""
-    curves = curve_rows(metrics, rates).rename(columns={"rung": "lr"})
-    curves["chosen"] = False
-    for _, rows in curves.groupby("family"):
-        best = rows.sort_values(["agreement_mean", "lr"], ascending=[False, True]).index[0]
-        curves.loc[best, "chosen"] = True
-    return curves[LR_COLUMNS]
-
-
-def stale_rates(table: pd.DataFrame, drafters: dict[str, dict]) -> list[str]:
-    """One line per family whose rate the lr study's written ``table`` chose differs from the rate its `drafters`
-    entry trains at (the config then no longer follows the study, or the study ran at another metric)."""
-    lines = []
-    for family, chosen in table[table.chosen.astype(bool)].groupby("family").lr.first().items():
-        own = drafters.get(family, {}).get("options", {}).get("lr")
-        if own is not None and float(own) != float(chosen):
-            lines.append(f"family {family!r} trains at lr {own}, the lr study chose {chosen:g}")
-    return lines
-
-
-def run_lr(args: argparse.Namespace) -> int:
-    table = lr_rows(read_metrics(args.metrics), parse_rungs(args.rates, "--rates", "LR"))
-    write_table(table, args.out)
-    print(table.to_string(index=False))
     return 0

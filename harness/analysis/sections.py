@@ -113,10 +113,13 @@ def learning_curves_section(curves: pd.DataFrame) -> str:
         return ""
     curves, label = mean_agreement(curves)
     temperatures = per_temperature(curves.columns, "chain_tau")
+    perplexity = "heldout_perplexity" in curves and curves.heldout_perplexity.notna().any()  # the draft LM's rungs
     header = ["family", "rung", "positions", "agreement, step 1", *([label] if label else [])]
+    header += ["held-out perplexity"] if perplexity else []
     header += [name for at in temperatures for name in (f"chain tau, T = {at}", f"chain speedup, T = {at}")]
     rows = [[row["family"], f"{row['rung']:g}x", cell(row["tokens"], "{:,.0f}"), f"{row['agreement_step1']:.3f}",
-             *([f"{row['agreement_mean']:.3f}"] if label else []), *chain_cells(row, temperatures)]
+             *([cell(row["agreement_mean"], "{:.3f}")] if label else []),
+             *([cell(row["heldout_perplexity"], "{:.1f}")] if perplexity else []), *chain_cells(row, temperatures)]
             for _, row in curves.sort_values(["family", "rung"]).iterrows()]
     return markdown_table(header, rows)
 

@@ -9,9 +9,10 @@ import json
 import pandas as pd
 import pytest
 
-from harness.analysis.learning_curves import (calibrated_columns, chain_columns, curve_rows, kendall_tau, lr_rows,
-                                              plot_learning_curves, ranking_stability, shape_label, stability_table,
-                                              stale_rates)
+from harness.analysis.learning_curves import (calibrated_columns, chain_columns, curve_rows, draft_lm_rows,
+                                              kendall_tau, plot_learning_curves, ranking_stability, shape_label,
+                                              stability_table, with_mean_agreement)
+from harness.analysis.lr_study import lr_rows, stale_rates
 from harness.cli import main
 from tests.workflow.test_workflow import overrides, snakemake
 
@@ -119,6 +120,38 @@ def test_the_command_writes_the_tables_and_the_figure(tmp_path, capsys):
     assert (tmp_path / "figures" / "learning_curves.png").stat().st_size > 1000
     assert main(["learning-curves", "--metrics", str(paths[0]), "--rungs", "a=a", "--out", str(out)]) == 2
     assert "DRAFTER=FAMILY:RUNG" in capsys.readouterr().err
+
+
+def draft_lm(tokens: int, agreement: float, perplexity: float) -> dict:
+    """A zoo LM's metrics as train_lm writes them for the draft LM."""
+    return {"role": "draft", "training": {"tokens": tokens, "steps": tokens // 100},
+            "top1_agreement_with_target": agreement, "heldout_perplexity": perplexity}
+
+
+def test_the_draft_lms_rungs_join_the_curves_without_changing_the_drafters_mean(tmp_path):
+    """The draft LM records one agreement (its top-1 against the target's, teacher-forced): a row of family
+    `draft LM` with its perplexity, no mean over steps, and the drafters' mean still over their shared steps."""
+    found, rungs = study_metrics()
+    lm = draft_lm_rows({"draft": draft_lm(1000, 0.26, 204.0), "draft_lc05": draft_lm(500, 0.2, 388.0)},
+                       {"draft": 1.0, "draft_lc05": 0.5})
+    curves = with_mean_agreement(pd.concat([curve_rows(found, rungs).drop(columns=["agreement_mean",
+                                                                                      "agreement_steps"]), lm]))
+    assert set(curves.agreement_steps) == {3} and curves[curves.family == "draft LM"].agreement_mean.isna().all()
+    assert list(curves[curves.family == "draft LM"].heldout_perplexity) == [204.0, 388.0]
+    with pytest.raises(Exception, match="no top1_agreement_with_target"):
+        draft_lm_rows({"draft": {"training": {}}}, {"draft": 1.0})
+    paths, out, spec = written_study_metrics(tmp_path)
+    for name, rung in (("draft", 1.0), ("draft_lc05", 0.5)):
+        paths.append(tmp_path / f"{name}.json")
+        paths[-1].write_text(json.dumps(draft_lm(int(1000 * rung), 0.1 + 0.2 * rung, 400 - 200 * rung)))
+    assert main(["learning-curves", "--metrics", *map(str, paths), "--rungs", spec, "--out", str(out),
+                 "--draft-lm", "draft=1,draft_lc05=0.5"]) == 0
+    table = pd.read_csv(out)
+    assert list(table[table.family == "draft LM"].agreement_step1) == pytest.approx([0.2, 0.3])
+    fits = pd.read_csv(tmp_path / "tables" / "learning_curves_fit.csv")
+    assert list(fits[fits.family == "draft LM"].metric) == ["agreement_step1"]  # no mean to fit
+    assert main(["learning-curves", "--metrics", *map(str, paths), "--rungs", spec, "--out", str(out),
+                 "--draft-lm", "draft=one"]) == 2
 
 
 def test_the_workflow_plans_each_rung_at_its_share_of_the_budget_ungated(tmp_path):

@@ -451,6 +451,8 @@ def test_the_real_target_plans_the_smollm2_comparison_from_nothing(tmp_path):
     assert sum("_lc0" in line for line in shapes) == calibrated  # each rung of the pair calibrates its own shape
     assert counts["real_train_drafter"] == len(config["drafters"]) + len(seeds) + rungs
     assert counts["real_learning_curves"] == 1
+    assert counts["real_train_draft_rung"] == len(curves["rungs"])  # the draft LM's curve: its rungs below 1
+    assert "--draft-lm draft=1,draft_lc025=0.25,draft_lc05=0.5" in result.stdout
     decisive_rows_plan_at_least_60_turns(result.stdout, config)
     assert not {"corpus", "tokenizer", "train_target", "bench", "real_corpus", "real_train_target"} & set(counts)
     gguf = config["gguf"]

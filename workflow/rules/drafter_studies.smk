@@ -222,6 +222,56 @@ if LEARNING_CURVES.get("calibrated"):
             add_calibrated_variant(_name, _family, _rung, _calibrated)
 
 
+DRAFT_LM_RUNGS = {}  # model name (draft_lc05) -> rung: the draft LM's learning curve (learning_curves.draft_lm)
+
+if LEARNING_CURVES.get("draft_lm"):
+    if external_models():
+        raise ValueError("learning_curves.draft_lm: this config's draft LM is a checkpoint (`models:`), not trained here")
+    DRAFT_LM_RUNGS = {study_drafter("draft", "lc", rung): rung for rung in map(float, LEARNING_CURVES["rungs"])
+                      if rung != 1}
+
+    def rung_draft_lm(rung):
+        """The draft LM's settings (rule train_draft's) at ``rung`` times its steps."""
+        settings = jobs.draft_lm_settings(config)
+        if "steps" not in settings["train"]:
+            raise ValueError("learning_curves.draft_lm: the draft LM's train.steps (or budget: drafters) sets its rungs")
+        return {**settings, "train": {**settings["train"], "steps": max(1, round(settings["train"]["steps"] * rung))}}
+
+    # the draft LM at each rung: rule train_draft's inputs and gates at a multiple of its steps (a study: its quality
+    # is reported, gated by nothing)
+    rule train_draft_rung:
+        input:
+            **rules.train_draft.input,
+        output:
+            model=directory(work("models/{draft_rung}")),
+            metrics=work("metrics/{draft_rung}.json"),
+        wildcard_constraints:
+            draft_rung="|".join(DRAFT_LM_RUNGS) or "^$",
+        params:
+            role="draft",
+            model=lambda wildcards: or_stop(lambda: rung_draft_lm(DRAFT_LM_RUNGS[wildcards.draft_rung])),
+            evaluation=config["evaluation"],
+            checkpoint=lambda wildcards: work(f"checkpoints/{wildcards.draft_rung}.pt"),
+            device=compute_device(),
+            gates={},
+            allow_weak=True,
+        priority: 20
+        threads: config["threads"]
+        resources:
+            mem_mb=8000,
+            runtime=lambda wildcards: max(1, round(training_minutes(config["draft"]) * DRAFT_LM_RUNGS[wildcards.draft_rung])),
+            gpu=gpus_per_job(),
+        script:
+            "../scripts/train_lm.py"
+
+
+def draft_lm_metrics():
+    """The draft LM's rungs' metrics (rung 1: rule train_draft's), when its curve is part of the study."""
+    if not DRAFT_LM_RUNGS:
+        return []
+    return [work("metrics/draft.json")] + [work(f"metrics/{name}.json") for name in DRAFT_LM_RUNGS]
+
+
 if LEARNING_CURVES:
 
     def chain_records(wildcards):
@@ -237,6 +287,7 @@ if LEARNING_CURVES:
     rule learning_curves:
         input:
             metrics=[work(f"metrics/drafter-{name}.json") for name in rung_table()],
+            draft_lm=draft_lm_metrics(),
             records=chain_records,
         output:
             table=results("studies/tables/learning_curves.csv"),
@@ -252,19 +303,22 @@ if LEARNING_CURVES:
                         + f" --calibrated-dataset {LEARNING_CURVES['calibrated']['dataset']}")
             if CALIBRATED_RUNS else "",
             figure=results("studies/figures/learning_curves"),
+            draft_lm=(" --draft-lm " + ",".join(f"{name}={rung:g}" for name, rung in
+                                                  {"draft": 1.0, **DRAFT_LM_RUNGS}.items())) if DRAFT_LM_RUNGS else "",
         localrule: True
         resources:
             mem_mb=2000,
             runtime=10,
         shell:
-            "python -m harness learning-curves --metrics {input.metrics} --rungs {params.rungs} --out {output.table}"
-            " --figure {params.figure}{params.chains}{params.calibrated}"
+            "python -m harness learning-curves --metrics {input.metrics} {input.draft_lm} --rungs {params.rungs}"
+            " --out {output.table} --figure {params.figure}{params.chains}{params.calibrated}{params.draft_lm}"
             + (" --records {input.records}" if CURVE_VARIANTS or CALIBRATED_RUNS else "")
 
     # the study's targets name the drafters and runs too: a clone's committed tables alone would read as done
     rule study_learning_curves:
         input:
             rules.learning_curves.input.metrics,
+            draft_lm_metrics(),
             chain_records,
             rules.learning_curves.output,
 
@@ -273,7 +327,7 @@ def warn_stale_rates():
     """At plan time: a family whose configured rate is not the one the written lr table chose, said on stderr."""
     table = Path(results("studies/tables/lr.csv"))
     if LR_STUDY and table.is_file():
-        from harness.analysis.learning_curves import stale_rates
+        from harness.analysis.lr_study import stale_rates
         import pandas as pd
 
         for line in stale_rates(pd.read_csv(table), config["drafters"]):
