@@ -1,4 +1,5 @@
-"""The analysis commands that read tables with pandas (``learning-curves``, ``lr-study``, ``claims``): their parsers,
+"""The analysis commands that read tables with pandas (``learning-curves``, ``lr-study``, ``claims``,
+``drafting-table``): their parsers,
 and handlers that import the analysis only when one of them runs, so that every other ``python -m harness``
 command (a benchmark run, a training job: most of a workflow's jobs) starts without importing pandas."""
 
@@ -34,6 +35,12 @@ def add_parsers(subparsers: argparse._SubParsersAction) -> None:
                     help="training metrics files work/metrics/drafter-<name>.json")
     lr.add_argument("--rates", required=True, help="DRAFTER=FAMILY:LR,...")
     lr.add_argument("--out", required=True, type=Path, help="the table (CSV)")
+    drafting = subparsers.add_parser("drafting-table", help="the drafting study's table: each chain at T > 0 by "
+                                                            "top-k and by sampled drafts, side by side")
+    drafting.add_argument("records", nargs="+", type=Path,
+                          help="the study's raw records (results/raw/<family>_chain_{topk,sampled}/...) and the main "
+                               "variants' on the same sets (the convention each drafts by)")
+    drafting.add_argument("--out", required=True, type=Path, help="the table (CSV)")
     claims = subparsers.add_parser("claims", help="the summary and the paper's-claims tables re-derived from "
                                                   "(published) records alone")
     claims.add_argument("records", nargs="+", type=Path,
@@ -61,4 +68,11 @@ def _claims(args: argparse.Namespace) -> int | None:
     return published.run(args)
 
 
-HANDLERS = {"learning-curves": _learning_curves, "lr-study": _lr_study, "claims": _claims}
+def _drafting_table(args: argparse.Namespace) -> int | None:
+    from harness.analysis import drafting
+
+    return drafting.run(args)
+
+
+HANDLERS = {"learning-curves": _learning_curves, "lr-study": _lr_study, "claims": _claims,
+            "drafting-table": _drafting_table}

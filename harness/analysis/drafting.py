@@ -6,16 +6,22 @@ accepted with min(1, p / q)). Each family's chain of one length runs both ways, 
 temperature, the accepted drafts a step, tau and the paired speedup over `ar` of each, the ratio of the taus, and
 the convention the family's main variant uses there (its calibration's choice, from its ``drafts`` option).
 Torch-free.
+
+    python -m harness drafting-table results/raw/*_chain_{topk,sampled}/*.jsonl results/raw/eagle/stdlib_code-t1.jsonl \
+        --out results/studies/tables/drafting.csv
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 
 import pandas as pd
 
 from harness.analysis.families import speedup_cell
+from harness.analysis.summary import records_frame, summarize, write_table
 from harness.analysis.tables import cell, markdown_table
+from harness.errors import DraftcountError
 
 CONVENTIONS = ("topk", "sampled")  # the suffixes of the two variants of one chain
 COLUMNS = ["stem", "method", "dataset", "temperature", "main_drafts"] + [
@@ -82,3 +88,18 @@ def drafting_section(summary: pd.DataFrame) -> str:
     return markdown_table(["family", "dataset", "T", "top-k: accepted a step", "top-k: tau", "top-k: speedup [95%]",
                            "sampled: accepted a step", "sampled: tau", "sampled: speedup [95%]",
                            "tau, sampled / top-k", "main variant drafts"], lines)
+
+
+def run(args: argparse.Namespace) -> int:
+    """``drafting-table``: the pairs of the given records written to ``--out``, and shown."""
+    for path in args.records:
+        if not path.is_file():
+            raise DraftcountError(f"drafting-table: no records file {path}")
+    summary = summarize(records_frame(args.records))
+    pairs = drafting_pairs(summary)
+    if pairs.empty:
+        raise DraftcountError("drafting-table: no chain ran by both conventions (variants <stem>_topk and "
+                              "<stem>_sampled at one prompt set and temperature)")
+    write_table(pairs, args.out)
+    print(drafting_section(summary))
+    return 0

@@ -47,3 +47,35 @@ def test_the_report_section_shows_both_conventions_side_by_side():
     assert drafting_section(summary().iloc[4:]) == ""
     view = next(view for view in all_views() if view.name == "drafting")
     assert view.markdown(Inputs(summary(), None))[0] == "### Drafting at T > 0: top-k or sampled drafts"
+
+
+def write_chain(folder, variant, method, steps, drafts):
+    """Two prompts of ``variant`` at T = 1, each paired with an ar run, as a bench job writes them."""
+    from tests.analysis.test_report import make_record
+
+    records = []
+    for index, prompt in enumerate(("p1", "p2")):
+        records.append(make_record(variant, method, "method", prompt, 1.0, sum(steps) + len(steps) + 1,
+                                   0.5 + 0.1 * index, steps, options={"drafts": drafts, "depth": 4}))
+        records.append(make_record("ar", "ar", "baseline", prompt, 1.0, 8, 1.0 + 0.1 * index, [0] * 8))
+    path = folder / variant / "code-t1.jsonl"
+    path.parent.mkdir(parents=True)
+    path.write_text("".join(json.dumps(record) + "\n" for record in records))
+    return path
+
+
+def test_the_command_writes_the_table_from_records_alone(tmp_path, capsys):
+    from harness.cli import main
+
+    paths = [write_chain(tmp_path, "eagle_chain_topk", "eagle", [0, 1, 0], "topk"),
+             write_chain(tmp_path, "eagle_chain_sampled", "eagle", [2, 3, 1], "sampled"),
+             write_chain(tmp_path, "eagle", "eagle", [2, 2], "sampled")]
+    out = tmp_path / "tables" / "drafting.csv"
+    assert main(["drafting-table", *map(str, paths), "--out", str(out)]) == 0
+    table = pd.read_csv(out)
+    assert list(table.method) == ["eagle"] and table.tau_topk[0] == pytest.approx(4 / 3, abs=1e-5)  # 6 significant digits
+    assert table.tau_sampled[0] == pytest.approx(3.0) and table.main_drafts[0] == "sampled"
+    assert "| eagle | code | 1 |" in capsys.readouterr().out
+    assert main(["drafting-table", str(paths[0]), "--out", str(out)]) == 2  # one convention: no pair
+    assert "no chain ran by both conventions" in capsys.readouterr().err
+    assert main(["drafting-table", str(tmp_path / "none.jsonl"), "--out", str(out)]) == 2

@@ -230,6 +230,45 @@ use rule report as studies_report with:
         published=scope_published("studies"),
 
 
+# study `drafting` (issue 79): each family's chain at T > 0 by top-k and by sampled drafts; rule drafting_table pairs
+# them (harness/analysis/drafting.py) beside the main variants' runs on the same sets and temperatures (the convention
+# each one's calibration chose): results/studies/tables/drafting.csv, and the runs' records published under
+# studies/records, without the whole studies report
+DRAFTING = plan.study_variants(config, "drafting")
+
+
+def drafting_records(wildcards):
+    own = bench_outputs(DRAFTING)
+    names = {Path(path).name for path in own}
+    methods = {variant_method(variant) for variant in DRAFTING}
+    mains = [path for path in bench_outputs([variant for variant in plan.main_variants(config) if variant in methods])
+             if Path(path).name in names]
+    return own + mains
+
+
+if DRAFTING:
+    OWN_STUDY_RULES.add("drafting")
+
+    rule drafting_table:
+        input:
+            drafting_records,
+        output:
+            results("studies/tables/drafting.csv"),
+        localrule: True
+        resources:
+            mem_mb=2000,
+            runtime=10,
+        shell:
+            "python -m harness drafting-table {input} --out {output}"
+
+    rule study_drafting:
+        input:
+            bench_outputs(DRAFTING),
+            [path for path in STUDIES_PUBLISHED_RECORDS if any(f"/studies/records/{variant}/" in path
+                                                               for variant in DRAFTING)],
+            rules.drafting_table.output,
+
+
 rule studies:
     # every study's runs (and the main comparison's, which they are read beside), the studies' report
     input:
@@ -242,6 +281,7 @@ rule studies:
         rules.learning_curves.output if LEARNING_CURVES else [],
         rules.lr_study.output if LR_STUDY else [],
         rules.dump_precision.output if DUMP_PRECISION else [],
+        rules.drafting_table.output if DRAFTING else [],
 
 
 # study_<name>: one study's runs (a study whose rule a rules file defines keeps it: drafter_studies.smk's)
