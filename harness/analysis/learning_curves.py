@@ -124,12 +124,13 @@ def kendall_tau(first: list[float], second: list[float]) -> float:
 
 
 def ranking_stability(curves: pd.DataFrame, column: str = "agreement_step1") -> pd.DataFrame:
-    """Kendall's tau between the families' orders at each pair of adjacent rungs (families present at both)."""
+    """Kendall's tau between the families' orders at each pair of adjacent rungs (families with a value at both: the
+    draft LM has no chain tau)."""
     rungs = sorted(curves.rung.unique())
     rows = []
     for rung, following in zip(rungs, rungs[1:]):
-        here = curves[curves.rung == rung].set_index("family")[column]
-        there = curves[curves.rung == following].set_index("family")[column]
+        here = curves[curves.rung == rung].set_index("family")[column].dropna()
+        there = curves[curves.rung == following].set_index("family")[column].dropna()
         shared = sorted(set(here.index) & set(there.index))
         rows.append({"rung": rung, "next_rung": following, "families": len(shared),
                      "kendall_tau": kendall_tau(list(here[shared]), list(there[shared])) if len(shared) > 1

@@ -4,6 +4,7 @@ by prompt set and temperature, the tau ratio, the main variant's convention, and
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -79,3 +80,19 @@ def test_the_command_writes_the_table_from_records_alone(tmp_path, capsys):
     assert main(["drafting-table", str(paths[0]), "--out", str(out)]) == 2  # one convention: no pair
     assert "no chain ran by both conventions" in capsys.readouterr().err
     assert main(["drafting-table", str(tmp_path / "none.jsonl"), "--out", str(out)]) == 2
+
+
+@pytest.mark.parametrize("folder", ["", "smollm2/"])
+def test_the_committed_drafting_tables_rederive_from_the_published_records(folder, tmp_path):
+    """results/<folder>studies/tables/drafting.csv from the published records alone: the study's chains
+    (studies/records/*_chain_*) and the main variants' runs at T = 1 on their set (records/)."""
+    from harness.cli import main
+
+    results = Path(__file__).resolve().parents[2] / "results" / folder
+    committed = pd.read_csv(results / "studies" / "tables" / "drafting.csv")
+    chains = sorted((results / "studies" / "records").glob("*_chain_*/*.jsonl.gz"))
+    mains = [results / "records" / method / f"{dataset}-t1.jsonl.gz"
+             for method, dataset in zip(committed.method, committed.dataset)]
+    out = tmp_path / "drafting.csv"
+    assert main(["drafting-table", *map(str, chains + mains), "--out", str(out)]) == 0
+    pd.testing.assert_frame_equal(pd.read_csv(out), committed)

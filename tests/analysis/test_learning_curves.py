@@ -138,6 +138,9 @@ def test_the_draft_lms_rungs_join_the_curves_without_changing_the_drafters_mean(
                                                                                       "agreement_steps"]), lm]))
     assert set(curves.agreement_steps) == {3} and curves[curves.family == "draft LM"].agreement_mean.isna().all()
     assert list(curves[curves.family == "draft LM"].heldout_perplexity) == [204.0, 388.0]
+    chained = curves.assign(chain_tau_t0=[1.0 + index for index in range(len(curves))])
+    chained.loc[chained.family == "draft LM", "chain_tau_t0"] = float("nan")  # it runs no chain
+    assert list(ranking_stability(chained[chained.rung >= 0.5], "chain_tau_t0").families) == [3, 3]
     with pytest.raises(Exception, match="no top1_agreement_with_target"):
         draft_lm_rows({"draft": {"training": {}}}, {"draft": 1.0})
     paths, out, spec = written_study_metrics(tmp_path)
