@@ -71,9 +71,9 @@ def test_smoke_pipeline_end_to_end_killed_and_resumed(tmp_path):
     assert sorted(set(summary.variant)) == sorted(SMOKE_MAIN)  # the main comparison: one variant per method
     assert sorted(set(pd.read_csv(results / "studies" / "tables" / "summary.csv").variant)) == sorted(SMOKE_VARIANTS)
     # stdlib_code at temperature 0, eagle also on the mixed-domain set (the per-category view), and the learning
-    # curves' eagle_lc05 at its own shape (eagle's own run is rung 1): read by their table only, not by the studies'
-    # summary
-    assert len(list((results / "raw").rglob("*.jsonl"))) == len(SMOKE_VARIANTS) + 1 + 1
+    # curves' two chains (eagle_lc05_chain, eagle_chain) and eagle_lc05 at its own shape (eagle's own run is rung 1):
+    # read by their table only, not by the studies' summary
+    assert len(list((results / "raw").rglob("*.jsonl"))) == len(SMOKE_VARIANTS) + 1 + 2 + 1
     categories = pd.read_csv(results / "tables" / "categories.csv")
     assert set(categories.variant) == {"eagle"} and set(categories.category) == {"net", "gui", "overall"}
     assert (results / "figures" / "categories.pdf").stat().st_size > 1000
@@ -85,10 +85,12 @@ def test_smoke_pipeline_end_to_end_killed_and_resumed(tmp_path):
                          *((results / "studies" / "figures", name) for name in ("budget", "ablation"))]:
         assert (folder / f"{name}.pdf").stat().st_size > 1000
         assert matplotlib.image.imread(folder / f"{name}.png").shape[0] > 200
-    # the drafter studies at smoke size: eagle at half its budget, at its own calibrated shape, and at other rates
+    # the drafter studies at smoke size: eagle at half its budget, as a chain and at its own calibrated shape, and at
+    # other learning rates
     curves = pd.read_csv(results / "studies" / "tables" / "learning_curves.csv")
     assert list(curves.drafter) == ["eagle_lc05", "eagle"] and curves.tokens.iloc[0] * 2 == curves.tokens.iloc[1]
-    assert curves.calibrated_speedup_t0.notna().all()  # each rung at its own calibrated shape
+    assert (curves.chain_tau_t0 >= 1).all() and curves.chain_speedup_t0.notna().all()  # each rung's chain of 2
+    assert curves.calibrated_speedup_t0.notna().all()  # and at its own calibrated shape
     assert curves.calibrated_shape_t0.str.startswith("depth ").all() and (curves.calibrated_tau_t0 >= 1).all()
     assert (work / "tree" / "shape-eagle-eagle_lc05-t0.json").is_file()  # the rung's own calibration
     assert (results / "studies" / "figures" / "learning_curves.png").stat().st_size > 1000
