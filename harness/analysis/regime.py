@@ -17,6 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from harness.analysis.sections import calibrated_section
 from harness.analysis.tables import markdown_table
 from harness.store.provenance import source_line
 
@@ -153,8 +154,10 @@ def shapes_table(shapes: pd.DataFrame) -> str:
                            "tau (run)"], rows)
 
 
-def regime_card(metrics_paths: list[Path], summary: pd.DataFrame) -> str:
-    """The card as a markdown table and a sentence; empty when there is neither a target metrics file nor timing."""
+def regime_card(metrics_paths: list[Path], summary: pd.DataFrame, curves: pd.DataFrame | None = None) -> str:
+    """The card as a markdown table and a sentence; empty when there is neither a target metrics file nor timing.
+    With the learning curves' table (``curves``, rule learning_curves'), each rung that ran at its own calibrated
+    shape is listed below the main runs' shapes: the regime each training budget reaches."""
     target = target_metrics(metrics_paths)
     degeneracy, sampling = target.get("degeneracy") or {}, target.get("sampling") or {}
     forward_over_step, verify_over_one, span, _ = cost_ratios(summary)
@@ -179,6 +182,10 @@ def regime_card(metrics_paths: list[Path], summary: pd.DataFrame) -> str:
         return ""
     sentence = transfer_sentence(forward_over_step, verify_over_one, span, h100_reference())
     shapes = shapes_table(calibrated_shapes(summary))
+    rungs = calibrated_section(curves) if curves is not None else ""
     return (markdown_table(["regime", "value"], rows) + ("\n\n" + sentence if sentence else "")
             + ("\n\nThe calibrated shapes (rules tree_shape and chain_length), per drafter's rung and temperature:\n\n"
-               + shapes if shapes else ""))
+               + shapes if shapes else "")
+            + ("\n\nThe learning curves' rungs, each drafter at the shape calibrated for it on one prompt set "
+               "(`studies/tables/learning_curves.csv`; 1x: the main budget): the shape, accepted drafts a step, tau "
+               "and the paired speedup the run measured:\n\n" + rungs if rungs else ""))

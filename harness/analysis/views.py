@@ -80,12 +80,22 @@ def drafting_scope(scope: Scope) -> bool:
     return any(entry(item.method).needs_drafter or entry(item.method).needs_draft for item in scope.variants)
 
 
+def rung_curves(data: Inputs) -> pd.DataFrame | None:
+    """The learning curves' table beside a main report (``studies/tables/learning_curves.csv`` next to its
+    ``tables/``), where rule learning_curves wrote it; None elsewhere."""
+    if not data.tables_dir:
+        return None
+    path = Path(data.tables_dir).parent / "studies" / "tables" / "learning_curves.csv"
+    return pd.read_csv(path) if path.is_file() else None
+
+
 def several_samples(scope: Scope) -> bool:
     return any(int(item.settings.get("samples") or 1) > 1 for item in scope.variants)
 
 
 VIEWS: tuple[View, ...] = (
-    View("regime", head=True, title="Regime", section=lambda data: regime_card(data.metrics, data.summary),
+    View("regime", head=True, title="Regime",
+         section=lambda data: regime_card(data.metrics, data.summary, rung_curves(data)),
          intro="What decides how far these rankings transfer to another model and machine "
                "(`harness/analysis/regime.py`)."),
     View("speedup", figure=FIGURES + "plot_speedup", caption=(

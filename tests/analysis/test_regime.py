@@ -2,6 +2,7 @@
 sentence against the committed H100 latencies."""
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -99,3 +100,24 @@ def test_the_card_shows_each_calibrated_shape_per_rung_with_the_runs_tau(tmp_pat
     assert drafter_rung("lyanna_lc05") == "0.5x" and drafter_rung("eagle_lc2") == "2x" and drafter_rung("eagle") == "1x"
     shape.unlink()  # a shape file that is gone: no row, no error
     assert list(calibrated_shapes(pd.DataFrame(rows)).variant) == ["sd"]
+
+
+def test_the_card_lists_each_learning_curve_rung_at_its_calibrated_shape(tmp_path):
+    """Beside a main report, the learning curves' table (studies/tables/learning_curves.csv) adds the regime each
+    training budget reached: the rungs that ran at their own calibrated shapes (the committed real target's)."""
+    from harness.analysis.view import Inputs
+    from harness.analysis.views import all_views
+
+    path = tmp_path / "target.json"
+    path.write_text(json.dumps(TARGET))
+    curves = pd.read_csv(Path(__file__).resolve().parents[2] / "results" / "smollm2" / "studies" / "tables"
+                         / "learning_curves.csv")
+    card = regime_card([path], SUMMARY, curves)
+    assert "The learning curves' rungs" in card and "| eagle | 0.25x | 122,880 | depth 1, budget 3, topk drafts |" in card
+    assert "| dspark |" not in card.split("The learning curves' rungs")[1]  # its rungs ran no calibrated runs
+    assert "The learning curves' rungs" not in regime_card([path], SUMMARY)
+    (tmp_path / "tables").mkdir()
+    (tmp_path / "studies" / "tables").mkdir(parents=True)
+    curves.to_csv(tmp_path / "studies" / "tables" / "learning_curves.csv", index=False)
+    view = next(view for view in all_views() if view.name == "regime")
+    assert "The learning curves' rungs" in "\n".join(view.markdown(Inputs(SUMMARY, tmp_path / "tables", metrics=[path])))
