@@ -18,9 +18,8 @@ import json
 
 import pandas as pd
 
-from harness.analysis.families import speedup_cell
 from harness.analysis.summary import records_frame, summarize, write_table
-from harness.analysis.tables import cell, markdown_table
+from harness.analysis.tables import cell, interval_cell, markdown_table
 from harness.errors import DraftcountError
 
 CONVENTIONS = ("topk", "sampled")  # the suffixes of the two variants of one chain
@@ -82,8 +81,8 @@ def drafting_section(summary: pd.DataFrame) -> str:
         for convention in CONVENTIONS:
             cells += [cell(getattr(row, f"accepted_per_step_{convention}"), "{:.2f}"),
                       cell(getattr(row, f"tau_{convention}"), "{:.2f}"),
-                      speedup_cell(pd.Series({measure: getattr(row, f"{measure}_{convention}") for measure in
-                                              ("speedup_paired_mean", "speedup_ci_low", "speedup_ci_high")}))]
+                      interval_cell(*(getattr(row, f"{measure}_{convention}") for measure in
+                                      ("speedup_paired_mean", "speedup_ci_low", "speedup_ci_high")))]
         lines.append(cells + [f"{row.tau_ratio:.2f}", row.main_drafts])
     return markdown_table(["family", "dataset", "T", "top-k: accepted a step", "top-k: tau", "top-k: speedup [95%]",
                            "sampled: accepted a step", "sampled: tau", "sampled: speedup [95%]",

@@ -1,6 +1,7 @@
 """Learning curves (study `learning_curves`): every model-based drafter family retrained at fractions and multiples
 of the main comparison's budget of supervised target positions, read from the drafters' training metrics (the
-learning-rate study, which reads the same metrics at one budget: ``harness.analysis.lr_study``). Per drafter: its family, the rung (its budget over the family's main budget), the positions and training FLOPs the kit
+learning-rate study, which reads the same metrics at one budget: ``harness.analysis.lr_study``). Per
+drafter: its family, the rung (its budget over the family's main budget), the positions and training FLOPs the kit
 counted, and its held-out top-1 agreement per draft step (the kit's contract, docs/extending.md). The ranking's
 stability from rung to rung is Kendall's tau between adjacent rungs' orders of the families (by step-1 agreement).
 
@@ -124,8 +125,10 @@ def kendall_tau(first: list[float], second: list[float]) -> float:
 
 
 def ranking_stability(curves: pd.DataFrame, column: str = "agreement_step1") -> pd.DataFrame:
-    """Kendall's tau between the families' orders at each pair of adjacent rungs (families with a value at both: the
-    draft LM has no chain tau)."""
+    """Kendall's tau between the drafter families' orders at each pair of adjacent rungs (families with a value at
+    both). The draft LM is not ranked: its agreement is a zoo LM's measurement on other windows, and it runs no
+    chain."""
+    curves = curves[curves.family != DRAFT_LM]
     rungs = sorted(curves.rung.unique())
     rows = []
     for rung, following in zip(rungs, rungs[1:]):
@@ -165,7 +168,7 @@ def run_columns(summary: pd.DataFrame, runs: dict[str, str], stem: str) -> pd.Da
         at = f"t{row.temperature:g}"
         entry = rows.setdefault(drafters[row.variant], {"drafter": drafters[row.variant]})
         if stem == "calibrated":
-            entry.update({f"{stem}_shape_{at}": shape_label(row.options),
+            entry.update({f"{stem}_shape_{at}": shape_label(row.options, row.temperature),
                           f"{stem}_accepted_{at}": row.accepted_per_step})
         entry.update({f"{stem}_tau_{at}": row.tau, f"{stem}_speedup_{at}": row.speedup_paired_mean,
                       f"{stem}_speedup_{at}_low": row.speedup_ci_low, f"{stem}_speedup_{at}_high": row.speedup_ci_high})
@@ -175,11 +178,13 @@ def run_columns(summary: pd.DataFrame, runs: dict[str, str], stem: str) -> pd.Da
 SHAPE_FIELDS = ("depth", "budget", "gamma", "k", "verify_length", "block_size")  # what a calibration chooses
 
 
-def shape_label(options: str) -> str:
-    """A run's calibrated shape in words from its summary ``options`` (JSON): ``depth 2, budget 4, topk drafts``."""
+def shape_label(options: str, temperature: float = 1.0) -> str:
+    """A run's calibrated shape in words from its summary ``options`` (JSON): ``depth 2, budget 4, sampled drafts``
+    (the drafting convention only at T > 0, where it matters)."""
     found = json.loads(options) if isinstance(options, str) and options else {}
     parts = [f"{field} {found[field]}" for field in SHAPE_FIELDS if found.get(field) not in (None, "auto")]
-    return ", ".join(parts + ([f"{found['drafts']} drafts"] if found.get("drafts") else [])) or "its own plan"
+    drafts = [f"{found['drafts']} drafts"] if found.get("drafts") and float(temperature) > 0 else []
+    return ", ".join(parts + drafts) or "its own plan"
 
 
 def per_temperature(columns, stem: str) -> dict[str, str]:

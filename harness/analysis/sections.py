@@ -16,7 +16,7 @@ from harness.analysis.learning_curves import (
     with_mean_agreement,
 )
 from harness.analysis.metrics import report_metrics
-from harness.analysis.tables import cell, markdown_table, metric_cells
+from harness.analysis.tables import cell, interval_cell, markdown_table, metric_cells
 from harness.analysis.view import Inputs
 
 
@@ -98,12 +98,13 @@ def chain_cells(row: Any, temperatures: dict[str, str]) -> list[str]:
     """A rung's chain tau and paired speedup (with its interval) at each temperature its chains ran."""
     cells = []
     for at in temperatures:
-        speedup = row.get(f"chain_speedup_t{at}")
-        interval = (f" [{row[f'chain_speedup_t{at}_low']:.2f}, {row[f'chain_speedup_t{at}_high']:.2f}]"
-                    if pd.notna(row.get(f"chain_speedup_t{at}_low")) else "")
-        cells += [cell(row.get(f"chain_tau_t{at}"), "{:.2f}"), cell(speedup, "{:.2f}") + (interval if
-                                                                                          pd.notna(speedup) else "")]
+        cells += [cell(row.get(f"chain_tau_t{at}"), "{:.2f}"), speedup_interval(row, f"chain_speedup_t{at}")]
     return cells
+
+
+def speedup_interval(row: Any, column: str) -> str:
+    """``row``'s speedup in ``column`` with its interval (``<column>_low``, ``_high``)."""
+    return interval_cell(row.get(column), row.get(f"{column}_low"), row.get(f"{column}_high"))
 
 
 def learning_curves_section(curves: pd.DataFrame) -> str:
@@ -137,13 +138,9 @@ def calibrated_section(curves: pd.DataFrame) -> str:
     for _, row in found.sort_values(["family", "rung"]).iterrows():
         cells = [row["family"], f"{row['rung']:g}x", cell(row["tokens"], "{:,.0f}")]
         for at in temperatures:
-            speedup = row.get(f"calibrated_speedup_t{at}")
-            interval = (f" [{row[f'calibrated_speedup_t{at}_low']:.2f}, {row[f'calibrated_speedup_t{at}_high']:.2f}]"
-                        if pd.notna(row.get(f"calibrated_speedup_t{at}_low")) else "")
             shape = row.get(f"calibrated_shape_t{at}")
             cells += [shape if isinstance(shape, str) else "-", cell(row.get(f"calibrated_accepted_t{at}"), "{:.2f}"),
-                      cell(row.get(f"calibrated_tau_t{at}"), "{:.2f}"),
-                      cell(speedup, "{:.2f}") + (interval if pd.notna(speedup) else "")]
+                      cell(row.get(f"calibrated_tau_t{at}"), "{:.2f}"), speedup_interval(row, f"calibrated_speedup_t{at}")]
         rows.append(cells)
     return markdown_table(header, rows)
 

@@ -14,6 +14,16 @@ def cell(value: Any, template: str) -> str:
     return template.format(value)
 
 
+def interval_cell(value: Any, low: Any, high: Any, template: str = "{:.2f}") -> str:
+    """``value [low, high]`` (a paired speedup with its 95% interval); the value alone where the interval is
+    missing, a dash where the value is."""
+    if value is None or isinstance(value, float) and pd.isna(value):
+        return "-"
+    if any(bound is None or isinstance(bound, float) and pd.isna(bound) for bound in (low, high)):
+        return template.format(value)
+    return f"{template.format(value)} [{template.format(low)}, {template.format(high)}]"
+
+
 def metric_cells(row: Any, metrics: list) -> list[str]:
     """``row``'s value of each metric as its report column shows it (divided by its scale, in its format)."""
     return [cell(row[metric.name] / metric.scale if metric.scale != 1 else row[metric.name], metric.fmt)

@@ -89,7 +89,7 @@ def test_the_calibrated_runs_add_each_rungs_shape_accepted_drafts_tau_and_speedu
     runs = {"a_lc05": "a_lc05", "a": "a", "a_lc2": "a_lc2"}
     merged = curves.merge(calibrated_columns(pd.DataFrame(rows), runs, "mt_bench"), on="drafter", how="left")
     row = merged.set_index("drafter").loc["a_lc2"]
-    assert row.calibrated_shape_t0 == "depth 3, budget 6, topk drafts" and row.calibrated_tau_t0 == 2.1
+    assert row.calibrated_shape_t0 == "depth 3, budget 6" and row.calibrated_tau_t0 == 2.1  # T = 0: no convention
     assert row.calibrated_accepted_t0 == pytest.approx(1.1) and row.calibrated_speedup_t0_high == pytest.approx(1.15)
     assert merged.set_index("drafter").calibrated_tau_t0.isna().sum() == 6  # families b and c ran no calibrated runs
     stability = stability_table(merged)
@@ -163,6 +163,15 @@ def test_the_workflow_plans_each_rung_at_its_share_of_the_budget_ungated(tmp_pat
     # the smoke config: eagle's budget 10,240 positions, one more rung at 1/2
     assert "--budget-tokens 5120" in plan.stdout and "drafters/eagle_lc05" in plan.stdout
     assert "--rungs eagle_lc05=eagle:0.5,eagle=eagle:1" in plan.stdout
+
+
+def test_a_calibrated_family_or_temperature_the_study_cannot_run_stops_the_plan(tmp_path):
+    base = "rungs: [0.5], families: [eagle], calibrated: {dataset: stdlib_code"
+    for extra, message in ((", families: [lyanna]}", "calibrated.families names 'lyanna'"),
+                           (", temperatures: [1.0]}", "does not run at T = 1")):
+        plan = snakemake("-n", "study_learning_curves", "--profile", "workflow/profiles/smoke", *overrides(tmp_path),
+                         "learning_curves={" + base + extra + "}")
+        assert plan.returncode != 0 and message in plan.stdout + plan.stderr, plan.stderr[-2000:]
 
 
 def test_the_lr_study_chooses_each_familys_rate_by_heldout_agreement():

@@ -22,9 +22,12 @@ def published(records: Path) -> list[Path]:
 
 
 def rederivable(records: Path) -> bool:
-    """Whether ``records`` are a report's published records: its summary exists and every variant it rows has
-    records there (a studies folder that publishes one study's records beside an older studies summary, as study
-    `drafting` does, re-derives that study's own table instead: tests/analysis/test_drafting.py)."""
+    """Whether ``records`` are a report's published records: a main report's always (a missing one fails the test);
+    a studies folder's where its summary exists and every variant it rows has records there (a studies folder that
+    publishes one study's records beside an older studies summary, as study `drafting` does, re-derives that study's
+    own table instead: tests/analysis/test_drafting.py)."""
+    if records.parent.name != "studies":
+        return True
     summary = records.parent / "tables" / "summary.csv"
     if not summary.is_file():
         return False

@@ -113,7 +113,7 @@ def test_the_card_lists_each_learning_curve_rung_at_its_calibrated_shape(tmp_pat
     curves = pd.read_csv(Path(__file__).resolve().parents[2] / "results" / "smollm2" / "studies" / "tables"
                          / "learning_curves.csv")
     card = regime_card([path], SUMMARY, curves)
-    assert "The learning curves' rungs" in card and "| eagle | 0.25x | 122,880 | depth 1, budget 3, topk drafts |" in card
+    assert "The learning curves' rungs" in card and "| eagle | 0.25x | 122,880 | depth 1, budget 3 |" in card
     assert "| dspark |" not in card.split("The learning curves' rungs")[1]  # its rungs ran no calibrated runs
     assert "The learning curves' rungs" not in regime_card([path], SUMMARY)
     (tmp_path / "tables").mkdir()

@@ -204,6 +204,11 @@ def add_calibrated_variant(drafter, family, rung, calibrated):
     if calibrated["dataset"] not in plan.variant_datasets(config, family):
         raise ValueError(f"learning_curves.calibrated.dataset {calibrated['dataset']!r} is not a prompt set family "
                          f"{family!r}'s main variant runs on (rung 1 reads those runs)")
+    missing = sorted({f"{float(t):g}" for t in calibrated.get("temperatures", [])}
+                     - set(plan.variant_temperatures(config, family)))
+    if missing:
+        raise ValueError(f"learning_curves.calibrated.temperatures: family {family!r}'s main variant does not run at "
+                         f"T = {', '.join(missing)} (rung 1 reads those runs)")
     if rung != 1:
         add_study_variant(drafter, {**main, "method": main.get("method", family), "drafter": drafter,
                                     "study": "learning_curves", "datasets": [calibrated["dataset"]],
@@ -217,6 +222,10 @@ if LEARNING_CURVES.get("chain"):
         add_chain_variant(_name, _family, LEARNING_CURVES["chain"])
 if LEARNING_CURVES.get("calibrated"):
     _calibrated = LEARNING_CURVES["calibrated"]
+    _unknown = sorted(set(_calibrated.get("families", [])) - set(LEARNING_CURVES["families"]))
+    if _unknown:
+        raise ValueError(f"learning_curves.calibrated.families names {_unknown[0]!r}, which is not one of "
+                         f"learning_curves.families (only their rungs are trained)")
     for _name, (_family, _rung) in rung_table().items():
         if _family in _calibrated.get("families", LEARNING_CURVES["families"]):
             add_calibrated_variant(_name, _family, _rung, _calibrated)
@@ -237,6 +246,8 @@ if LEARNING_CURVES.get("draft_lm"):
             raise ValueError("learning_curves.draft_lm: the draft LM's train.steps (or budget: drafters) sets its rungs")
         return {**settings, "train": {**settings["train"], "steps": max(1, round(settings["train"]["steps"] * rung))}}
 
+    DRAFT_LM_SETTINGS = {name: or_stop(lambda rung=rung: rung_draft_lm(rung)) for name, rung in DRAFT_LM_RUNGS.items()}
+
     # the draft LM at each rung: rule train_draft's inputs and gates at a multiple of its steps (a study: its quality
     # is reported, gated by nothing)
     rule train_draft_rung:
@@ -249,7 +260,7 @@ if LEARNING_CURVES.get("draft_lm"):
             draft_rung="|".join(DRAFT_LM_RUNGS) or "^$",
         params:
             role="draft",
-            model=lambda wildcards: or_stop(lambda: rung_draft_lm(DRAFT_LM_RUNGS[wildcards.draft_rung])),
+            model=lambda wildcards: DRAFT_LM_SETTINGS[wildcards.draft_rung],  # checked at plan time
             evaluation=config["evaluation"],
             checkpoint=lambda wildcards: work(f"checkpoints/{wildcards.draft_rung}.pt"),
             device=compute_device(),

@@ -128,6 +128,8 @@ rule report:
         tables=scope_tables("main"),
         figures=scope_figures("main"),
         metrics=training_metrics("main"),
+        # the regime card lists each learning-curve rung at its own calibrated shape (studies/tables beside tables/)
+        curves=rules.learning_curves.output.table if LEARNING_CURVES.get("calibrated") else [],
     output:
         results("report.md"),
     params:
