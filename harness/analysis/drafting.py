@@ -58,6 +58,10 @@ def drafting_pairs(summary: pd.DataFrame) -> pd.DataFrame:
         if found is None:
             continue
         stem, convention = found
+        declared = json.loads(row.options).get("drafts") if isinstance(getattr(row, "options", None), str) else None
+        if declared not in (None, convention):  # its name and its run disagree: the table would pair the wrong runs
+            raise DraftcountError(f"drafting: variant {row.variant!r} is named for {convention} drafts but ran with "
+                                  f"drafts: {declared}")
         key = (stem, row.dataset, float(row.temperature))
         entry = rows.setdefault(key, {"stem": stem, "method": row.method, "dataset": row.dataset,
                                       "temperature": float(row.temperature)})

@@ -39,6 +39,11 @@ def test_each_chain_pairs_its_two_conventions_with_the_main_variants_choice():
     assert eagle.tau_ratio == pytest.approx(1.5) and eagle.accepted_per_step_topk == pytest.approx(0.2)
     assert eagle.main_drafts == "sampled"  # its T = 1 runs, not its T = 0 one
     assert pairs.set_index("method").loc["sd", "main_drafts"] == "-"  # no main variant named sd here
+    mislabelled = summary().assign(options=lambda frame: [
+        json.dumps({"drafts": "sampled"}) if variant == "sd_chain_topk" else text
+        for variant, text in zip(frame.variant, frame.options)])
+    with pytest.raises(Exception, match="'sd_chain_topk' is named for topk drafts but ran with drafts: sampled"):
+        drafting_pairs(mislabelled)
 
 
 def test_the_report_section_shows_both_conventions_side_by_side():
