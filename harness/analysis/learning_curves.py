@@ -278,14 +278,11 @@ def parse_draft_rungs(text: str) -> dict[str, float]:
     """``name=rung,...`` (the draft LM's models: ``draft=1,draft_lc05=0.5``) -> {name: rung}; one line on a bad
     entry."""
     rungs = {}
-    for item in filter(None, text.split(",")):
-        name, _, rung = item.partition("=")
+    for name, rung in parse_chains(text, "--draft-lm", "NAME=RUNG").items():
         try:
-            rungs[name.strip()] = float(rung)
+            rungs[name] = float(rung)
         except ValueError:
-            raise DraftcountError(f"--draft-lm wants NAME=RUNG entries, got {item!r}") from None
-        if not name.strip():
-            raise DraftcountError(f"--draft-lm wants NAME=RUNG entries, got {item!r}")
+            raise DraftcountError(f"--draft-lm wants NAME=RUNG entries, got {name + '=' + rung!r}") from None
     return rungs
 
 
@@ -299,13 +296,13 @@ def read_metrics(paths: list[Path]) -> dict[str, dict]:
     return metrics
 
 
-def parse_chains(text: str, flag: str = "--chains") -> dict[str, str]:
+def parse_chains(text: str, flag: str = "--chains", entry: str = "DRAFTER=VARIANT") -> dict[str, str]:
     """``drafter=variant,...`` -> {drafter: its run's bench variant}; one line on a bad entry."""
     chains = {}
     for item in filter(None, text.split(",")):
         drafter, _, variant = item.partition("=")
         if not drafter.strip() or not variant.strip():
-            raise DraftcountError(f"{flag} wants DRAFTER=VARIANT entries, got {item!r}")
+            raise DraftcountError(f"{flag} wants {entry} entries, got {item!r}")
         chains[drafter.strip()] = variant.strip()
     return chains
 

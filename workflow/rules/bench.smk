@@ -33,6 +33,12 @@ def bench_outputs(variants=None, engine_pass=None):
     return outputs
 
 
+def bench_outputs_named(variants, names):
+    """The raw records of ``variants`` whose file name (``<dataset>-t<T>.jsonl``) is one of ``names``: a main
+    variant's runs on the sets and temperatures a study reads beside its own."""
+    return [path for path in bench_outputs(variants) if Path(path).name in names]
+
+
 def bench_inputs(wildcards):
     inputs = {"target": target_model()}
     method = variant_method(wildcards.variant)

@@ -112,13 +112,24 @@ def drafter_seed(seed):
     return change
 
 
-def add_seed_variant(family, drafter):
-    """Bench variant `drafter` (a seed of `family`): the family's main variant with that drafter, in study seeds."""
+def main_settings(family, section):
+    """`family`'s main bench variant's settings (a study runs another drafter as it); one line where it has none."""
     main = config["bench"]["methods"].get(family)
     if main is None or main.get("study") or main.get("ablation"):
-        raise ValueError(f"seeds_study names family {family!r}, which has no main bench variant of that name")
-    add_study_variant(drafter, {**main, "method": main.get("method", family), "drafter": drafter, "study": "seeds"},
-                      family)
+        raise ValueError(f"{section} names family {family!r}, which has no main bench variant of that name")
+    return main
+
+
+def add_main_variant_of(name, family, drafter, study, section, **changes):
+    """Bench variant `name`: `family`'s main variant drafting with `drafter`, in `study` (with `changes`)."""
+    main = main_settings(family, section)
+    add_study_variant(name, {**main, "method": main.get("method", family), "drafter": drafter, "study": study,
+                             **changes}, family)
+
+
+def add_seed_variant(family, drafter):
+    """Bench variant `drafter` (a seed of `family`): the family's main variant with that drafter, in study seeds."""
+    add_main_variant_of(drafter, family, drafter, "seeds", "seeds_study")
 
 
 def rung_table():
@@ -197,10 +208,7 @@ def add_chain_variant(drafter, family, chain):
 def add_calibrated_variant(drafter, family, rung, calibrated):
     """Bench variant <drafter>: the rung's drafter as its family's main variant (a calibrated shape of its own) on
     `calibrated.dataset`; rung 1 is the main variant itself."""
-    main = config["bench"]["methods"].get(family)
-    if main is None or main.get("study") or main.get("ablation"):
-        raise ValueError(f"learning_curves.calibrated names family {family!r}, which has no main bench variant of "
-                         f"that name")
+    main_settings(family, "learning_curves.calibrated")
     if calibrated["dataset"] not in plan.variant_datasets(config, family):
         raise ValueError(f"learning_curves.calibrated.dataset {calibrated['dataset']!r} is not a prompt set family "
                          f"{family!r}'s main variant runs on (rung 1 reads those runs)")
@@ -210,9 +218,8 @@ def add_calibrated_variant(drafter, family, rung, calibrated):
         raise ValueError(f"learning_curves.calibrated.temperatures: family {family!r}'s main variant does not run at "
                          f"T = {', '.join(missing)} (rung 1 reads those runs)")
     if rung != 1:
-        add_study_variant(drafter, {**main, "method": main.get("method", family), "drafter": drafter,
-                                    "study": "learning_curves", "datasets": [calibrated["dataset"]],
-                                    **curve_temperatures(calibrated)}, family)
+        add_main_variant_of(drafter, family, drafter, "learning_curves", "learning_curves.calibrated",
+                            datasets=[calibrated["dataset"]], **curve_temperatures(calibrated))
         CURVE_VARIANTS[drafter] = drafter
     CALIBRATED_RUNS[drafter if rung != 1 else family] = drafter
 
@@ -291,9 +298,8 @@ if LEARNING_CURVES:
         calibrated = LEARNING_CURVES.get("calibrated", {})
         names = {f"{calibrated.get('dataset')}-t{float(temperature):g}.jsonl" for temperature in
                  calibrated.get("temperatures", plan.temperature_names(config))}
-        mains = [path for path in bench_outputs([variant for variant in CALIBRATED_RUNS if variant not in
-                                                 CURVE_VARIANTS]) if Path(path).name in names]
-        return bench_outputs(list(CURVE_VARIANTS)) + mains
+        mains = [variant for variant in CALIBRATED_RUNS if variant not in CURVE_VARIANTS]
+        return bench_outputs(list(CURVE_VARIANTS)) + bench_outputs_named(mains, names)
 
     rule learning_curves:
         input:

@@ -241,11 +241,9 @@ DRAFTING = plan.study_variants(config, "drafting")
 
 def drafting_records(wildcards):
     own = bench_outputs(DRAFTING)
-    names = {Path(path).name for path in own}
     methods = {variant_method(variant) for variant in DRAFTING}
-    mains = [path for path in bench_outputs([variant for variant in plan.main_variants(config) if variant in methods])
-             if Path(path).name in names]
-    return own + mains
+    return own + bench_outputs_named([variant for variant in plan.main_variants(config) if variant in methods],
+                                     {Path(path).name for path in own})
 
 
 if DRAFTING:
