@@ -7,7 +7,8 @@ repeats until ``block`` tokens are out. Those tokens are exact samples of the mi
 chain), so the adapter sends them to the target as a chain whose draft distributions are the mid model's (None,
 deterministic, when greedy): the engine's verification is then exact speculative decoding of target vs mid, and
 the output is the target's. Both drafting models keep their KV caches across steps (``Stage``), cropped to the
-accepted prefix after every inner verdict and after the target's.
+accepted prefix after every inner verdict and after the target's. Under ``cuda_graphs=on`` each inner round runs as
+two graphed blocks, its verdict made on the device (``methods.polybasic.graphed``).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from harness.verify import verify_tree
 from harness.verify.sampling import logits_to_probs
 from harness.verify.verdict import Verdict
 from methods.polybasic import PolybasicOptions
+from methods.polybasic.graphed import RunningBuffer, graphed_rounds, graphs_rounds
 from methods.polybasic.stage import Stage
 
 @dataclass
@@ -39,12 +41,14 @@ class InnerRound:
     accepted: int
 
 
-def chain_tree(root: torch.Tensor, tokens: list[torch.Tensor] | list[int],
+def chain_tree(root: torch.Tensor, tokens: torch.Tensor | list[torch.Tensor] | list[int],
                probs: list[torch.Tensor | None]) -> TokenTree:
-    """A chain rooted at ``root``: node i + 1 holds tokens[i], drawn from probs[i]. Tokens are device tensors (the
-    small model's drafts) or host ints (the inner rounds' verdicts), uploaded in one copy that does not wait for
-    the device (one synchronising copy per token before)."""
-    if tokens and not isinstance(tokens[0], torch.Tensor):
+    """A chain rooted at ``root``: node i + 1 holds tokens[i], drawn from probs[i]. Tokens are a device tensor (the
+    graphed rounds' running buffer), device tensors (the small model's drafts) or host ints (the eager inner rounds'
+    verdicts), uploaded in one copy that does not wait for the device (one synchronising copy per token before)."""
+    if isinstance(tokens, torch.Tensor):
+        drafted = tokens.to(root.device, root.dtype)
+    elif tokens and not isinstance(tokens[0], torch.Tensor):
         drafted = index_on(tokens, root.device).to(root.dtype)
     else:
         drafted = torch.stack([t.reshape(()) for t in tokens]).to(root.device) if tokens else root.new_zeros(0)
@@ -61,6 +65,7 @@ class PolybasicAdapter(AdapterBase):
         self.gamma = options.gamma_inner
         self.max_draft_nodes = options.block
         self.prefix_len = 0
+        self.running = RunningBuffer()  # the graphed rounds' running sequence (cuda_graphs=on)
         self.rounds = self.inner_accepted = self.inner_drafted = 0
         self.details = {"tree_parents": list(range(-1, options.block)), "tree_depth": options.block,
                         "block": options.block, "gamma_inner": options.gamma_inner, "chain": "target <- mid <- small",
@@ -113,6 +118,8 @@ class PolybasicAdapter(AdapterBase):
     def propose(self, ctx: StepContext, sequence: torch.Tensor) -> TokenTree:
         self.prefix_len = sequence.shape[-1]
         block = self.block_for(ctx, self.prefix_len)
+        if graphs_rounds(self, ctx, self.prefix_len):  # cuda_graphs=on: each round as two graphed blocks
+            return chain_tree(sequence[0, -1], *graphed_rounds(self, ctx, sequence, block))
         running = sequence
         tokens: list[int] = []
         probs: list[torch.Tensor | None] = []

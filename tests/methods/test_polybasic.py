@@ -16,13 +16,14 @@ from harness.data.token_streams import save_tokens
 from harness.engine.adapter import StepContext
 from harness.engine.counters import GenerationCounters
 from harness.engine.method_spec import BuildInputs, build_adapter
+from harness.engine.runtime import EngineRuntime
 from harness.errors import DraftcountError
 from harness.training.drafters import DrafterTrainRequest
 from harness.training.features import dump_features
 from harness.verify.sampling import logits_to_probs, make_generator
 from methods.polybasic.adapter import PolybasicAdapter, PolybasicOptions
 from methods.polybasic.training import MidTrainOptions, mid_shape, train_mid
-from tests.helpers import chi_square_pvalue, exact_distribution, make_llama, markov_batches
+from tests.helpers import chi_square_pvalue, engine_runtime, exact_distribution, make_llama, markov_batches
 
 ALPHA = 1e-3
 PROMPT = [1, 2, 3]
@@ -44,22 +45,28 @@ def chain():
                  for seed in (0, 1, 2))
 
 
-def _context(sampling: SamplingConfig, seed: int) -> StepContext:
-    return StepContext(sampling, make_generator(seed, "cpu"), GenerationCounters(), 6)
+def _context(sampling: SamplingConfig, seed: int, runtime: EngineRuntime | None = None) -> StepContext:
+    return StepContext(sampling, make_generator(seed, "cpu"), GenerationCounters(), 6, runtime=runtime,
+                       max_sequence=0 if runtime is None else 16)
 
 
-def _block(adapter: PolybasicAdapter, sampling: SamplingConfig, seed: int):
-    ctx = _context(sampling, seed)
+def _block(adapter: PolybasicAdapter, sampling: SamplingConfig, seed: int, runtime: EngineRuntime | None = None):
+    ctx = _context(sampling, seed, runtime)
     with torch.inference_mode():
         adapter.begin(ctx, torch.tensor([PROMPT[:-1]]), None)
         return adapter.propose(ctx, torch.tensor([PROMPT]))
 
 
-def test_inner_loop_block_is_distributed_as_the_mid_model(chain):
-    _, mid, small = chain
+@pytest.mark.parametrize("switch", [None, "graph_buffers"])
+def test_inner_loop_block_is_distributed_as_the_mid_model(chain, switch):
+    """Eager, and with the rounds as graphed blocks (emulated on the CPU: ``methods.polybasic.graphed``)."""
+    target, mid, small = chain
     sampling = SamplingConfig(1.0)
+    runtime = engine_runtime(target, switch) if switch else None
     adapter = PolybasicAdapter(mid, small, PolybasicOptions(block=2, gamma_inner=1))  # 1 or 2 inner rounds
-    counts = Counter(tuple(_block(adapter, sampling, seed).tokens[1:].tolist()) for seed in range(800))
+    counts = Counter(tuple(_block(adapter, sampling, seed, runtime).tokens[1:].tolist()) for seed in range(800))
+    if runtime is not None:  # the rounds ran as blocks
+        assert runtime.graphs_of(adapter.mid).calls >= 800 and runtime.graphs_of(adapter.small).calls >= 800
     assert chi_square_pvalue(counts, exact_distribution(mid, PROMPT, 2, sampling)) > ALPHA
     # the small model's (or the target's) distribution would be told apart: the test can fail
     assert chi_square_pvalue(counts, exact_distribution(small, PROMPT, 2, sampling)) < ALPHA
@@ -83,15 +90,17 @@ def test_block_carries_the_mid_models_distributions(chain):
     assert [adapter.block_for(near_end, length) for length in (2, 9, 10, 11)] == [5, 1, 1, 1]
 
 
+@pytest.mark.parametrize("switch", [None, "graph_buffers"])
 @pytest.mark.parametrize("block,gamma", [(3, 5), (5, 2), (1, 1)])
-def test_greedy_equals_ar_and_counters_add_up(chain, block, gamma):
+def test_greedy_equals_ar_and_counters_add_up(chain, block, gamma, switch):
     target, mid, small = chain
     ar, _ = build_adapter("ar", {}, BuildInputs(target, None, None))
     adapter = PolybasicAdapter(mid, small, PolybasicOptions(block=block, gamma_inner=gamma))
     for prompt in ([1, 2, 3], [4, 0, 5, 1]):
         ids = torch.tensor([prompt])
         expected = generate(target, ar, ids, 20, SamplingConfig()).output_ids
-        result = generate(target, adapter, ids, 20, SamplingConfig())
+        runtime = engine_runtime(target, switch) if switch else None
+        result = generate(target, adapter, ids, 20, SamplingConfig(), runtime=runtime)
         assert result.output_ids == expected
         counters, extra = result.counters, result.counters.extra
         assert extra["polybasic_mid_forwards"] + extra["polybasic_small_forwards"] == counters.drafter.forwards

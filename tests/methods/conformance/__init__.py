@@ -292,6 +292,6 @@ DISPATCH_BUDGETS = {
     "prism": (38, 29),
     "medusa": (12, 14),
     "mtp": (39, 24),
-    "polybasic": (259, 249),
+    "polybasic": (61, 59),
     "dream": (71, 37),
 }
