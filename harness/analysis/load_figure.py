@@ -53,7 +53,7 @@ def line_style(method: str, family: str, rank: int, colors: dict) -> dict:
 
 
 def write_load_figure(rows: list[dict], path: Path) -> list[Path]:
-    """Draw the rows ``harness.measure.load.sweep`` returned; ``path``'s stem names the PDF and PNG."""
+    """Draw the rows ``harness.measure.projections.load.sweep`` returned; ``path``'s stem names the PDF and PNG."""
     colors = palette(["ar", *(row["catalog_method"] for row in rows)])
     methods = list(dict.fromkeys(row["method"] for row in rows if row["method"] != "ar"))
     with plt.rc_context(STYLE):

@@ -54,7 +54,8 @@ GRAPHED_REGION: ContextVar[bool] = ContextVar("graphed_region", default=False)  
 @contextmanager
 def graphed_region() -> Iterator[None]:
     """Mark the block as the body of a graphed forward: under capture it runs once and is then replayed, so an op
-    counter (``harness.measure.dispatch``) books what it dispatches as inside a graph, not as per-step host work."""
+    counter (``harness.measure.diagnostics.dispatch``) books what it dispatches as inside a graph, not as per-step host
+    work."""
     token = GRAPHED_REGION.set(True)
     try:
         yield

@@ -81,7 +81,8 @@ class PhaseClock:
     @contextmanager
     def section(self, name: str) -> Iterator[None]:
         """A named part of the host's work (``tree``: the adapter's drafting outside its forwards). The timing
-        clock books it as ``host``; a counting clock (``harness.measure.dispatch``) attributes work to it."""
+        clock books it as ``host``; a counting clock (``harness.measure.diagnostics.dispatch``) attributes work to
+        it."""
         yield
 
     def pause(self) -> None:

@@ -9,7 +9,7 @@ from step to step reaches it as device inputs (the catch-up's tokens, the draft 
 mask over the tree's keys depends on the shape alone: made on the host once per shape and kept on the device. Sampled
 children are drawn inside the block from ``StepContext.graph_generator`` (the run's generator on the CPU, in the eager
 draft's order: the same tokens). On the CPU (``capture=False``) the same body runs eagerly and
-``harness.measure.dispatch`` books it as inside a graph.
+``harness.measure.diagnostics.dispatch`` books it as inside a graph.
 
 The host's FLOP booking follows from the shape and runs outside the block. A catch-up that cannot be graphed (a
 prompt's first, over the whole prompt into an empty draft cache, or one longer than the runner graphs) runs on its

@@ -181,7 +181,7 @@ def generation_steps(
     is suspended, so two generations driven in turns, step by step (``run_interleaved``), each time only their
     own steps: what the runner does to compare a method with `ar` under the same machine conditions. ``media``: the
     prompt's other prefill inputs (a vision-language target's ``pixel_values``; decoding is text-only after it).
-    ``clock``: makes the generation's phase clock (a counting one: ``harness.measure.dispatch``)."""
+    ``clock``: makes the generation's phase clock (a counting one: ``harness.measure.diagnostics.dispatch``)."""
     check_batch_size_one(prompt_ids, "generate")
     if max_new_tokens < 1:
         raise DraftcountError(f"max_new_tokens must be >= 1, got {max_new_tokens}")

@@ -77,8 +77,8 @@ def build_adapter(name: str, options: Mapping[str, Any] | Any, inputs: BuildInpu
     return spec.build(parsed, inputs), parsed
 
 
-# The projection's cost types (``harness.measure.projection`` measures the latencies; each method's ``cost`` turns
-# them into the seconds its drafting takes per step).
+# The projection's cost types (``harness.measure.projections.projection`` measures the latencies; each method's ``cost``
+# turns them into the seconds its drafting takes per step).
 
 @dataclass(frozen=True)
 class Latencies:

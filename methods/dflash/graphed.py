@@ -9,7 +9,7 @@ it as device inputs (the context rows, the root token, the drafter cache's lengt
 rows' and the block's keys at slots past..past + count + B - 1, the block's queries seeing every context key and the
 whole block (no causal mask); the cache's length is then past + count, so the block's keys are overwritten next
 step, as the eager path crops them. On the CPU (``capture=False``) the same body runs eagerly and
-``harness.measure.dispatch`` books it as inside a graph.
+``harness.measure.diagnostics.dispatch`` books it as inside a graph.
 
 The host's FLOP booking (``charge_block``) follows from the shape and runs outside the block. A chain sampled at
 T > 0 (the ``sampled`` convention, DSpark's slots) is drawn inside the block from ``StepContext.graph_generator``

@@ -4,7 +4,7 @@ bookkeeping (top-k, ranking, the frontier masks, the chosen tree) in one ``Graph
 The block's shape is fixed by the catch-up's length (1 to depth + 1 accepted tokens: one graph each) and the beam
 shape; what changes from step to step reaches it as device inputs (the features, the tokens, the root, the head
 cache's length ``past``), so on a GPU a step's drafting is a few input copies and one replay. On the CPU
-(``capture=False``) the same body runs eagerly and ``harness.measure.dispatch`` books it as inside a graph.
+(``capture=False``) the same body runs eagerly and ``harness.measure.diagnostics.dispatch`` books it as inside a graph.
 
 The host's bookkeeping (FLOPs, the useful-work ledger) follows from the shape alone and runs outside the block. The
 ``sampled`` drafting convention at T > 0 (draws from the run's generator) and a prompt's first catch-up (an empty

@@ -6,7 +6,8 @@ The block's shape is fixed by the catch-up's length (the accepted tokens plus on
 which also fixes how far the previous round's chain overlaps this one's (its logits for the positions both predict
 are the first K - length rows of the previous chain's); what changes from step to step reaches the graph as device
 inputs (the catch-up's inputs, the root token, the previous chain's log-probabilities, the backbone cache's length).
-On the CPU (``capture=False``) the same body runs eagerly and ``harness.measure.dispatch`` books it as inside a graph.
+On the CPU (``capture=False``) the same body runs eagerly and ``harness.measure.diagnostics.dispatch`` books it as
+inside a graph.
 
 The host's bookkeeping (FLOPs, the useful-work ledger, the reuse counters) follows from the shape alone and runs
 outside the block, as ``LyannaAdapter``'s eager path books it. Left on the eager path: a prompt's first catch-up

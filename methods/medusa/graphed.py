@@ -4,9 +4,9 @@ last hidden state and, Hydra's, the embeddings of the node's path).
 
 The block has one shape (the hidden state, the root, the beam shape), so one graph per adapter; what changes from
 step to step (the hidden state, the root token) reaches it as device inputs. On the CPU (``capture=False``) the same
-body runs eagerly and ``harness.measure.dispatch`` books it as inside a graph. The host's bookkeeping (FLOPs, the
-useful-work ledger) follows from the shape alone, as ``MedusaAdapter.propose`` books it. Left on the eager path: a
-static choice tree (``choices``) and the ``sampled`` drafting convention at T > 0.
+body runs eagerly and ``harness.measure.diagnostics.dispatch`` books it as inside a graph. The host's bookkeeping
+(FLOPs, the useful-work ledger) follows from the shape alone, as ``MedusaAdapter.propose`` books it. Left on the eager
+path: a static choice tree (``choices``) and the ``sampled`` drafting convention at T > 0.
 """
 
 from __future__ import annotations

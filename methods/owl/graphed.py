@@ -4,9 +4,9 @@ root, every frontier's step and the beam's bookkeeping (top-k, ranking, the fron
 
 The block has one shape (the hidden state, the root, the beam shape), so one graph per adapter; what changes from
 step to step (the hidden state, the root token) reaches it as device inputs. On the CPU (``capture=False``) the same
-body runs eagerly and ``harness.measure.dispatch`` books it as inside a graph. The host's bookkeeping (FLOPs, the
-useful-work ledger) follows from the shape alone, as ``OwlAdapter._lstm_tree`` books it. Left on the eager path: the
-``sampled`` drafting convention at T > 0, and HOWL's retrieved chains (no LSTM step runs then).
+body runs eagerly and ``harness.measure.diagnostics.dispatch`` books it as inside a graph. The host's bookkeeping
+(FLOPs, the useful-work ledger) follows from the shape alone, as ``OwlAdapter._lstm_tree`` books it. Left on the eager
+path: the ``sampled`` drafting convention at T > 0, and HOWL's retrieved chains (no LSTM step runs then).
 """
 
 from __future__ import annotations

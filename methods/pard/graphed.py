@@ -7,8 +7,8 @@ and the sampling settings; what changes from step to step reaches it as device i
 length ``past``). The forward writes the masks' keys after the text's; the cache's length is then the text's, so
 they are overwritten next step, as the eager path crops them. Sampled drafts are drawn inside the block from
 ``StepContext.graph_generator`` (the run's generator on the CPU, in the eager draft's order: the same tokens). On the
-CPU (``capture=False``) the same body runs eagerly and ``harness.measure.dispatch`` books it as inside a graph.
-Left on the eager path: a prompt's first forward (an empty drafter cache).
+CPU (``capture=False``) the same body runs eagerly and ``harness.measure.diagnostics.dispatch`` books it as inside a
+graph. Left on the eager path: a prompt's first forward (an empty drafter cache).
 """
 
 from __future__ import annotations

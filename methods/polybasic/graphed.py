@@ -15,7 +15,7 @@ stages to it. Outside the blocks a round costs the two ``past`` fills and that r
 Two blocks rather than one keep each stage's seconds apart (the cost rule reads them). The FLOPs and the useful-work
 ledger follow from the shapes, booked as ``Stage.feed`` books the eager forwards. A step whose stages have an empty
 cache (a prompt's first) runs the eager rounds. On the CPU (``capture=False``) the same bodies run eagerly, and
-``harness.measure.dispatch`` books them as inside graphs.
+``harness.measure.diagnostics.dispatch`` books them as inside graphs.
 """
 
 from __future__ import annotations

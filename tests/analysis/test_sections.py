@@ -94,7 +94,7 @@ def test_the_committed_real_target_tables_render():
 
 def test_the_dump_precision_study_shows_both_precisions_the_difference_and_the_sizes(tmp_path):
     """Rule dump_precision's table (as the measure command writes it) in the drafter studies' section."""
-    from harness.measure.dump_precision import FIELDS, table_rows
+    from harness.measure.calibrations.dump_precision import FIELDS, table_rows
     from harness.store.atomic import write_csv
 
     def run(agreement, windows):

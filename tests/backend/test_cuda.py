@@ -25,16 +25,16 @@ from harness.analysis.divergence import first_divergence
 from harness.training.drafters import DrafterTrainRequest
 from harness.engine.loop import generate
 from harness.engine.runtime import EngineOptions, EngineRuntime, warm_up
-from harness.measure.host_sync import PHASES, audit_generation
+from harness.measure.diagnostics.host_sync import PHASES, audit_generation
 from harness.data.token_streams import save_tokens
 from harness.backend.models import load_model
 from harness.backend.device import Stopwatch, timer_name
 from harness.engine.method_spec import BuildInputs, build_adapter, method_spec
-from harness.measure.latency import target_latencies
-from harness.measure.projection import SHAPES, scaled_shape, shaped_llama
-from harness.measure.bare_loop import bare_decode_steps
-from harness.measure.dispatch import dispatch_per_step, replay_floor_per_step
-from harness.measure.replay_loop import ReplayLoop
+from harness.measure.calibrations.latency import target_latencies
+from harness.measure.shapes import SHAPES, scaled_shape, shaped_llama
+from harness.measure.diagnostics.bare_loop import bare_decode_steps
+from harness.measure.diagnostics.dispatch import dispatch_per_step, replay_floor_per_step
+from harness.measure.diagnostics.replay_loop import ReplayLoop
 from harness.engine.loop import run_interleaved
 from harness import wrap_model
 from methods.eagle.cost import step_latency as eagle_step_latency

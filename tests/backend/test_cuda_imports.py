@@ -45,9 +45,10 @@ def test_every_import_of_the_cuda_suite_resolves_on_cpu():
 def test_a_moved_name_is_caught():
     """The check would have caught the projection names the re-layout moved (inside a test function)."""
     source = ("def test_projection():\n"
-              "    from harness.measure.projection import eagle_step_latency, lyanna_depth_latency, scaled_shape\n")
-    assert unresolved(imported_names(source)) == ["harness.measure.projection.eagle_step_latency",
-                                                  "harness.measure.projection.lyanna_depth_latency"]
+              "    from harness.measure.projections.projection import eagle_step_latency, lyanna_depth_latency, "
+              "project_speedups\n")
+    assert unresolved(imported_names(source)) == ["harness.measure.projections.projection.eagle_step_latency",
+                                                  "harness.measure.projections.projection.lyanna_depth_latency"]
 
 
 def test_the_cuda_suite_imports_as_a_module():

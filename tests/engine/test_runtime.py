@@ -299,7 +299,7 @@ def test_a_timed_generation_that_captured_a_graph_runs_again(captured, kept, lef
 def test_overhead_table_blanks_a_failed_pair_and_keeps_the_rest(monkeypatch):
     """measure overheads: a (method, setting) that raised keeps its error and leaves its figures, and every ratio
     that needs them, blank; the other pairs' ratios are still computed."""
-    from harness.measure import overheads as bench
+    from harness.measure.diagnostics import overheads as bench
     tallies = {("ar", "eager"): bench.Tally(tokens=100, seconds=1.0, outputs=[[1, 2]]),
                ("ar", "static_cache"): bench.Tally(tokens=120, seconds=1.0, outputs=[[1, 2]]),
                ("lyanna", "eager"): bench.Tally(tokens=150, seconds=1.0, outputs=[[1, 3]]),

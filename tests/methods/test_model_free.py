@@ -15,7 +15,7 @@ from harness.data.token_streams import save_tokens
 from harness.engine.adapter import WARM_UP_KEY
 from harness.engine.method_spec import BuildInputs, build_adapter, method_spec
 from harness.errors import DraftcountError
-from harness.measure import static_tree
+from harness.measure.calibrations import static_tree
 from harness.retrieval.datastore import build_datastore, save_datastore
 from harness.training.drafters import DrafterTrainRequest
 from harness.verify.sampling import make_generator

@@ -7,8 +7,8 @@ import pytest
 import torch
 
 from harness import SamplingConfig, generate, wrap_model
-from harness.measure.acceptance import rank_acceptance
-from harness.measure.latency import target_latencies
+from harness.measure.calibrations.acceptance import rank_acceptance
+from harness.measure.calibrations.latency import target_latencies
 from harness.verify.sampling import align_vocab, logits_to_probs
 from harness.trees.sequoia import branching_shape, choose_budget, expected_tokens, optimal_tree
 from harness.engine.method_spec import BuildInputs, build_adapter

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import torch
 
-from harness.measure.acceptance import rank_acceptance
+from harness.measure.calibrations.acceptance import rank_acceptance
 from harness.engine.drafting import choose_children
 from harness.data.token_streams import even_windows, load_tokens
 from harness.backend.models import load_model

@@ -1,12 +1,12 @@
 """Rule measure_batch_latency: the target's forward latency per batch size and tree size, on this hardware (the
-load study's tree size per B: harness.measure.load --batch-latency)."""
+load study's tree size per B: harness.measure.projections.load --batch-latency)."""
 import json
 from pathlib import Path
 
 import torch
 
 from harness.backend.models import load_model
-from harness.measure.latency import batch_latencies
+from harness.measure.calibrations.latency import batch_latencies
 
 torch.set_num_threads(snakemake.params.torch_threads)  # noqa: F821  (the bench's threads; the rule runs alone)
 settings = snakemake.params.tree  # noqa: F821

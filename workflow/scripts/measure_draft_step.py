@@ -5,7 +5,7 @@ from pathlib import Path
 import torch
 
 from harness.backend.models import load_model
-from harness.measure.latency import target_latencies
+from harness.measure.calibrations.latency import target_latencies
 
 torch.set_num_threads(snakemake.params.torch_threads)  # noqa: F821  (the bench's threads; the rule runs alone)
 settings = snakemake.params.tree  # noqa: F821

@@ -4,7 +4,7 @@ from pathlib import Path
 
 import torch
 
-from harness.measure.latency import target_latencies
+from harness.measure.calibrations.latency import target_latencies
 from harness.backend.models import load_model
 
 torch.set_num_threads(snakemake.params.torch_threads)  # noqa: F821  (the bench's threads; the rule runs alone)

@@ -9,9 +9,9 @@ its catalog entry says it needs (nothing, a draft LM, or a drafter its own train
 - sampling: on a vocabulary of 6, the distribution of its first three tokens equals the target's (every 3-token
   continuation enumerated, a chi-square test at ALPHA; a correct method fails by chance with probability 1e-3);
 - host reads: a decoding step reads at most one device value on the host, the verifier's (the emulation of
-  ``harness.measure.host_sync``, so a CPU run predicts a GPU run's synchronisations);
+  ``harness.measure.diagnostics.host_sync``, so a CPU run predicts a GPU run's synchronisations);
 - launches: a decoding step dispatches at most its budget of ATen ops outside graphed forwards
-  (``DISPATCH_BUDGETS``, ``harness.measure.dispatch``; each about one kernel launch in eager CUDA);
+  (``DISPATCH_BUDGETS``, ``harness.measure.diagnostics.dispatch``; each about one kernel launch in eager CUDA);
 - batches: a method whose catalog entry says ``batched`` decodes a batch of prompts of different lengths whose every
   row emits `ar`'s tokens with the acceptance of a batch-1 generation at every step, and a row of a B = 4 batch
   passes the sampling check; any other method is refused with one line;
@@ -267,12 +267,12 @@ HOST_READ_BUDGETS = {
 }
 
 
-# ATen ops a decoding step dispatches outside graphed forwards (``harness.measure.dispatch``; in eager CUDA each is
-# about one kernel launch), per method at T = 0 and T = 1, on the Markov zoo under kv_cache=static cuda_graphs=on
-# (graphs emulated on the CPU): what a step launches beside its graph replays. Each budget is the count measured at
-# this commit plus 15% (and one), so a change that adds launches fails test_greedy's dispatch check; a change that
-# cuts them should lower its budget (`ar`'s budgets are issue 81's goal, 4). docs/engine.md holds the table on random
-# models, before and after the cuts.
+# ATen ops a decoding step dispatches outside graphed forwards (``harness.measure.diagnostics.dispatch``; in eager CUDA
+# each is about one kernel launch), per method at T = 0 and T = 1, on the Markov zoo under kv_cache=static
+# cuda_graphs=on (graphs emulated on the CPU): what a step launches beside its graph replays. Each budget is the count
+# measured at this commit plus 15% (and one), so a change that adds launches fails test_greedy's dispatch check; a
+# change that cuts them should lower its budget (`ar`'s budgets are issue 81's goal, 4). docs/engine.md holds the table
+# on random models, before and after the cuts.
 DEFAULT_DISPATCH_BUDGET = (250, 300)  # a method without a line here (a new or out-of-tree one): an EAGLE-sized step
 DISPATCH_BUDGETS = {
     "ar": (4, 4),

@@ -39,7 +39,7 @@ from harness.backend.phases import PhaseClock
 from harness.engine.adapter import DraftAdapter
 from harness.engine.counters import DrafterWork
 from harness.engine.loop import Generation, generation_steps
-from harness.measure.dispatch import PhasedDispatchMode
+from harness.measure.diagnostics.dispatch import PhasedDispatchMode
 from harness.training.flops import flop_counter
 from harness.verify.sampling import SamplingConfig
 

@@ -21,8 +21,8 @@ from harness.errors import DraftcountError
 from harness.engine.runtime import EngineOptions, EngineRuntime
 from harness.engine.counters import GenerationCounters
 from harness.engine.loop import Generation
-from harness.measure.dispatch import dispatch_per_step
-from harness.measure.host_sync import audit_generation
+from harness.measure.diagnostics.dispatch import dispatch_per_step
+from harness.measure.diagnostics.host_sync import audit_generation
 from harness.training.drafters import AGREEMENT, checked_agreement
 from harness.training.gates import gate_failures, heldout_agreement
 from tests.helpers import ENGINE_SWITCHES, assert_drafts_as_eager, engine_runtime, record_drafts
