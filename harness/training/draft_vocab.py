@@ -85,6 +85,13 @@ class DraftVocab(nn.Module):
         """Target-vocabulary ``values`` (..., V) at the draft vocabulary's tokens (..., N)."""
         return values if self.ids is None else values.index_select(-1, self.ids.to(values.device))
 
+    @torch.no_grad()
+    def next_token_probs(self, lm_head: nn.Module, features: torch.Tensor) -> torch.Tensor:
+        """The target's next-token distribution softmax(lm_head(features)) (float32, over the whole vocabulary),
+        restricted to the draft vocabulary: what a drafter's token loss trains against, without gradients. A loss
+        whose steps read overlapping spans of the features computes it once over their union and slices it."""
+        return self.restrict(torch.softmax(lm_head(features).float(), dim=-1))
+
     def to_target(self, index: torch.Tensor) -> torch.Tensor:
         """Draft indices -> target ids."""
         return index if self.ids is None else self.ids.to(index.device)[index]

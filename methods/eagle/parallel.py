@@ -45,9 +45,7 @@ def mask_loss(head: EagleHead, lm_head: torch.nn.Module, batch: dict[str, torch.
     outputs, layout = block_outputs(head, batch, batch_anchors(batch, following.shape[1], k, anchors, seed), k)
     slots = torch.arange(layout.length, layout.positions.numel())  # host: indexes the host layout, moved below
     wanted = layout.labels[slots] - 1  # the window slot whose output the mask stands in for
-    with torch.no_grad():
-        target_probs = head.draft_vocab.restrict(torch.softmax(lm_head(following[:, wanted.to(following.device)])
-                                                              .float(), dim=-1))
+    target_probs = head.draft_vocab.next_token_probs(lm_head, following[:, wanted.to(following.device)])
     return token_loss(objective)(head.logits(outputs[:, slots.to(outputs.device)], lm_head), target_probs, None)
 
 

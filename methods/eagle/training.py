@@ -99,8 +99,7 @@ def unrolled_loss(head: torch.nn.Module, lm_head: torch.nn.Module, outputs: list
     output at p should be): ``ce_weight`` x the objective's token loss against softmax(lm_head(f_{p+1})) plus
     ``regression_weight`` x smooth-L1 on the feature, over the positions step k trains, weighted by step_decay**k.
     Over a draft vocabulary the target's distribution is restricted to it (``harness.training.draft_vocab``)."""
-    with torch.no_grad():
-        target_probs = head.draft_vocab.restrict(torch.softmax(lm_head(following).float(), dim=-1))
+    target_probs = head.draft_vocab.next_token_probs(lm_head, following)
     total = following.new_zeros(())
     for step, out in enumerate(outputs):
         mask = unrolled_step_mask(out, step)

@@ -79,8 +79,7 @@ def lyanna_loss(drafter: LyannaModel, lm_head: torch.nn.Module, batch: dict[str,
                 options: LyannaTrainOptions) -> torch.Tensor:
     following = batch["last"][:, 1:]
     parents = batch["input_ids"][:, 1:]
-    with torch.no_grad():
-        target_probs = drafter.draft_vocab.restrict(torch.softmax(lm_head(following).float(), dim=-1))
+    target_probs = drafter.draft_vocab.next_token_probs(lm_head, following)
     total = following.new_zeros(())
     for step, out in enumerate(unrolled_states(drafter, batch, options.unroll_steps)):
         mask = unrolled_step_mask(out, step)

@@ -63,10 +63,10 @@ def medusa_loss(heads: MedusaHeads, embed: nn.Module, lm_head: nn.Module, batch:
                 options: MedusaTrainOptions) -> torch.Tensor:
     features = batch["last"]
     total = features.new_zeros(())
+    following = heads.draft_vocab.next_token_probs(lm_head, features[:, 1:])  # once: head k reads rows k - 1 on
     for head, logits in enumerate(head_logits(heads, embed, lm_head, batch), start=1):
-        with torch.no_grad():
-            target_probs = heads.draft_vocab.restrict(torch.softmax(lm_head(features[:, head:]).float(), dim=-1))
-        total = total + options.step_decay ** (head - 1) * token_loss(options.objective)(logits, target_probs, None)
+        total = total + options.step_decay ** (head - 1) * token_loss(options.objective)(
+            logits, following[:, head - 1:], None)
     return total
 
 

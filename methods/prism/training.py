@@ -82,8 +82,7 @@ def unrolled_token_loss(head: StepModulesHead, lm_head: torch.nn.Module, batch: 
                         step_decay: float, objective: str, weight: float = 1.0) -> torch.Tensor:
     """The ``objective``'s soft cross-entropy of every unrolled step (``switching_outputs``) against the target's
     next-token distribution, step k weighted ``weight`` x ``step_decay``**(k-1): PRISM's phase 2 and MTP's loss."""
-    with torch.no_grad():
-        target_probs = head.draft_vocab.restrict(torch.softmax(lm_head(batch["last"][:, 1:]).float(), dim=-1))
+    target_probs = head.draft_vocab.next_token_probs(lm_head, batch["last"][:, 1:])
     total = target_probs.new_zeros(())
     for index, out in enumerate(switching_outputs(head, batch, steps)):
         mask = unrolled_step_mask(out, index)
