@@ -47,6 +47,7 @@ from harness.backend.static_cache import PreallocatedLayer, static_layers
 StaticCall = Callable[[dict[str, torch.Tensor], torch.Tensor], tuple[torch.Tensor, ...]]
 EagerCall = Callable[[], tuple[torch.Tensor, ...]]  # the same forward, run the plain way
 BlockCall = Callable[[dict[str, torch.Tensor], torch.Tensor], tuple[torch.Tensor, ...]]  # (buffers, past) -> outputs
+Protect = Callable[[], Callable[[], None]]  # saves what a block overwrites in place; returns what puts it back
 MAX_GRAPHED_TOKENS = 256  # default: forwards over more new positions than this are not graphed
 GRAPHED_REGION: ContextVar[bool] = ContextVar("graphed_region", default=False)  # inside a graphed forward's body
 
@@ -286,7 +287,7 @@ class GraphedForwards:
 
     def run_block(self, key: Hashable, cache: Cache | None, past: int, length: int, inputs: dict[str, torch.Tensor],
                   body: BlockCall, forwards: int = 1, generator: torch.Generator | None = None,
-                  keep: tuple[torch.Tensor, ...] = ()) -> tuple[torch.Tensor, ...]:
+                  keep: tuple[torch.Tensor, ...] = (), protect: Protect | None = None) -> tuple[torch.Tensor, ...]:
         """A block of fixed-shape device work over ``cache`` as one graph (a drafter's whole draft: its forwards and
         the tree's bookkeeping between them): ``body(buffers, past)`` with ``past`` a 0-d device tensor (the cached
         length before the block), each forward writing at slots it computes from it (``writing_at``), its masks from
@@ -295,7 +296,9 @@ class GraphedForwards:
         cache's lengths are then ``length``. ``forwards``: the model forwards the block holds (``calls`` counts them).
         A block over no cache (``cache`` None: heads that read only their inputs, Medusa's) has no length to set.
         ``generator``: one the body draws from (registered with the graph at capture, as ``run``'s); ``keep``: the
-        device constants it reads, held by the graph (as ``run``'s)."""
+        device constants it reads, held by the graph (as ``run``'s). ``protect``: for a body that reads what it
+        writes (a gather within one buffer), saves what it overwrites and returns what restores it: a capture's two
+        eager warm-ups run the body before the replay, and the replay must find the state the call found."""
         layers = self._layers(cache) if cache is not None else []
         self.calls += forwards
         if layers and length > layers[0].capacity:
@@ -308,18 +311,19 @@ class GraphedForwards:
         graph.past.fill_(past)
         for name, value in inputs.items():
             graph.inputs[name].copy_(value)
-        outputs = self._replay(graph, lambda: _in_region(lambda: tuple(body(graph.inputs, graph.past))), generator)
+        outputs = self._replay(graph, lambda: _in_region(lambda: tuple(body(graph.inputs, graph.past))), generator,
+                               protect)
         for layer in layers:
             layer.set_length(length)
         return outputs
 
     def _replay(self, graph: _Graph | _Block, call: Callable[[], tuple[torch.Tensor, ...]],
-                generator: torch.Generator | None = None) -> tuple[torch.Tensor, ...]:
+                generator: torch.Generator | None = None, protect: Protect | None = None) -> tuple[torch.Tensor, ...]:
         """``call`` (the graph's body) on the CPU; on a GPU its graph, captured at the first call, replayed."""
         if not self.capture:
             return call()
         if graph.graph is None:
-            self._capture(graph, call, generator)
+            self._capture(graph, call, generator, protect)
         graph.graph.replay()
         return tuple(output.clone() for output in graph.outputs)
 
@@ -336,7 +340,7 @@ class GraphedForwards:
             return tuple(call(inputs, mask))
 
     def _capture(self, graph: _Graph | _Block, call: Callable[[], tuple[torch.Tensor, ...]],
-                 generator: torch.Generator | None = None) -> None:
+                 generator: torch.Generator | None = None, protect: Protect | None = None) -> None:
         """Warm up on a side stream (one per runner, reused), capture, and only then store the graph: a capture
         that raises leaves no half-made graph behind to be replayed by the next call of this shape. A
         ``generator`` the body draws from is registered with the graph (CUDA captures only the default
@@ -344,11 +348,14 @@ class GraphedForwards:
         main = torch.cuda.current_stream(self.device)
         if self.warmup_stream is None:
             self.warmup_stream = torch.cuda.Stream(device=self.device)
+        restore = protect() if protect is not None else None  # on the main stream, before the warm-ups
         self.warmup_stream.wait_stream(main)
         with torch.cuda.stream(self.warmup_stream):
             for _ in range(2):
                 call()
         main.wait_stream(self.warmup_stream)
+        if restore is not None:
+            restore()  # the state the call found, for the replay
         captured = torch.cuda.CUDAGraph()
         if generator is not None:
             captured.register_generator_state(generator)

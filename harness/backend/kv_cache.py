@@ -18,6 +18,7 @@ accepted path by replaying it into the SSM states: drafting runs there.
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 import inspect
 
 import torch
@@ -148,9 +149,11 @@ def keep_tree_path(cache: DynamicCache, prefix_len: int, path_nodes: list[int],
     index = index_on([prefix_len + node for node in path_nodes], layers[0].keys.device)
     preallocated = static_layers(cache) if graphs is not None else None
     if preallocated is not None and graphs.graphs_forward(prefix_len, len(path_nodes)):
+        span = (prefix_len, prefix_len + max(path_nodes) + 1)  # every slot the gather reads or writes
         graphs.run_block(("keep_path", len(path_nodes)), cache, prefix_len, kept, {"index": index},
                          lambda buffers, start: gather_path(preallocated, buffers["index"], start),
-                         forwards=0)  # no model forward: the runner's forward count stays the model's
+                         forwards=0,  # no model forward: the runner's forward count stays the model's
+                         protect=lambda: saved_slots(preallocated, *span))
         return
     for layer in layers:
         layer.keys[..., prefix_len:kept, :] = layer.keys.index_select(-2, index)
@@ -166,6 +169,20 @@ def gather_path(layers: list[PreallocatedLayer], index: torch.Tensor, start: tor
         layer.key_buffer.index_copy_(2, slots, layer.key_buffer.index_select(2, index))
         layer.value_buffer.index_copy_(2, slots, layer.value_buffer.index_select(2, index))
     return ()
+
+
+def saved_slots(layers: list[PreallocatedLayer], start: int, end: int) -> Callable[[], None]:
+    """A copy of every layer's slots ``start``..``end`` - 1 and what writes it back: what a graph capture's warm-ups
+    of an in-place gather (``gather_path``, which reads slots it then overwrites) must leave as they found it."""
+    saved = [(layer.key_buffer[:, :, start:end].clone(), layer.value_buffer[:, :, start:end].clone())
+             for layer in layers]
+
+    def restore() -> None:
+        for layer, (keys, values) in zip(layers, saved):
+            layer.key_buffer[:, :, start:end].copy_(keys)
+            layer.value_buffer[:, :, start:end].copy_(values)
+
+    return restore
 
 
 def append_entries(cache: DynamicCache, keys: list[torch.Tensor], values: list[torch.Tensor]) -> None:

@@ -1,21 +1,23 @@
 """`polybasic`'s inner rounds as graphed blocks: per round, the small LM's whole chain as one block and the mid LM's
-forward with the round's verdict as another, the running sequence in a device buffer both read and write.
+forward with the round's verdict as another, the running sequence in a device buffer.
 
 A round's shapes are fixed by its catch-up lengths (the running tokens each stage has not seen: 1 or 2 inside a
 step, a few at a step's start; one graph each) and ``gamma_inner``. The small block feeds its catch-up at the slots
 after its cached length (``past``, filled per call) and drafts ``gamma_inner`` tokens (the argmax, or at T > 0
-drawn from its warped distribution, from ``StepContext.graph_generator``), writing them into the running buffer
-after the running sequence and their q's into a buffer of their own. The mid block reads the catch-up and the drafts
-from the running buffer, scores them in one forward and makes the round's verdict on the device (greedy: its argmax
-chain; at T > 0 ``chain_draws``, the shared verifier's closed form for a sampled chain), writing the accepted
-drafts and its bonus token back over the drafts. The host then reads the accepted count: the one read per round
-that the staged verification needs by design (the next round starts after the accepted prefix), and crops both
-stages to it. Outside the blocks a round costs the two ``past`` fills and that read.
+drawn from its warped distribution, from ``StepContext.graph_generator``) into a buffer of drafts, their q's into
+another. The mid block reads its catch-up from the running buffer and the drafts from theirs, scores them in one
+forward and makes the round's verdict on the device (greedy: its argmax chain; at T > 0 ``chain_draws``, the shared
+verifier's closed form for a sampled chain), writing the accepted drafts and its bonus token after the running
+sequence. No block writes what it reads, so the two eager runs before a capture leave the replay's inputs as they
+were. The host then reads the accepted count: the one read per round that the staged verification needs by design
+(the next round starts after the accepted prefix), and crops both stages to it. Outside the blocks a round costs
+the two ``past`` fills and that read.
 
 Two blocks rather than one keep each stage's seconds apart (the cost rule reads them). The FLOPs and the useful-work
-ledger follow from the shapes, booked as ``Stage.feed`` books the eager forwards. A step whose stages have an empty
-cache (a prompt's first) runs the eager rounds. On the CPU (``capture=False``) the same bodies run eagerly, and
-``harness.measure.diagnostics.dispatch`` books them as inside graphs.
+ledger follow from the shapes, booked as ``Stage.feed`` books the eager forwards. A stage's catch-up over an empty
+cache (a prompt's first round, as long as the prompt) is an eager forward whose logits start its block, so no prompt
+length costs a capture. On the CPU (``capture=False``) the same bodies run eagerly, and ``harness.measure.
+diagnostics.dispatch`` books them as inside graphs.
 """
 
 from __future__ import annotations
@@ -41,10 +43,13 @@ RoundOutcome = tuple[int, torch.Tensor | None]  # accepted drafts, the mid LM's 
 
 class RunningBuffer:
     """The step's running sequence on the drafters' device, at fixed addresses (graphs read and write it), and the
-    small LM's draft distributions (gamma, V); reallocated only when a stage's static cache is (its graphs go too)."""
+    small LM's drafts (gamma,) with their distributions (gamma, V); reallocated only when a stage's static cache is
+    (its graphs go too). No block writes what it reads: a graph's first call runs its body twice before the capture
+    (``GraphedForwards._capture``), and the replay must read what the first of them read."""
 
     def __init__(self) -> None:
         self.tokens: torch.Tensor | None = None
+        self.drafts: torch.Tensor | None = None
         self.draft_q: torch.Tensor | None = None
         self.owners: tuple[object, object] | None = None
 
@@ -58,6 +63,7 @@ class RunningBuffer:
             device = mid.lm.device
             self.tokens = torch.zeros(max(small_layers[0].capacity, mid_layers[0].capacity) + gamma + 2,
                                       dtype=torch.long, device=device)
+            self.drafts = torch.zeros(gamma, dtype=torch.long, device=device)
             self.draft_q = torch.zeros((gamma, vocab), dtype=torch.float32, device=device)
             self.owners = owners
         return True
@@ -106,7 +112,7 @@ def run_round(adapter: PolybasicAdapter, ctx: StepContext, length: int) -> Round
     step = replace(ctx, generator=generator) if drawn else ctx
     key = (gamma, ctx.target_vocab_size, (ctx.sampling.temperature, ctx.sampling.top_k, ctx.sampling.top_p)
            if drawn else (), id(adapter.running.tokens))
-    keep = (adapter.running.tokens, adapter.running.draft_q)
+    keep = (adapter.running.tokens, adapter.running.drafts, adapter.running.draft_q)
     running = adapter.running.tokens
     with ctx.counters.phase("drafter"):
         small_past, small_new = small.cached_len, length - small.cached_len
@@ -122,19 +128,22 @@ def run_round(adapter: PolybasicAdapter, ctx: StepContext, length: int) -> Round
         mid_past, mid_new = mid.cached_len, length - mid.cached_len + gamma
         inputs = {}
         if not mid.graphs.graphs_forward(mid_past, mid_new):
-            inputs["logits"] = mid.feed(ctx, running[mid_past:length + gamma][None], rows=gamma + 1)
-            mid_past, mid_new = length + gamma, 0
+            fed = torch.cat([running[mid_past:length], adapter.running.drafts])
+            inputs["logits"] = mid.feed(ctx, fed[None], rows=gamma + 1)
+            mid_past, mid_new = length, gamma  # the block then starts after the running sequence
+        eager = "logits" in inputs
         with mid.timer.timing():
-            outputs = mid.graphs.run_block(("polybasic_mid", mid_new, *key), mid.cache, mid_past, length + gamma,
-                                           inputs, lambda buffers, past: mid_verdict(adapter, step, past, mid_new,
-                                                                                     buffers.get("logits")),
-                                           forwards=int(mid_new > 0), generator=generator, keep=keep)
+            outputs = mid.graphs.run_block(("polybasic_mid", mid_new, eager, *key), mid.cache, mid_past,
+                                           length + gamma, inputs,
+                                           lambda buffers, past: mid_verdict(adapter, step, past, mid_new - gamma,
+                                                                             buffers.get("logits")),
+                                           forwards=int(not eager), generator=generator, keep=keep)
         accepted = int(outputs[0])  # the round's one host read
     if small_new:
         book_forward(small, ctx, small_past, small_new, 1)
     for index in range(gamma - 1):
         book_forward(small, ctx, length + index, 1, 1)
-    if mid_new:
+    if not eager:
         book_forward(mid, ctx, mid_past, mid_new, gamma + 1)
     small.cached_len, mid.cached_len = length + gamma - 1, length + gamma
     small.crop(length + accepted)
@@ -145,8 +154,7 @@ def run_round(adapter: PolybasicAdapter, ctx: StepContext, length: int) -> Round
 def small_chain(adapter: PolybasicAdapter, ctx: StepContext, past: torch.Tensor, count: int,
                 logits: torch.Tensor | None) -> tuple[()]:
     """The small block's body: its catch-up (``count`` running tokens at ``past``; none when ``logits`` came from an
-    eager one), then ``gamma`` drafts (each but the last fed), written into the running buffer after the running
-    sequence; their q's into ``draft_q``."""
+    eager one), then ``gamma`` drafts (each but the last fed) into ``drafts``, their q's into ``draft_q``."""
     lm, cache, gamma, vocab = adapter.small.lm, adapter.small.cache, adapter.gamma, ctx.target_vocab_size
     running = adapter.running.tokens
     end = past + count  # the running sequence's length
@@ -160,7 +168,7 @@ def small_chain(adapter: PolybasicAdapter, ctx: StepContext, past: torch.Tensor,
         qs.append(q)
         if index < gamma - 1:
             logits = align_vocab(static_block_logits(lm, cache, token.reshape(1), end + index, 1)[0, -1], vocab)
-    running.index_copy_(0, end + torch.arange(gamma, device=running.device), torch.stack(tokens).to(running.dtype))
+    adapter.running.drafts.copy_(torch.stack(tokens))
     if qs[0] is not None:
         adapter.running.draft_q.copy_(torch.stack(qs))
     return ()
@@ -168,28 +176,28 @@ def small_chain(adapter: PolybasicAdapter, ctx: StepContext, past: torch.Tensor,
 
 def mid_verdict(adapter: PolybasicAdapter, ctx: StepContext, past: torch.Tensor, count: int,
                 logits: torch.Tensor | None) -> tuple[torch.Tensor, ...]:
-    """The mid block's body: the catch-up and the drafts (``count`` tokens of the running buffer at ``past``; none
-    when ``logits`` came from an eager forward) in one forward, the round's verdict on the device, the accepted drafts
-    and the mid's bonus token written over the drafts. Returns the accepted count (0-d) and, at T > 0, the mid's
+    """The mid block's body: its catch-up (``count`` running tokens at ``past``) and the drafts in one forward (none
+    when ``logits`` came from an eager one), the round's verdict on the device, the accepted drafts and the mid's
+    bonus token written after the running sequence. Returns the accepted count (0-d) and, at T > 0, the mid's
     distributions at the root and every draft."""
     lm, cache, gamma = adapter.mid.lm, adapter.mid.cache, adapter.gamma
-    running = adapter.running.tokens
-    end = past + count - gamma  # the running sequence's length (the drafts follow it)
+    running, drafts = adapter.running.tokens, adapter.running.drafts
+    end = past + count  # the running sequence's length
     ranks = torch.arange(gamma + 1, device=running.device)
     if logits is None:
-        ids = running.index_select(0, past + torch.arange(count, device=running.device))
+        ids = torch.cat([running.index_select(0, past + torch.arange(count, device=running.device)), drafts])
         logits = align_vocab(static_block_logits(lm, cache, ids, past, gamma + 1)[0], ctx.target_vocab_size)
-    chain = running.index_select(0, end - 1 + ranks)  # the root (the running sequence's last token), the drafts
+    chain = torch.cat([running.index_select(0, (end - 1).reshape(1)), drafts])  # the root (the last running token)
     slots = end + ranks
     if ctx.sampling.is_greedy:
         choices = logits.argmax(dim=-1)
-        accepted = (chain[1:] == choices[:-1]).long().cumprod(0).sum()
+        accepted = (drafts == choices[:-1]).long().cumprod(0).sum()
         running.index_copy_(0, slots, choices)  # the accepted drafts are the mid's choices; then its bonus
         return (accepted,)
     passed, bonus = chain_draws(chain, logits, adapter.running.draft_q, ctx.sampling, ctx.generator)
     accepted = passed[1:].cumprod(0).sum()
     ends = bonus.index_select(0, accepted.reshape(1)).expand(gamma + 1)
-    running.index_copy_(0, slots, torch.where(ranks < accepted, torch.cat([chain[1:], chain[:1]]), ends))
+    running.index_copy_(0, slots, torch.where(ranks < accepted, torch.cat([drafts, drafts[:1]]), ends))
     return accepted, logits_to_probs(logits, ctx.sampling)
 
 

@@ -101,3 +101,34 @@ def _blank_block():
     from harness.backend.cuda_graphs import _Block
 
     return _Block({}, torch.zeros((), dtype=torch.long))
+
+
+def test_a_graphed_path_gather_survives_a_captures_warm_ups(monkeypatch):
+    """``keep_tree_path`` with a graph runner gathers a path within each layer's own buffer, reading slots it then
+    overwrites: a capture's two eager warm-ups (``tests.capture_warmups``) would gather again from what the first wrote
+    unless the block restores them (``protect``). The kept entries equal the eager gather's, with and without them."""
+    from harness.backend.kv_cache import keep_tree_path
+    from tests.capture_warmups import warmed_up
+
+    def filled() -> tuple:
+        cache = new_static_cache(_config(), 32, torch.float32, torch.device("cpu"))
+        for layer in static_layers(cache):
+            numbered = torch.arange(layer.key_buffer.numel(), dtype=torch.float32)
+            layer.key_buffer.copy_(numbered.view_as(layer.key_buffer))
+            layer.value_buffer.copy_(-layer.key_buffer)
+            layer.set_length(20)
+        return cache
+
+    prefix, path = 10, [0, 2, 5, 7]  # leaves the tree's first branch: slot 12 is read (node 2) and then written
+    expected = filled()
+    keep_tree_path(expected, prefix, path)  # eager
+    for emulate in (False, True):
+        if emulate:
+            monkeypatch.setattr(GraphedForwards, "_replay", warmed_up)
+        cache = filled()
+        graphs = GraphedForwards(torch.device("cpu"), torch.float32, capture=False)
+        keep_tree_path(cache, prefix, path, graphs)
+        assert graphs.calls == 0 and len(graphs.graphs) == 1  # the gather ran as a block (no model forward)
+        for mine, theirs in zip(static_layers(cache), static_layers(expected)):
+            assert mine.get_seq_length() == theirs.get_seq_length() == prefix + len(path)
+            assert torch.equal(mine.keys, theirs.keys) and torch.equal(mine.values, theirs.values), emulate

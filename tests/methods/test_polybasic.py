@@ -11,6 +11,7 @@ from transformers import LlamaConfig
 
 from harness import SamplingConfig, generate, wrap_model
 from harness.analysis.metrics import USEFUL_DRAFTER_FLOPS
+from harness.backend.cuda_graphs import GraphedForwards
 from harness.catalog import Entry, entry
 from harness.data.token_streams import save_tokens
 from harness.engine.adapter import StepContext
@@ -23,6 +24,7 @@ from harness.training.features import dump_features
 from harness.verify.sampling import logits_to_probs, make_generator
 from methods.polybasic.adapter import PolybasicAdapter, PolybasicOptions
 from methods.polybasic.training import MidTrainOptions, mid_shape, train_mid
+from tests.capture_warmups import warmed_up
 from tests.helpers import chi_square_pvalue, engine_runtime, exact_distribution, make_llama, markov_batches
 
 ALPHA = 1e-3
@@ -181,3 +183,25 @@ def test_train_mid_from_the_feature_dump(tmp_path):
                                             options={"seq_len": "48", "batch_size": "8", "lr": "3e-3"}))
     assert metrics["train"]["steps"] == 3 and metrics["train"]["tokens"] == 3 * 8 * 48
     assert all(loss == loss for loss in metrics["train"]["losses"])  # finite, not NaN
+
+
+def test_graphed_rounds_read_nothing_they_write(chain, monkeypatch):
+    """On a GPU a graph's first call runs its body twice before the capture (``GraphedForwards._capture``), so a
+    block that overwrote its own inputs would replay on what its warm-ups wrote. Emulated on the CPU
+    (``tests.capture_warmups``): every graphed body runs three times a call; the generation is the same, accepted
+    draft for accepted draft, as with one run."""
+    target, mid, small = chain
+
+    def run():
+        adapter = PolybasicAdapter(mid, small, PolybasicOptions(block=5, gamma_inner=2))
+        return [generate(target, adapter, torch.tensor([prompt]), 20, SamplingConfig(),
+                         runtime=engine_runtime(target, "graph_buffers")) for prompt in ([1, 2, 3], [4, 0, 5, 1])]
+
+    once = run()
+    monkeypatch.setattr(GraphedForwards, "_replay", warmed_up)
+    thrice = run()
+    for first, again in zip(once, thrice):
+        assert again.output_ids == first.output_ids
+        assert again.counters.step_tokens == first.counters.step_tokens
+        assert again.counters.extra["polybasic_inner_accepted"] == first.counters.extra["polybasic_inner_accepted"]
+        assert first.counters.extra["polybasic_inner_accepted"] > 0  # drafts were accepted: the check can fail
