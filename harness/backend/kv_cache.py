@@ -18,8 +18,8 @@ accepted path by replaying it into the SSM states: drafting runs there.
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 import inspect
+from collections.abc import Callable
 
 import torch
 from transformers import DynamicCache, PretrainedConfig

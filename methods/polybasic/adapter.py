@@ -127,11 +127,15 @@ class PolybasicAdapter(AdapterBase):
             outcome = self.inner_round(ctx, running)
             tokens += outcome.tokens
             probs += outcome.probs
-            self.rounds += 1
-            self.inner_accepted += outcome.accepted
-            self.inner_drafted += self.gamma
+            self.count_round(outcome.accepted)
             running = torch.cat([running, index_on(outcome.tokens, running.device)[None]], dim=-1)
         return chain_tree(sequence[0, -1], tokens[:block], probs[:block])
+
+    def count_round(self, accepted: int) -> None:
+        """An inner round in the step's counters: ``gamma`` drafted, ``accepted`` of them accepted by the mid LM."""
+        self.rounds += 1
+        self.inner_accepted += accepted
+        self.inner_drafted += self.gamma
 
     def commit(self, ctx: StepContext, tree: TokenTree, verdict: Verdict, target_out: LMOutput) -> None:
         accepted_len = self.prefix_len + verdict.num_accepted  # the sequence and the accepted block tokens

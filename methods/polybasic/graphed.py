@@ -95,9 +95,7 @@ def graphed_rounds(adapter: PolybasicAdapter, ctx: StepContext, sequence: torch.
         accepted, mid_probs = run_round(adapter, ctx, length + produced)
         probs += [None] * (accepted + 1) if mid_probs is None else list(mid_probs[: accepted + 1].unbind())
         produced += accepted + 1
-        adapter.rounds += 1
-        adapter.inner_accepted += accepted
-        adapter.inner_drafted += adapter.gamma
+        adapter.count_round(accepted)
     return running[length:length + block], probs[:block]
 
 
@@ -204,8 +202,5 @@ def mid_verdict(adapter: PolybasicAdapter, ctx: StepContext, past: torch.Tensor,
 def book_forward(stage: Stage, ctx: StepContext, past: int, count: int, rows: int) -> None:
     """One of ``stage``'s forwards (``count`` positions after ``past``, logits for ``rows``) booked as
     ``Stage.feed`` books it: the drafter's tally, the useful-work ledger, the stage's counters."""
-    flops = count_forward(stage.lm, ctx.counters.drafter, count, past, min(rows, count))
-    stage.work.charge(list(range(past, past + count)), flops)
-    stage.forwards += 1
-    stage.flops += flops
+    stage.book(past, count, count_forward(stage.lm, ctx.counters.drafter, count, past, min(rows, count)))
 

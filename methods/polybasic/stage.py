@@ -88,11 +88,16 @@ class Stage:
             out = run_model(self.lm, tokens.to(self.lm.device), self.cache,
                             positions(self.cached_len, count, self.lm.device), ctx.counters.drafter,
                             logits_to_keep=rows, graphs=self.graphs)
-        self.work.charge(list(range(self.cached_len, self.cached_len + count)), out.flops)
+        self.book(self.cached_len, count, out.flops)
         self.cached_len += count
-        self.forwards += 1
-        self.flops += out.flops
         return align_vocab(out.logits[0, -rows:], ctx.target_vocab_size)
+
+    def book(self, past: int, count: int, flops: float) -> None:
+        """One forward of ``count`` positions after ``past`` in the stage's counters and its useful-work ledger (the
+        drafter's tally books it where it runs: ``run_model``, or ``count_forward`` for a graphed block's)."""
+        self.work.charge(list(range(past, past + count)), flops)
+        self.forwards += 1
+        self.flops += flops
 
     def crop(self, length: int) -> None:
         """Keep the cache's first ``length`` positions; the FLOPs of the dropped ones are wasted."""
